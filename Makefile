@@ -1,0 +1,55 @@
+# The two commands a user needs: `make demo` and `make test`. Everything else is set-up they call.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Reinstall whenever pyproject.toml changes.
+STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: all demo test unit cluster-test lint fmt venv binaries cluster-up cluster-down clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+## Kubernetes binaries (kube-apiserver, etcd, kwok, helm, ...), built once and cached.
+binaries: venv
+	$(BIN)/rljob testenv install
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/hadolint Dockerfile trainer_image/Dockerfile
+
+fmt: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+## Unit tests only: no cluster.
+unit: venv
+	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
+
+## The whole suite: lint, unit tests and tests on a real local control plane.
+test: venv binaries lint
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+## The main job: start a local cluster and run the demo.
+demo: venv binaries
+	$(BIN)/python hack/demo.py
+
+cluster-up: binaries
+	$(BIN)/rljob testenv up
+
+cluster-down: venv
+	$(BIN)/rljob testenv down
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,73 @@
+"""`rljob testenv ...`: install the binaries, start, inspect and stop local clusters."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import binaries, cluster
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "testenv", help="a local Kubernetes control plane (kwok) for tests and the demo"
+    )
+    commands = parser.add_subparsers(dest="testenv_command", required=True)
+
+    install = commands.add_parser("install", help="build or find the pinned Kubernetes binaries")
+    install.set_defaults(handler=_install)
+
+    def named(cmd: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(cmd, help=help_text)
+        sub.add_argument("--name", default=cluster.DEFAULT_CLUSTER_NAME, help="cluster name")
+        return sub
+
+    up = named("up", "start a cluster with kwok GPU nodes (installs binaries if needed)")
+    up.add_argument("--nodes", type=int, default=3, help="number of kwok GPU nodes")
+    up.add_argument("--gpus-per-node", type=int, default=8)
+    up.set_defaults(handler=_up)
+    named("down", "stop a cluster and remove its files").set_defaults(handler=_down)
+    named("kubeconfig", "print the path of a cluster's kubeconfig").set_defaults(
+        handler=_kubeconfig
+    )
+    commands.add_parser("list", help="list local clusters").set_defaults(handler=_list)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _install(args: argparse.Namespace) -> int:
+    for name, path in binaries.install(say=_say).items():
+        print(f"{name}\t{path}")
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    binaries.install(say=_say)
+    shape = cluster.NodeShape(gpus=args.gpus_per_node)
+    print(cluster.up(args.name, gpu_nodes=args.nodes, shape=shape, say=_say))
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    cluster.down(args.name, say=_say)
+    return 0
+
+
+def _kubeconfig(args: argparse.Namespace) -> int:
+    cluster.validate_name(args.name)
+    if not cluster.exists(args.name):
+        _say(f"cluster {args.name!r} is not running: start it with `rljob testenv up`")
+        return 1
+    print(cluster.kubeconfig_path(args.name))
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    for name in cluster.list_clusters():
+        print(name)
+    return 0
+
+
+ERRORS = (binaries.BinariesError, cluster.ClusterError)

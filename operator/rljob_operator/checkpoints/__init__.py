@@ -1,0 +1,1 @@
+"""Checkpoint layouts of rljob, RLinf and verl: find, verify, and say how to resume."""

@@ -1,0 +1,31 @@
+"""The `rljob` command: the operator, the checkpoint tools and the local test environment."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rljob_testenv import cli as testenv_cli
+
+    parser = argparse.ArgumentParser(
+        prog="rljob",
+        description="Keep long RL training jobs running through preemption.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    testenv_cli.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from rljob_testenv.cli import ERRORS
+
+    args = build_parser().parse_args(argv)
+    try:
+        sys.exit(args.handler(args))
+    except ERRORS as exc:
+        sys.exit(f"rljob: error: {exc}")
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,31 @@
+"""The contract between the operator and the trainer processes it launches.
+
+Both sides import these names, so that an environment variable, an annotation or
+an exit code is spelled in one place. Nothing here imports kopf, kubernetes or torch.
+"""
+
+from __future__ import annotations
+
+# Environment variables the operator sets on every trainer container.
+ENV_ATTEMPT = "RLJOB_ATTEMPT"
+ENV_RESUME_DIR = "RLJOB_RESUME_DIR"  # absolute path of a global_step_N folder, no trailing slash
+ENV_RESUME_STEP = "RLJOB_RESUME_STEP"
+ENV_CHECKPOINT_DIR = "RLJOB_CHECKPOINT_DIR"  # the folder that holds the global_step_N folders
+ENV_SAVE_INTERVAL = "RLJOB_SAVE_INTERVAL"
+ENV_MAX_TO_KEEP = "RLJOB_MAX_TO_KEEP"
+ENV_CHECKPOINT_REQUEST_FILE = "RLJOB_CHECKPOINT_REQUEST_FILE"
+
+# The operator asks a running trainer to checkpoint now by annotating its pod; a
+# downward-API volume projects the annotation's value into ENV_CHECKPOINT_REQUEST_FILE,
+# which is empty until the annotation exists.
+CHECKPOINT_REQUEST_ANNOTATION = "rljob.io/checkpoint-request"
+PODINFO_MOUNT_PATH = "/etc/rljob/podinfo"
+CHECKPOINT_REQUEST_FILE_NAME = "checkpoint-request"
+
+# The trainer's exit code for "saved a checkpoint and stopped because it was asked to"
+# (SIGTERM or a checkpoint request). 75 is EX_TEMPFAIL: try again later.
+EXIT_CHECKPOINTED_ON_REQUEST = 75
+
+# Written by rank 0 next to the global_step_N folders after every finished step.
+PROGRESS_FILE_NAME = "progress.json"
+STEP_DIR_PREFIX = "global_step_"

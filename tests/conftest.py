@@ -1,0 +1,74 @@
+"""Test-wide fixtures: one real local control plane per test run, and a fresh namespace per test.
+
+Tests under tests/cluster/ (and any test marked `cluster`) get the cluster; the rest
+never start it. A cluster that cannot start fails those tests with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CLUSTER_DIRS = ("cluster",)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(item.path).parent.name in CLUSTER_DIRS:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def cluster_name() -> Iterator[str]:
+    """Bring a cluster up once for the whole run (its own name, so runs never collide)."""
+    from rljob_testenv import binaries, cluster
+
+    name = os.environ.get("RLJOB_TEST_CLUSTER") or f"test-{os.getpid()}"
+    reuse = bool(os.environ.get("RLJOB_TEST_CLUSTER")) and cluster.exists(name)
+    try:
+        binaries.install(say=lambda msg: print(msg, flush=True))
+        cluster.up(name, gpu_nodes=3, say=lambda msg: print(msg, flush=True))
+    except (binaries.BinariesError, cluster.ClusterError) as exc:
+        pytest.fail(f"the test cluster could not start: {exc}", pytrace=False)
+    yield name
+    if not reuse:
+        cluster.down(name, say=lambda msg: print(msg, flush=True))
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster_name: str) -> Path:
+    from rljob_testenv import cluster
+
+    return cluster.kubeconfig_path(cluster_name)
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: Path):
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    with client.ApiClient(configuration) as api:
+        yield api
+
+
+@pytest.fixture
+def core(api_client):
+    from kubernetes import client
+
+    return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def namespace(core) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards."""
+    from kubernetes import client
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)

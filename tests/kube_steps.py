@@ -1,0 +1,84 @@
+"""Small builders and waits for cluster tests, so that each test reads as steps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+T = TypeVar("T")
+
+HOLD_FINALIZER = "rljob.io/test-hold"
+
+
+def wait_for(fetch: Callable[[], T | None], timeout: float = 30, what: str = "condition") -> T:
+    """Poll `fetch` until it returns something truthy; fail the test with `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fetch()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+def gpu_pod(
+    name: str,
+    gpus: int = 1,
+    node: str | None = None,
+    priority_class: str | None = None,
+    hold: bool = False,
+) -> client.V1Pod:
+    """A pod that asks for GPUs; `hold` adds a finalizer so its last state stays readable."""
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name=name, finalizers=[HOLD_FINALIZER] if hold else None, labels={"app": name}
+        ),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(
+                    name="trainer",
+                    image="example.invalid/trainer:never-pulled",
+                    resources=client.V1ResourceRequirements(
+                        requests={"nvidia.com/gpu": str(gpus)}, limits={"nvidia.com/gpu": str(gpus)}
+                    ),
+                )
+            ],
+            node_selector={"kubernetes.io/hostname": node} if node else None,
+            priority_class_name=priority_class,
+            termination_grace_period_seconds=0,
+        ),
+    )
+
+
+def read_pod(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Pod | None:
+    try:
+        return core.read_namespaced_pod(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def running(core: client.CoreV1Api, namespace: str, name: str) -> client.V1Pod | None:
+    pod = read_pod(core, namespace, name)
+    return pod if pod and pod.status.phase == "Running" else None
+
+
+def condition(pod: client.V1Pod | None, cond_type: str) -> client.V1PodCondition | None:
+    if pod is None or pod.status is None:
+        return None
+    return next((c for c in pod.status.conditions or [] if c.type == cond_type), None)
+
+
+def release(core: client.CoreV1Api, namespace: str, name: str) -> None:
+    """Drop the test's finalizer so that a held pod can go."""
+    try:
+        core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
+    except ApiException as exc:
+        if exc.status != 404:
+            raise

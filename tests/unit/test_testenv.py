@@ -1,0 +1,98 @@
+"""Pure parts of the test environment: wrapper modules, cache lookup, node manifests."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from rljob_testenv import binaries, cluster
+
+
+def test_kubernetes_wrapper_pins_every_staging_module_to_the_matching_release():
+    component = next(c for c in binaries.COMPONENTS if c.name == "kubernetes")
+    go_mod = binaries.wrapper_go_mod(component)
+
+    assert f"require k8s.io/kubernetes {binaries.KUBERNETES_VERSION}" in go_mod
+    minor_patch = binaries.KUBERNETES_VERSION.removeprefix("v1.")
+    for module in ("api", "client-go", "kubectl", "kube-scheduler"):
+        assert f"k8s.io/{module} => k8s.io/{module} v0.{minor_patch}" in go_mod
+
+
+def test_kubernetes_release_has_disruption_target_conditions_ga():
+    major, minor, _ = binaries.KUBERNETES_VERSION.removeprefix("v").split(".")
+    assert (int(major), int(minor)) >= (1, 31)
+
+
+@pytest.mark.parametrize(
+    ("package", "binary"),
+    [
+        ("go.etcd.io/etcd/server/v3", "server"),
+        ("k8s.io/kubernetes/cmd/kubectl", "kubectl"),
+        ("helm.sh/helm/v3/cmd/helm", "helm"),
+    ],
+)
+def test_go_names_a_binary_after_the_last_element_that_is_not_a_major_version(package, binary):
+    assert binaries._go_binary_name(package) == binary
+
+
+def _fake_binary(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_locate_prefers_the_users_directory_then_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(binaries.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(binaries.BIN_DIR_ENV, str(tmp_path / "mine"))
+    etcd = next(c for c in binaries.COMPONENTS if c.name == "etcd")
+    assert binaries.locate("etcd") is None
+
+    _fake_binary(binaries.component_dir(etcd) / "etcd")
+    assert binaries.locate("etcd") == binaries.component_dir(etcd) / "etcd"
+
+    _fake_binary(tmp_path / "mine" / "etcd")
+    assert binaries.locate("etcd") == tmp_path / "mine" / "etcd"
+
+
+def test_require_names_the_missing_binary_and_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv(binaries.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(binaries.BIN_DIR_ENV, raising=False)
+    with pytest.raises(binaries.BinariesError, match=r"kube-apiserver.*rljob testenv install"):
+        binaries.require("kube-apiserver")
+
+
+def test_install_without_go_says_go_is_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv(binaries.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(binaries.BIN_DIR_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(binaries.BinariesError, match="Go toolchain"):
+        binaries.install(["etcd"], say=lambda _msg: None)
+
+
+def test_install_returns_at_once_when_everything_is_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv(binaries.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(binaries.BIN_DIR_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # building would fail: no go
+    for component in binaries.COMPONENTS:
+        for binary in component.commands:
+            _fake_binary(binaries.component_dir(component) / binary)
+
+    found = binaries.install(say=lambda _msg: None)
+
+    assert set(found) == set(binaries.ALL_BINARIES)
+    assert all(os.access(p, os.X_OK) for p in found.values())
+
+
+def test_gpu_node_advertises_gpus_and_is_managed_by_kwok():
+    node = cluster.gpu_node_manifest("gpu-node-7", cluster.NodeShape(gpus=4))
+
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+    assert node["metadata"]["annotations"][cluster.KWOK_NODE_ANNOTATION] == "fake"
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "gpu-node-7"
+
+
+@pytest.mark.parametrize("name", ["", "Upper", "has_underscore", "-lead", "x" * 40])
+def test_invalid_cluster_names_are_refused(name):
+    with pytest.raises(cluster.ClusterError, match="not valid"):
+        cluster.validate_name(name)
