@@ -72,3 +72,31 @@ def namespace(core) -> Iterator[str]:
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
+
+
+REPO = Path(__file__).resolve().parent.parent
+CRD_FILE = REPO / "crds" / "rljob.io_rltrainingjobs.yaml"
+
+
+@pytest.fixture(scope="session")
+def crd(cluster_name: str) -> str:
+    """The RLTrainingJob CRD, installed and Established."""
+    from rljob_testenv import cluster
+
+    cluster.kubectl(cluster_name, "apply", "--server-side", "-f", str(CRD_FILE))
+    cluster.kubectl(
+        cluster_name, "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/rltrainingjobs.rljob.io",
+    )  # fmt: skip
+    return "rltrainingjobs.rljob.io"
+
+
+@pytest.fixture
+def operator(kubeconfig: Path, namespace: str, crd: str, tmp_path: Path):
+    """`rljob operator` as a real process watching the test's namespace; restartable."""
+    from operator_process import OperatorProcess
+
+    process = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
+    process.start()
+    yield process
+    process.stop()

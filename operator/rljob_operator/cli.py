@@ -10,11 +10,14 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     from rljob_testenv import cli as testenv_cli
 
+    from . import operator_cli
+
     parser = argparse.ArgumentParser(
         prog="rljob",
         description="Keep long RL training jobs running through preemption.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
+    operator_cli.register(subparsers)
     testenv_cli.register(subparsers)
     return parser
 

@@ -1,0 +1,172 @@
+"""The spec of an RLTrainingJob as frozen dataclasses, with the CRD's defaults.
+
+The API server validates and defaults the spec (crds/rljob.io_rltrainingjobs.yaml);
+this parser applies the same defaults again so that pure logic and tests can build
+jobs from partial dicts, and turns anything that slipped through into SpecError
+naming the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+FRAMEWORKS = ("rljob", "rlinf", "verl", "custom")
+BACKENDS = ("fsdp", "megatron")
+RLJOB_TRAINER_COMMAND = ("python", "-m", "rljob_trainer")
+
+
+class SpecError(ValueError):
+    """A spec the operator cannot run; `field` is the dotted path of the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    mount_path: str = "/checkpoints"
+    directory: str = ""
+    volume: dict[str, Any] | None = None
+    layout: str = "auto"
+    verify: str = "quick"
+    save_interval: int | None = None
+    max_to_keep: int | None = None
+    resume: str = "auto"
+    resume_args_template: str | None = None
+
+    @property
+    def path(self) -> str:
+        """The folder inside the containers that holds the global_step_N folders."""
+        if not self.directory:
+            return self.mount_path
+        return self.mount_path.rstrip("/") + "/" + self.directory.strip("/")
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    max_failures: int = 3
+    max_preemptions: int | None = None
+    retryable_exit_codes: frozenset[int] = frozenset()
+    failure_backoff_seconds: int = 10
+    max_failure_backoff_seconds: int = 300
+    node_not_ready_tolerance_seconds: int = 60
+
+    def failure_backoff(self, failures: int) -> int:
+        """Seconds to wait after the `failures`-th failure: doubling, capped."""
+        if failures <= 0:
+            return 0
+        backoff = self.failure_backoff_seconds * 2 ** (failures - 1)
+        return min(backoff, self.max_failure_backoff_seconds)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    image: str
+    framework: str = "rljob"
+    backend: str = "fsdp"
+    image_pull_policy: str = "IfNotPresent"
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: tuple[dict[str, Any], ...] = ()
+    nnodes: int = 1
+    nproc_per_node: int = 1
+    rendezvous_port: int = 29500
+    resources: dict[str, Any] = field(default_factory=dict)
+    template_metadata: dict[str, Any] = field(default_factory=dict)
+    template_spec: dict[str, Any] = field(default_factory=dict)
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    restart_policy: RestartPolicy = RestartPolicy()
+    suspend: bool = False
+    ttl_seconds_after_finished: int | None = None
+
+    @property
+    def entry_command(self) -> tuple[str, ...]:
+        if self.command:
+            return self.command
+        if self.framework == "rljob":
+            return RLJOB_TRAINER_COMMAND
+        raise SpecError("spec.command", f"is required for framework {self.framework!r}")
+
+
+def _int(data: dict[str, Any], key: str, path: str, default: int | None, minimum: int = 0):
+    value = data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(f"{path}.{key}", f"must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _choice(data: dict[str, Any], key: str, path: str, default: str, choices: tuple[str, ...]):
+    value = data.get(key, default)
+    if value not in choices:
+        raise SpecError(f"{path}.{key}", f"must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def _strings(data: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"{path}.{key}", "must be a list of strings")
+    return tuple(value)
+
+
+def parse_checkpoint(data: dict[str, Any]) -> CheckpointSpec:
+    path = "spec.checkpoint"
+    resume = data.get("resume", "auto")
+    if resume not in ("auto", "never") and not (isinstance(resume, str) and resume.startswith("/")):
+        raise SpecError(f"{path}.resume", "must be 'auto', 'never' or an absolute path")
+    return CheckpointSpec(
+        mount_path=data.get("mountPath", "/checkpoints"),
+        directory=data.get("directory", "") or "",
+        volume=data.get("volume"),
+        layout=data.get("layout", "auto"),
+        verify=data.get("verify", "quick"),
+        save_interval=_int(data, "saveInterval", path, None, minimum=1),
+        max_to_keep=_int(data, "maxToKeep", path, None, minimum=1),
+        resume=resume.rstrip("/") if resume.startswith("/") and resume != "/" else resume,
+        resume_args_template=data.get("resumeArgsTemplate"),
+    )
+
+
+def parse_restart_policy(data: dict[str, Any]) -> RestartPolicy:
+    path = "spec.restartPolicy"
+    return RestartPolicy(
+        max_failures=_int(data, "maxFailures", path, 3),
+        max_preemptions=_int(data, "maxPreemptions", path, None),
+        retryable_exit_codes=frozenset(data.get("retryableExitCodes") or ()),
+        failure_backoff_seconds=_int(data, "failureBackoffSeconds", path, 10),
+        max_failure_backoff_seconds=_int(data, "maxFailureBackoffSeconds", path, 300),
+        node_not_ready_tolerance_seconds=_int(data, "nodeNotReadyToleranceSeconds", path, 60),
+    )
+
+
+def parse_spec(spec: dict[str, Any]) -> JobSpec:
+    """Parse `.spec` of an RLTrainingJob; raise SpecError naming the first bad field."""
+    image = spec.get("image")
+    if not isinstance(image, str) or not image:
+        raise SpecError("spec.image", "is required")
+    template = spec.get("template") or {}
+    parsed = JobSpec(
+        image=image,
+        framework=_choice(spec, "framework", "spec", "rljob", FRAMEWORKS),
+        backend=_choice(spec, "backend", "spec", "fsdp", BACKENDS),
+        image_pull_policy=spec.get("imagePullPolicy", "IfNotPresent"),
+        command=_strings(spec, "command", "spec"),
+        args=_strings(spec, "args", "spec"),
+        env=tuple(spec.get("env") or ()),
+        nnodes=_int(spec, "nnodes", "spec", 1, minimum=1),
+        nproc_per_node=_int(spec, "nprocPerNode", "spec", 1, minimum=1),
+        rendezvous_port=_int(spec, "rendezvousPort", "spec", 29500, minimum=1),
+        resources=spec.get("resources") or {},
+        template_metadata=template.get("metadata") or {},
+        template_spec=template.get("spec") or {},
+        checkpoint=parse_checkpoint(spec.get("checkpoint") or {}),
+        restart_policy=parse_restart_policy(spec.get("restartPolicy") or {}),
+        suspend=bool(spec.get("suspend", False)),
+        ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None),
+    )
+    parsed.entry_command  # noqa: B018 - raises SpecError for a custom job without a command
+    return parsed

@@ -1,0 +1,31 @@
+"""Names the operator writes into the cluster: API coordinates, labels, annotations, reasons."""
+
+from __future__ import annotations
+
+GROUP = "rljob.io"
+VERSION = "v1alpha1"
+PLURAL = "rltrainingjobs"
+KIND = "RLTrainingJob"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Labels on everything the operator creates.
+LABEL_JOB = "rljob.io/job-name"
+LABEL_ATTEMPT = "rljob.io/attempt"
+LABEL_NODE_RANK = "rljob.io/node-rank"
+LABEL_ROLE = "rljob.io/role"
+ROLE_TRAINER = "trainer"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rljob-operator"
+
+TRAINER_CONTAINER = "trainer"
+CHECKPOINT_VOLUME = "checkpoints"
+PODINFO_VOLUME = "rljob-podinfo"
+
+# Phases of a job.
+PENDING = "Pending"
+RUNNING = "Running"
+RESTARTING = "Restarting"
+SUSPENDED = "Suspended"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})

@@ -1,0 +1,143 @@
+"""The operator's small Kubernetes access layer: plain dicts in and out, our own errors.
+
+Everything the reconcile reads or writes goes through here, so the logic above
+never sees an ApiException and tests of the logic never need a client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from . import constants as c
+
+
+class KubeError(RuntimeError):
+    """A call to the API server failed; the message says which call and why."""
+
+    def __init__(self, what: str, exc: ApiException) -> None:
+        detail = exc.reason
+        with contextlib.suppress(TypeError, ValueError):
+            detail = json.loads(exc.body).get("message", detail)
+        super().__init__(f"{what}: {exc.status} {detail}")
+        self.status = exc.status
+
+
+def _data(response: Any) -> Any:
+    return json.loads(response.data)
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                c.GROUP, c.VERSION, namespace, c.PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(f"get {c.KIND} {namespace}/{name}", exc) from exc
+
+    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        try:
+            response = self.core.list_namespaced_pod(
+                namespace, label_selector=f"{c.LABEL_JOB}={job}", _preload_content=False
+            )
+        except ApiException as exc:
+            raise KubeError(f"list pods of {namespace}/{job}", exc) from exc
+        return _data(response)["items"]
+
+    def get_nodes(self, names: set[str]) -> dict[str, dict[str, Any] | None]:
+        """The named nodes; None for one that no longer exists."""
+        nodes: dict[str, dict[str, Any] | None] = {}
+        for name in sorted(names):
+            try:
+                nodes[name] = _data(self.core.read_node(name, _preload_content=False))
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise KubeError(f"get node {name}", exc) from exc
+                nodes[name] = None
+        return nodes
+
+    def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                c.GROUP, c.VERSION, namespace, c.PLURAL, name, {"status": patch}
+            )
+        except ApiException as exc:
+            raise KubeError(f"update status of {namespace}/{name}", exc) from exc
+
+    def create(self, obj: dict[str, Any]) -> bool:
+        """Create a Pod or Service; False when one of that name exists already."""
+        namespace = obj["metadata"]["namespace"]
+        create = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+        }[obj["kind"]]
+        try:
+            create(namespace, obj)
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise KubeError(
+                f"create {obj['kind']} {namespace}/{obj['metadata']['name']}", exc
+            ) from exc
+        return True
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete with the pod's own grace period, so that its trainer can save."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"delete pod {namespace}/{name}", exc) from exc
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(
+                c.GROUP, c.VERSION, namespace, c.PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"delete {c.KIND} {namespace}/{name}", exc) from exc
+
+    def post_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = job["metadata"]
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": c.API_VERSION,
+                "kind": c.KIND,
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": c.MANAGED_BY},
+            "reportingComponent": c.MANAGED_BY,
+        }
+        try:
+            self.core.create_namespaced_event(meta["namespace"], event)
+        except ApiException as exc:
+            raise KubeError(
+                f"post event {reason} on {meta['namespace']}/{meta['name']}", exc
+            ) from exc

@@ -1,0 +1,1 @@
+"""What the operator creates for a job: the gang's pods and its headless service, as dicts."""

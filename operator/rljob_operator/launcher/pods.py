@@ -1,0 +1,248 @@
+"""Render the gang: one torchrun pod per node and a headless service, as plain dicts.
+
+Names are fixed and known ahead (never generateName), so a retried create cannot
+make twins. Host names stay the same across attempts, so node 0's DNS name, the
+rendezvous address, never changes; pod names carry the attempt, so an old gang's
+pods and a new gang's never share a name.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from .. import constants as c
+from .. import contract
+from ..api.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The identity of a job that its children point back at."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class ResumeTarget:
+    path: str
+    step: int
+
+
+def pod_name(job: str, attempt: int, rank: int) -> str:
+    return f"{job}-a{attempt}-n{rank}"
+
+
+def host_name(job: str, rank: int) -> str:
+    return f"{job}-n{rank}"
+
+
+def service_name(job: str) -> str:
+    return job
+
+
+def master_address(job: JobRef) -> str:
+    return f"{host_name(job.name, 0)}.{service_name(job.name)}.{job.namespace}.svc"
+
+
+def labels(job: str, attempt: int | None = None, rank: int | None = None) -> dict[str, str]:
+    result = {c.LABEL_JOB: job, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+    if attempt is not None:
+        result[c.LABEL_ATTEMPT] = str(attempt)
+        result[c.LABEL_ROLE] = c.ROLE_TRAINER
+    if rank is not None:
+        result[c.LABEL_NODE_RANK] = str(rank)
+    return result
+
+
+def owner_reference(job: JobRef) -> dict[str, Any]:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "name": job.name,
+        "uid": job.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def torchrun_command(entry: tuple[str, ...]) -> list[str]:
+    """Wrap the trainer's entry point in torchrun, which reads its settings from PET_* vars."""
+    if entry and entry[0] in ("python", "python3"):
+        rest = list(entry[1:])
+        return ["torchrun", *rest] if rest[:1] != ["-m"] else ["torchrun", "-m", *rest[1:]]
+    return ["torchrun", "--no-python", *entry]
+
+
+def resume_arguments(spec: JobSpec, target: ResumeTarget) -> list[str]:
+    """The framework's own switch that makes it resume from `target`."""
+    path = target.path.rstrip("/")
+    if spec.framework in ("rljob", "rlinf"):
+        return [f"runner.resume_dir={path}"]
+    if spec.framework == "verl":
+        parent = path.rsplit("/", 1)[0]
+        return [
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={path}",
+            f"trainer.default_local_dir={parent}",
+        ]
+    template = spec.checkpoint.resume_args_template
+    if not template:
+        return []
+    return shlex.split(template.format(path=path, step=target.step))
+
+
+def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None):
+    master = master_address(job)
+    values: dict[str, str] = {
+        "MASTER_ADDR": master,
+        "MASTER_PORT": str(spec.rendezvous_port),
+        "NNODES": str(spec.nnodes),
+        "NODE_RANK": str(rank),
+        "NPROC_PER_NODE": str(spec.nproc_per_node),
+        "PET_MASTER_ADDR": master,
+        "PET_MASTER_PORT": str(spec.rendezvous_port),
+        "PET_NNODES": str(spec.nnodes),
+        "PET_NODE_RANK": str(rank),
+        "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
+        contract.ENV_ATTEMPT: str(attempt),
+        contract.ENV_CHECKPOINT_DIR: spec.checkpoint.path,
+        contract.ENV_CHECKPOINT_REQUEST_FILE: (
+            f"{contract.PODINFO_MOUNT_PATH}/{contract.CHECKPOINT_REQUEST_FILE_NAME}"
+        ),
+    }
+    if spec.checkpoint.save_interval is not None:
+        values[contract.ENV_SAVE_INTERVAL] = str(spec.checkpoint.save_interval)
+    if spec.checkpoint.max_to_keep is not None:
+        values[contract.ENV_MAX_TO_KEEP] = str(spec.checkpoint.max_to_keep)
+    if resume is not None:
+        values[contract.ENV_RESUME_DIR] = resume.path.rstrip("/")
+        values[contract.ENV_RESUME_STEP] = str(resume.step)
+    ours = [{"name": k, "value": v} for k, v in values.items()]
+    ours += [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+        for name, path in (
+            ("POD_NAME", "metadata.name"),
+            ("POD_NAMESPACE", "metadata.namespace"),
+            ("NODE_NAME", "spec.nodeName"),
+        )
+    ]
+    taken = {e["name"] for e in ours}
+    return [e for e in spec.env if e.get("name") not in taken] + ours
+
+
+def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    source = spec.checkpoint.volume or {"emptyDir": {}}
+    volumes = [
+        {"name": c.CHECKPOINT_VOLUME, **source},
+        {
+            "name": c.PODINFO_VOLUME,
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": contract.CHECKPOINT_REQUEST_FILE_NAME,
+                        "fieldRef": {
+                            "fieldPath": (
+                                f"metadata.annotations['{contract.CHECKPOINT_REQUEST_ANNOTATION}']"
+                            )
+                        },
+                    }
+                ]
+            },
+        },
+        *spec.template_spec.get("volumes", []),
+    ]
+    mounts = [
+        {"name": c.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
+        {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
+        *spec.template_spec.get("volumeMounts", []),
+    ]
+    return volumes, mounts
+
+
+POD_SPEC_PASSTHROUGH = (
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "priorityClassName",
+    "schedulerName",
+    "serviceAccountName",
+    "securityContext",
+    "imagePullSecrets",
+)
+
+
+def desired_pod(
+    spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None
+) -> dict[str, Any]:
+    """The pod of node `rank` in attempt `attempt`."""
+    volumes, mounts = _volumes(spec)
+    args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
+    container: dict[str, Any] = {
+        "name": c.TRAINER_CONTAINER,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": torchrun_command(spec.entry_command),
+        "args": args,
+        "env": _env(spec, job, attempt, rank, resume),
+        "ports": [{"name": "rendezvous", "containerPort": spec.rendezvous_port}],
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.resources:
+        container["resources"] = spec.resources
+    if "containerSecurityContext" in spec.template_spec:
+        container["securityContext"] = spec.template_spec["containerSecurityContext"]
+    pod_spec: dict[str, Any] = {
+        k: spec.template_spec[k] for k in POD_SPEC_PASSTHROUGH if k in spec.template_spec
+    }
+    pod_spec.update(
+        restartPolicy="Never",
+        hostname=host_name(job.name, rank),
+        subdomain=service_name(job.name),
+        terminationGracePeriodSeconds=spec.template_spec.get("terminationGracePeriodSeconds", 300),
+        containers=[container],
+        volumes=volumes,
+    )
+    meta = spec.template_metadata
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(job.name, attempt, rank),
+            "namespace": job.namespace,
+            "labels": {**meta.get("labels", {}), **labels(job.name, attempt, rank)},
+            "annotations": dict(meta.get("annotations", {})),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": pod_spec,
+    }
+
+
+def desired_pods(
+    spec: JobSpec, job: JobRef, attempt: int, resume: ResumeTarget | None
+) -> list[dict[str, Any]]:
+    return [desired_pod(spec, job, attempt, rank, resume) for rank in range(spec.nnodes)]
+
+
+def desired_service(spec: JobSpec, job: JobRef) -> dict[str, Any]:
+    """Headless, and publishing not-ready addresses so rendezvous resolves before readiness."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(job.name),
+            "namespace": job.namespace,
+            "labels": labels(job.name),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {c.LABEL_JOB: job.name, c.LABEL_ROLE: c.ROLE_TRAINER},
+            "ports": [{"name": "rendezvous", "port": spec.rendezvous_port}],
+        },
+    }

@@ -1,0 +1,43 @@
+"""`rljob operator`: run the controller (kopf underneath)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("operator", help="run the RLTrainingJob operator")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace", "-n", action="append", default=[], help="watch this namespace (repeatable)"
+    )
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
+    parser.add_argument(
+        "--standalone", action="store_true", help="do not coordinate with other replicas (peering)"
+    )
+    parser.add_argument("--peering", default="rljob", help="peering object shared by replicas")
+    parser.add_argument(
+        "--liveness", default=None, help="health endpoint, e.g. http://0.0.0.0:8080/healthz"
+    )
+    parser.add_argument("--verbose", "-v", action="store_true")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import kopf
+
+    from . import handlers  # noqa: F401 - registers the handlers with kopf
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    kopf.run(
+        clusterwide=args.all_namespaces,
+        namespaces=args.namespace,
+        standalone=args.standalone,
+        peering_name=args.peering,
+        liveness_endpoint=args.liveness,
+    )
+    return 0

@@ -1,0 +1,1 @@
+"""Why did a pod of the gang end? Disruption (restart, free) versus failure (spends the budget)."""

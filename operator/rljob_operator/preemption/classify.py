@@ -1,0 +1,204 @@
+"""Classify the end of one pod of the current attempt, from what the cluster shows.
+
+A table of rules, checked in order; the first that matches decides. Disruptions
+(preemption, eviction, a lost or terminating node, a stop the trainer was asked
+for) restart the gang without spending the failure budget; anything else that
+exits non-zero is a failure of the trainer itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from .. import constants as c
+from .. import contract
+from ..api.spec import RestartPolicy
+
+# Taints that cloud providers and autoscalers put on a node that is about to go away.
+TERMINATION_TAINTS = frozenset(
+    {
+        "aws-node-termination-handler/spot-itn",
+        "aws-node-termination-handler/rebalance-recommendation",
+        "karpenter.sh/disrupted",
+        "karpenter.sh/disruption",
+        "cloud.google.com/impending-node-termination",
+        "node.kubernetes.io/out-of-service",
+        "ToBeDeletedByClusterAutoscaler",
+    }
+)
+SIGNAL_EXIT_CODES = frozenset({137, 143})  # 128 + SIGKILL, 128 + SIGTERM
+
+
+class Outcome(StrEnum):
+    ACTIVE = "Active"
+    SUCCEEDED = "Succeeded"
+    DISRUPTED = "Disrupted"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class PodEnd:
+    outcome: Outcome
+    reason: str
+    message: str
+    pod: str
+    node: str | None
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """Everything the rules read about one pod, pulled out of the raw objects once."""
+
+    name: str
+    node_name: str | None
+    phase: str
+    status_reason: str | None
+    deleting: bool
+    disruption_reason: str | None
+    exit_code: int | None
+    termination_reason: str | None
+    node_known: bool  # False when the pod names a node that no longer exists
+    node_termination_taint: str | None
+    node_not_ready_seconds: float | None
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        if status.get("name") == c.TRAINER_CONTAINER:
+            return (status.get("state") or {}).get("terminated")
+    return None
+
+
+def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> PodFacts:
+    meta, status = pod.get("metadata", {}), pod.get("status", {})
+    node_name = pod.get("spec", {}).get("nodeName")
+    disruption = next(
+        (
+            cond
+            for cond in status.get("conditions") or []
+            if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True"
+        ),
+        None,
+    )
+    terminated = _trainer_termination(pod)
+    taint = None
+    not_ready_for = None
+    if node is not None:
+        taints = node.get("spec", {}).get("taints") or []
+        taint = next((t["key"] for t in taints if t.get("key") in TERMINATION_TAINTS), None)
+        ready = next(
+            (x for x in node.get("status", {}).get("conditions") or [] if x.get("type") == "Ready"),
+            None,
+        )
+        if ready and ready.get("status") != "True":
+            since = _parse_time(ready.get("lastTransitionTime"))
+            not_ready_for = (now - since).total_seconds() if since else 0.0
+    return PodFacts(
+        name=meta.get("name", ""),
+        node_name=node_name,
+        phase=status.get("phase", "Pending"),
+        status_reason=status.get("reason"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        disruption_reason=(disruption.get("reason") or "DisruptionTarget") if disruption else None,
+        exit_code=terminated.get("exitCode") if terminated else None,
+        termination_reason=terminated.get("reason") if terminated else None,
+        node_known=node is not None or node_name is None,
+        node_termination_taint=taint,
+        node_not_ready_seconds=not_ready_for,
+    )
+
+
+Rule = Callable[[PodFacts, RestartPolicy], tuple[Outcome, str, str] | None]
+
+
+def _disruption_target(f: PodFacts, _: RestartPolicy):
+    if f.disruption_reason:
+        return Outcome.DISRUPTED, f.disruption_reason, "the pod has the DisruptionTarget condition"
+
+
+def _evicted(f: PodFacts, _: RestartPolicy):
+    if f.status_reason == "Evicted":
+        return Outcome.DISRUPTED, "Evicted", "the kubelet evicted the pod"
+
+
+def _node_lost(f: PodFacts, _: RestartPolicy):
+    if not f.node_known:
+        return Outcome.DISRUPTED, "NodeLost", f"the pod's node {f.node_name} no longer exists"
+
+
+def _node_not_ready(f: PodFacts, policy: RestartPolicy):
+    waited = f.node_not_ready_seconds
+    if waited is not None and waited > policy.node_not_ready_tolerance_seconds:
+        return (
+            Outcome.DISRUPTED,
+            "NodeNotReady",
+            f"node {f.node_name} has not been Ready for {waited:.0f}s",
+        )
+
+
+def _deleted_by_someone_else(f: PodFacts, _: RestartPolicy):
+    if f.deleting:
+        return Outcome.DISRUPTED, "PodDeleted", "the pod was deleted by someone other than rljob"
+
+
+def _succeeded(f: PodFacts, _: RestartPolicy):
+    if f.phase == "Succeeded":
+        return Outcome.SUCCEEDED, "Completed", "the trainer exited 0"
+
+
+def _exit(f: PodFacts, policy: RestartPolicy):
+    if f.phase != "Failed" and f.exit_code in (None, 0):
+        return None
+    code = f.exit_code
+    if code == contract.EXIT_CHECKPOINTED_ON_REQUEST:
+        return Outcome.DISRUPTED, "CheckpointedOnRequest", "the trainer saved and stopped as asked"
+    if code in SIGNAL_EXIT_CODES and f.node_termination_taint:
+        return (
+            Outcome.DISRUPTED,
+            "NodeTermination",
+            f"exit {code} while node {f.node_name} has taint {f.node_termination_taint}",
+        )
+    if code is not None and code in policy.retryable_exit_codes:
+        return Outcome.DISRUPTED, "RetryableExitCode", f"exit code {code} is retryable"
+    if f.termination_reason == "OOMKilled":
+        return Outcome.FAILED, "OOMKilled", "the trainer ran out of memory (OOMKilled)"
+    if code is None:
+        return Outcome.FAILED, f.status_reason or "PodFailed", "the pod failed without an exit code"
+    return Outcome.FAILED, "ExitCode", f"the trainer exited with code {code}"
+
+
+RULES: tuple[Rule, ...] = (
+    _disruption_target,
+    _evicted,
+    _node_lost,
+    _node_not_ready,
+    _deleted_by_someone_else,
+    _succeeded,
+    _exit,
+)
+
+
+def classify_facts(f: PodFacts, policy: RestartPolicy) -> PodEnd:
+    for rule in RULES:
+        verdict = rule(f, policy)
+        if verdict:
+            outcome, reason, message = verdict
+            return PodEnd(outcome, reason, message, f.name, f.node_name)
+    return PodEnd(Outcome.ACTIVE, f.phase, f"the pod is {f.phase}", f.name, f.node_name)
+
+
+def classify(
+    pod: dict[str, Any], node: dict[str, Any] | None, policy: RestartPolicy, now: datetime
+) -> PodEnd:
+    """How this pod stands: still active, succeeded, disrupted, or failed."""
+    return classify_facts(facts(pod, node, now), policy)

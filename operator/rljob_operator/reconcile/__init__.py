@@ -1,0 +1,1 @@
+"""Reconcile: observe the cluster, decide the next step (pure), carry it out (kube)."""

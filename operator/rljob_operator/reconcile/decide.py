@@ -1,0 +1,393 @@
+"""One reconcile pass as a pure function: what the cluster shows in, a Plan out.
+
+The caller lists the job's pods and their nodes, calls `decide`, and carries out
+the plan: write the status first, then delete and create children, then send the
+events. Every decision reads the observed facts and the job's status, never
+in-memory state, so an operator restarted at any moment picks up where it was.
+
+A restart is a number: it bumps `status.attempt`. Pods of other attempts are stale
+and are deleted; the next gang is created only once they are gone, so two gangs
+never run at once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from .. import constants as c
+from ..api.spec import JobSpec, SpecError, parse_spec
+from ..api.status import set_condition
+from ..launcher.pods import JobRef, ResumeTarget, desired_pods, desired_service
+from ..preemption.classify import Outcome, PodEnd, classify
+
+MAX_RECOVERIES = 20
+STEP_IN_PATH = re.compile(r"global_step_(\d+)$")
+
+# The condition types, one per phase that has one.
+CONDITION_FOR_PHASE = {
+    c.RUNNING: "Running",
+    c.RESTARTING: "Restarting",
+    c.SUSPENDED: "Suspended",
+    c.SUCCEEDED: "Succeeded",
+    c.FAILED: "Failed",
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    status: dict[str, Any]
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)  # pod names
+    events: list[Event] = field(default_factory=list)
+    needs_checkpoint_lookup: bool = False
+    delete_job: bool = False
+    requeue_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The job's pods sorted into facts that the decisions read."""
+
+    current: dict[int, PodEnd]  # rank -> state, for pods of the current attempt
+    missing: tuple[int, ...]  # ranks of the current attempt with no pod
+    stale: tuple[str, ...]  # pods of other attempts, still present
+    running: int
+
+    @property
+    def disruptions(self) -> list[PodEnd]:
+        return [e for e in self.current.values() if e.outcome is Outcome.DISRUPTED]
+
+    @property
+    def failures(self) -> list[PodEnd]:
+        return [e for e in self.current.values() if e.outcome is Outcome.FAILED]
+
+    def all_succeeded(self, nnodes: int) -> bool:
+        return len(self.current) == nnodes and all(
+            e.outcome is Outcome.SUCCEEDED for e in self.current.values()
+        )
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def observe(
+    spec: JobSpec,
+    status: dict[str, Any],
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+    now: datetime,
+) -> Observed:
+    attempt = status.get("attempt", 0)
+    current: dict[int, PodEnd] = {}
+    stale: list[str] = []
+    for pod in pods:
+        labels = pod["metadata"].get("labels", {})
+        if labels.get(c.LABEL_ROLE) != c.ROLE_TRAINER:
+            continue
+        if labels.get(c.LABEL_ATTEMPT) != str(attempt):
+            stale.append(pod["metadata"]["name"])
+            continue
+        node_name = pod.get("spec", {}).get("nodeName")
+        node = nodes.get(node_name) if node_name else None
+        current[int(labels[c.LABEL_NODE_RANK])] = classify(pod, node, spec.restart_policy, now)
+    created = bool(status.get("attemptCreationTime"))
+    missing = tuple(r for r in range(spec.nnodes) if r not in current) if created else ()
+    for rank in missing:
+        current[rank] = PodEnd(
+            Outcome.DISRUPTED, "PodDeleted", "the pod is gone: deleted by someone other than rljob",
+            f"rank {rank}", None,
+        )  # fmt: skip
+    running = sum(
+        1 for e in current.values() if e.outcome is Outcome.ACTIVE and e.reason == "Running"
+    )
+    return Observed(current, missing, tuple(sorted(stale)), running)
+
+
+class _Pass:
+    """The state of one decision: the status being built, and what to do."""
+
+    def __init__(self, job: dict[str, Any], now: datetime) -> None:
+        meta = job["metadata"]
+        self.now = now
+        self.generation = meta.get("generation")
+        self.ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
+        status = dict(job.get("status") or {})
+        status.setdefault("attempt", 0)
+        status.setdefault("preemptions", 0)
+        status.setdefault("failures", 0)
+        status.setdefault("conditions", [])
+        status["observedGeneration"] = self.generation
+        self.plan = Plan(status=status)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.plan.status
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.plan.events.append(Event(type_, reason, message))
+
+    def phase(self, phase: str, reason: str, message: str) -> None:
+        """Set the phase and its condition; the other phase conditions become False."""
+        changed = self.status.get("phase") != phase
+        self.status["phase"] = phase
+        conditions = self.status["conditions"]
+        for name, cond_type in CONDITION_FOR_PHASE.items():
+            if name == phase:
+                conditions, _ = set_condition(
+                    conditions, cond_type, True, reason, message, iso(self.now), self.generation
+                )
+            elif any(x["type"] == cond_type for x in conditions):
+                conditions, _ = set_condition(
+                    conditions, cond_type, False, reason, message, iso(self.now), self.generation
+                )
+        self.status["conditions"] = conditions
+        if changed and phase in (c.SUCCEEDED, c.FAILED):
+            self.status["completionTime"] = iso(self.now)
+
+    def requeue(self, seconds: float) -> None:
+        current = self.plan.requeue_after
+        self.plan.requeue_after = seconds if current is None else min(current, seconds)
+
+
+def decide(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+    now: datetime,
+    latest_checkpoint: ResumeTarget | None = None,
+    checkpoint_looked_up: bool = False,
+) -> Plan:
+    """Drive the job one step towards its spec.
+
+    `latest_checkpoint` is the newest complete checkpoint, when the caller looked
+    for one (`checkpoint_looked_up`); a plan with `needs_checkpoint_lookup` asks it to.
+    """
+    p = _Pass(job, now)
+    trainer_pods = [
+        pod for pod in pods if pod["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
+    ]
+    try:
+        spec = parse_spec(job.get("spec") or {})
+    except SpecError as exc:
+        if p.status.get("phase") != c.FAILED:
+            p.phase(c.FAILED, "InvalidSpec", str(exc))
+            p.event("Warning", "InvalidSpec", str(exc))
+        p.plan.delete = [pod["metadata"]["name"] for pod in trainer_pods]
+        return p.plan
+
+    if p.status.get("phase") in c.TERMINAL_PHASES:
+        _finished(p, spec, trainer_pods)
+        return p.plan
+    if spec.suspend:
+        _suspend(p, trainer_pods)
+        return p.plan
+
+    seen = observe(spec, p.status, trainer_pods, nodes, now)
+    if seen.disruptions or seen.failures:
+        _attempt_ended(p, spec, seen)
+    elif seen.all_succeeded(spec.nnodes):
+        p.phase(c.SUCCEEDED, "AllPodsSucceeded", f"all {spec.nnodes} pods of attempt "
+                f"{p.status['attempt']} completed")  # fmt: skip
+        p.event("Normal", "Succeeded", p.status["conditions"][-1]["message"])
+    elif seen.stale:
+        p.plan.delete = list(seen.stale)
+        p.requeue(1)
+    elif not p.status.get("attemptCreationTime"):
+        _start_attempt(p, spec, trainer_pods, latest_checkpoint, checkpoint_looked_up)
+    else:
+        _progress(p, spec, seen)
+    return p.plan
+
+
+def _finished(p: _Pass, spec: JobSpec, trainer_pods: list[dict[str, Any]]) -> None:
+    p.plan.delete = [
+        pod["metadata"]["name"]
+        for pod in trainer_pods
+        if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+    ]
+    ttl = spec.ttl_seconds_after_finished
+    if ttl is None or not p.status.get("completionTime"):
+        return
+    expires = parse_iso(p.status["completionTime"]) + timedelta(seconds=ttl)
+    if p.now >= expires:
+        p.plan.delete_job = True
+    else:
+        p.requeue((expires - p.now).total_seconds())
+
+
+def _suspend(p: _Pass, trainer_pods: list[dict[str, Any]]) -> None:
+    """Suspended means no pods; the next attempt resumes from the newest checkpoint."""
+    if p.status.get("attemptCreationTime"):
+        p.status["attempt"] += 1
+        p.status.pop("attemptCreationTime", None)
+    p.plan.delete = [pod["metadata"]["name"] for pod in trainer_pods]
+    if p.status.get("phase") != c.SUSPENDED:
+        p.phase(c.SUSPENDED, "JobSuspended", "spec.suspend is true: the job has no pods")
+        p.event("Normal", "Suspended", "the job is suspended; its pods are being stopped")
+
+
+def _attempt_ended(p: _Pass, spec: JobSpec, seen: Observed) -> None:
+    """One end of one attempt starts one recovery, however many pods went down with it.
+
+    A disruption outranks failures seen alongside it: when one node is preempted,
+    its peers usually crash on the broken collective, and that is not their fault.
+    """
+    disruptive = bool(seen.disruptions)
+    decisive = (seen.disruptions or seen.failures)[0]
+    status, policy = p.status, spec.restart_policy
+    attempt = status["attempt"]
+    kind = "Disruption" if disruptive else "Failure"
+    status["lastEnd"] = {
+        "attempt": attempt,
+        "kind": kind,
+        "reason": decisive.reason,
+        "message": decisive.message,
+        "pod": decisive.pod,
+        "node": decisive.node or "",
+        "time": iso(p.now),
+    }
+    where = f"pod {decisive.pod}" + (f" on node {decisive.node}" if decisive.node else "")
+    if disruptive:
+        status["preemptions"] += 1
+        budget_left = (
+            policy.max_preemptions is None or status["preemptions"] <= policy.max_preemptions
+        )
+        p.event("Warning", "Preempted", f"attempt {attempt} disrupted: {decisive.reason} "
+                f"({decisive.message}; {where})")  # fmt: skip
+    else:
+        status["failures"] += 1
+        budget_left = status["failures"] <= policy.max_failures
+        p.event("Warning", "TrainerFailed", f"attempt {attempt} failed: {decisive.reason} "
+                f"({decisive.message}; {where})")  # fmt: skip
+    p.plan.delete = [name for name in _names(seen) if name] + list(seen.stale)
+    if not budget_left:
+        limit = "maxPreemptions" if disruptive else "maxFailures"
+        count = status["preemptions"] if disruptive else status["failures"]
+        message = (
+            f"{count} attempts ended by {kind.lower()}, more than spec.restartPolicy.{limit} "
+            f"allows; the last: {decisive.reason} ({decisive.message}; {where})"
+        )
+        p.phase(c.FAILED, f"{kind}BudgetExhausted", message)
+        p.event("Warning", "JobFailed", message)
+        return
+    status["attempt"] = attempt + 1
+    status.pop("attemptCreationTime", None)
+    backoff = 0 if disruptive else policy.failure_backoff(status["failures"])
+    if backoff:
+        status["restartAfter"] = iso(p.now + timedelta(seconds=backoff))
+        p.requeue(backoff)
+    else:
+        status.pop("restartAfter", None)
+    recoveries = [*status.get("recoveries", []), {
+        "attempt": attempt + 1,
+        "kind": kind,
+        "reason": decisive.reason,
+        "pod": decisive.pod,
+        "node": decisive.node or "",
+        "detectedAt": iso(p.now),
+    }]  # fmt: skip
+    status["recoveries"] = recoveries[-MAX_RECOVERIES:]
+    p.phase(c.RESTARTING, decisive.reason, f"restarting as attempt {attempt + 1} after "
+            f"{kind.lower()} of {where}: {decisive.message}")  # fmt: skip
+    p.requeue(1)
+
+
+def _names(seen: Observed) -> list[str]:
+    return [e.pod for rank, e in seen.current.items() if rank not in seen.missing]
+
+
+def _resume_target(
+    spec: JobSpec, attempt: int, latest: ResumeTarget | None, looked_up: bool
+) -> tuple[ResumeTarget | None, bool]:
+    """Where the next attempt resumes from, or (None, True) when a lookup is needed first."""
+    wanted = spec.checkpoint.resume
+    if wanted == "never":
+        return None, False
+    if wanted != "auto" and attempt == 0:
+        match = STEP_IN_PATH.search(wanted)
+        return ResumeTarget(wanted, int(match.group(1)) if match else 0), False
+    if not looked_up:
+        return None, True
+    return latest, False
+
+
+def _start_attempt(
+    p: _Pass,
+    spec: JobSpec,
+    trainer_pods: list[dict[str, Any]],
+    latest: ResumeTarget | None,
+    looked_up: bool,
+) -> None:
+    status = p.status
+    restart_after = status.get("restartAfter")
+    if restart_after and p.now < parse_iso(restart_after):
+        p.requeue((parse_iso(restart_after) - p.now).total_seconds())
+        if status.get("phase") != c.RESTARTING:
+            p.phase(c.RESTARTING, "BackoffAfterFailure", f"waiting until {restart_after}")
+        return
+    attempt = status["attempt"]
+    resume, lookup = _resume_target(spec, attempt, latest, looked_up)
+    if lookup:
+        p.plan.needs_checkpoint_lookup = True
+        return
+    p.plan.create = [desired_service(spec, p.ref), *desired_pods(spec, p.ref, attempt, resume)]
+    status["attemptCreationTime"] = iso(p.now)
+    status.setdefault("startTime", iso(p.now))
+    status.pop("restartAfter", None)
+    if resume:
+        status["resumeFrom"] = {"step": resume.step, "path": resume.path}
+        where = f"resuming from {resume.path} (step {resume.step})"
+    else:
+        status.pop("resumeFrom", None)
+        where = "starting fresh: no complete checkpoint to resume from"
+    if status.get("recoveries") and status["recoveries"][-1]["attempt"] == attempt:
+        last = dict(status["recoveries"][-1], gangCreatedAt=iso(p.now))
+        if resume:
+            last["resumedFromStep"] = resume.step
+        status["recoveries"] = [*status["recoveries"][:-1], last]
+    p.event("Normal", "GangCreated", f"attempt {attempt}: created {spec.nnodes} pods, {where}")
+    if not status.get("phase") or status.get("phase") == c.SUSPENDED:
+        p.phase(c.PENDING, "GangCreated", f"attempt {attempt}: waiting for its pods to run")
+    p.requeue(1)
+
+
+def _progress(p: _Pass, spec: JobSpec, seen: Observed) -> None:
+    status = p.status
+    attempt = status["attempt"]
+    recoveries = status.get("recoveries") or []
+    latest = recoveries[-1] if recoveries else {}
+    if seen.running and latest.get("attempt") == attempt and not latest.get("firstRunningAt"):
+        status["recoveries"] = [*recoveries[:-1], dict(latest, firstRunningAt=iso(p.now))]
+    finished = sum(1 for e in seen.current.values() if e.outcome is Outcome.SUCCEEDED)
+    if seen.running and seen.running + finished == spec.nnodes:
+        phase, reason = c.RUNNING, "AllPodsRunning"
+        message = f"attempt {attempt}: {seen.running} pods running, {finished} finished"
+    else:
+        phase = c.RESTARTING if attempt else c.PENDING
+        reason, message = (
+            "PodsNotRunning",
+            f"attempt {attempt}: {seen.running} of {spec.nnodes} pods running",
+        )
+    if status.get("phase") != phase and phase == c.RUNNING:
+        p.event("Normal", "Running", message)
+    p.phase(phase, reason, message)
+
+
+def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """The job as it will look once `status` is written (handy for tests and chained passes)."""
+    return dict(job, status=status)

@@ -1,0 +1,132 @@
+"""The API server itself refuses bad RLTrainingJobs, with messages that name the field."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from rljob_operator import constants as c
+from rljob_testenv import binaries
+
+VALID = {
+    "apiVersion": c.API_VERSION,
+    "kind": c.KIND,
+    "metadata": {"name": "valid"},
+    "spec": {"image": "rljob-trainer:dev", "nnodes": 2},
+}
+
+
+def with_spec(**changes):
+    body = copy.deepcopy(VALID)
+    for dotted, value in changes.items():
+        target = body["spec"]
+        *parents, leaf = dotted.split("__")
+        for key in parents:
+            target = target.setdefault(key, {})
+        if value is None:
+            target.pop(leaf, None)
+        else:
+            target[leaf] = value
+    return body
+
+
+INVALID = [
+    (with_spec(image=None), "spec.image"),
+    (with_spec(framework="tensorflow"), "spec.framework"),
+    (with_spec(backend="deepspeed"), "spec.backend"),
+    (with_spec(nnodes=0), "spec.nnodes"),
+    (with_spec(nprocPerNode=65), "spec.nprocPerNode"),
+    (with_spec(rendezvousPort=80), "spec.rendezvousPort"),
+    (with_spec(framework="custom"), "spec.command"),
+    (with_spec(backend="megatron"), "spec.backend"),
+    (with_spec(checkpoint__resume="latest"), "spec.checkpoint.resume"),
+    (with_spec(checkpoint__resume="/elsewhere/global_step_10"), "spec.checkpoint.resume"),
+    (with_spec(checkpoint__resume="/checkpoints/global_step_10/"), "spec.checkpoint.resume"),
+    (with_spec(checkpoint__mountPath="checkpoints"), "spec.checkpoint.mountPath"),
+    (with_spec(checkpoint__directory="/abs/dir"), "spec.checkpoint.directory"),
+    (with_spec(checkpoint__layout="orbax"), "spec.checkpoint.layout"),
+    (with_spec(checkpoint__saveInterval=0), "spec.checkpoint.saveInterval"),
+    (with_spec(checkpoint__resumeArgsTemplate="--resume {path}"), "spec.checkpoint.resumeArgsTemplate"),
+    (with_spec(restartPolicy__maxFailures=-1), "spec.restartPolicy.maxFailures"),
+    (with_spec(restartPolicy__retryableExitCodes=[0]), "spec.restartPolicy.retryableExitCodes"),
+    (with_spec(restartPolicy__failureBackoffSeconds=60, restartPolicy__maxFailureBackoffSeconds=10),
+     "spec.restartPolicy.maxFailureBackoffSeconds"),
+    (dict(VALID, metadata={"name": "x" * 49}), "metadata.name"),
+]  # fmt: skip
+
+
+def create(api_client, namespace, body, dry_run="All"):
+    return client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, body, dry_run=dry_run
+    )
+
+
+@pytest.mark.parametrize(("body", "field"), INVALID, ids=[f for _, f in INVALID])
+def test_invalid_job_is_rejected_naming_the_field(api_client, namespace, crd, body, field):
+    with pytest.raises(ApiException) as raised:
+        create(api_client, namespace, body)
+
+    assert raised.value.status == 422
+    assert field in json.loads(raised.value.body)["message"]
+
+
+def test_valid_job_is_accepted_with_defaults(api_client, namespace, crd):
+    job = create(api_client, namespace, VALID)
+
+    spec = job["spec"]
+    assert (spec["framework"], spec["backend"], spec["nprocPerNode"]) == ("rljob", "fsdp", 1)
+    assert spec["checkpoint"] == {
+        "mountPath": "/checkpoints", "layout": "auto", "verify": "quick", "resume": "auto"
+    }  # fmt: skip
+    assert spec["restartPolicy"]["maxFailures"] == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"image": "other:2"}, "spec.image"),
+        ({"nnodes": 4}, "spec.nnodes"),
+        ({"command": ["python", "x.py"]}, "spec.command"),
+    ],
+)
+def test_fields_that_shape_the_gang_are_immutable(api_client, namespace, crd, change, field):
+    create(api_client, namespace, VALID, dry_run=None)
+    api = client.CustomObjectsApi(api_client)
+
+    with pytest.raises(ApiException) as raised:
+        api.patch_namespaced_custom_object(
+            c.GROUP, c.VERSION, namespace, c.PLURAL, "valid", {"spec": change}
+        )
+
+    assert raised.value.status == 422
+    assert field in json.loads(raised.value.body)["message"]
+    # What may change, changes.
+    api.patch_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "valid",
+                                       {"spec": {"suspend": True, "restartPolicy": {"maxFailures": 5}}})  # fmt: skip
+
+
+def test_kubectl_explain_describes_the_checkpoint_fields(kubeconfig, crd):
+    out = subprocess.run(
+        [str(binaries.require("kubectl")), "--kubeconfig", str(kubeconfig), "explain", "rltj.spec.checkpoint"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+
+    assert "global_step_N" in out
+    for field in ("mountPath", "resume", "saveInterval", "maxToKeep", "volume"):
+        assert field in out
+
+
+def test_kubectl_get_shows_the_printer_columns(kubeconfig, api_client, namespace, crd):
+    create(api_client, namespace, VALID, dry_run=None)
+
+    out = subprocess.run(
+        [str(binaries.require("kubectl")), "--kubeconfig", str(kubeconfig), "get", "rltj", "-n", namespace],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+
+    header = out.splitlines()[0].split()
+    assert header == ["NAME", "PHASE", "CHECKPOINT", "ATTEMPT", "PREEMPTIONS", "FAILURES", "AGE"]

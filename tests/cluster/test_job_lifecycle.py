@@ -1,0 +1,183 @@
+"""An RLTrainingJob's life on the real control plane, under the real operator process.
+
+kwok marks pods Running; the tests finish them the way a kubelet would, by writing
+their status.
+"""
+
+from __future__ import annotations
+
+from kube_steps import wait_for
+from kubernetes import client
+from rljob_operator import constants as c
+
+JOB = {
+    "apiVersion": c.API_VERSION,
+    "kind": c.KIND,
+    "metadata": {"name": "grpo"},
+    "spec": {
+        "image": "rljob-trainer:dev",
+        "nnodes": 2,
+        "nprocPerNode": 1,
+        "resources": {"limits": {"nvidia.com/gpu": 1}},
+        "checkpoint": {"resume": "never"},
+        "restartPolicy": {"maxFailures": 0},
+    },
+}
+
+
+def jobs(api_client):
+    return client.CustomObjectsApi(api_client)
+
+
+def create_job(api_client, namespace, body=JOB):
+    return jobs(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, body
+    )
+
+
+def get_job(api_client, namespace, name="grpo"):
+    return jobs(api_client).get_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, name
+    )
+
+
+def patch_spec(api_client, namespace, spec, name="grpo"):
+    return jobs(api_client).patch_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, name, {"spec": spec}
+    )
+
+
+def phase_is(api_client, namespace, phase, name="grpo"):
+    job = get_job(api_client, namespace, name)
+    return job if job.get("status", {}).get("phase") == phase else None
+
+
+def trainer_pods(core, namespace):
+    pods = core.list_namespaced_pod(
+        namespace, label_selector=f"{c.LABEL_ROLE}={c.ROLE_TRAINER}"
+    ).items
+    return sorted(pods, key=lambda p: p.metadata.name)
+
+
+def running_pods(core, namespace, count):
+    pods = [p for p in trainer_pods(core, namespace) if p.status.phase == "Running"]
+    return pods if len(pods) == count else None
+
+
+def finish(core, namespace, pod_name, exit_code):
+    """Report the trainer container's exit the way the kubelet does."""
+    terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error"}
+    core.patch_namespaced_pod_status(pod_name, namespace, {"status": {
+        "phase": "Succeeded" if exit_code == 0 else "Failed",
+        "containerStatuses": [{
+            "name": c.TRAINER_CONTAINER, "image": "rljob-trainer:dev", "imageID": "", "ready": False,
+            "restartCount": 0, "state": {"terminated": terminated},
+        }],
+    }})  # fmt: skip
+
+
+def event_reasons(core, namespace):
+    return {e.reason for e in core.list_namespaced_event(namespace).items}
+
+
+def test_job_runs_a_gang_and_succeeds_when_every_pod_succeeds(
+    api_client, core, namespace, operator
+):
+    create_job(api_client, namespace)
+
+    pods = wait_for(lambda: running_pods(core, namespace, 2), what="two running trainer pods")
+    assert [p.metadata.name for p in pods] == ["grpo-a0-n0", "grpo-a0-n1"]
+    job = wait_for(lambda: phase_is(api_client, namespace, c.RUNNING), what="phase Running")
+    for pod in pods:
+        assert pod.metadata.owner_references[0].uid == job["metadata"]["uid"]
+        assert pod.metadata.labels[c.LABEL_ATTEMPT] == "0"
+        assert pod.spec.containers[0].command[0] == "torchrun"
+        assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == "1"
+    env = {e.name: e.value for e in pods[1].spec.containers[0].env}
+    assert env["PET_NODE_RANK"] == "1" and env["PET_NNODES"] == "2"
+    assert env["MASTER_ADDR"] == f"grpo-n0.grpo.{namespace}.svc"
+    service = core.read_namespaced_service("grpo", namespace)
+    assert service.spec.cluster_ip == "None"
+
+    for pod in pods:
+        finish(core, namespace, pod.metadata.name, 0)
+
+    job = wait_for(lambda: phase_is(api_client, namespace, c.SUCCEEDED), what="phase Succeeded")
+    assert job["status"]["completionTime"]
+    assert {"GangCreated", "Running", "Succeeded"} <= event_reasons(core, namespace)
+
+
+def test_failing_trainer_fails_the_job_when_the_budget_is_spent(
+    api_client, core, namespace, operator
+):
+    create_job(api_client, namespace)
+    pods = wait_for(lambda: running_pods(core, namespace, 2), what="two running trainer pods")
+
+    finish(core, namespace, pods[0].metadata.name, 3)
+
+    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED), what="phase Failed")
+    failed = next(x for x in job["status"]["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "FailureBudgetExhausted"
+    assert "code 3" in failed["message"]
+    assert job["status"]["failures"] == 1
+    wait_for(lambda: not any(p.status.phase == "Running" for p in trainer_pods(core, namespace)),
+             what="the surviving pod to be stopped")  # fmt: skip
+    assert "TrainerFailed" in event_reasons(core, namespace)
+
+
+def test_suspend_removes_the_pods_and_resume_starts_a_new_attempt(
+    api_client, core, namespace, operator
+):
+    create_job(api_client, namespace)
+    wait_for(lambda: running_pods(core, namespace, 2), what="two running trainer pods")
+
+    patch_spec(api_client, namespace, {"suspend": True})
+
+    wait_for(lambda: phase_is(api_client, namespace, c.SUSPENDED), what="phase Suspended")
+    wait_for(lambda: trainer_pods(core, namespace) == [], what="no pods while suspended")
+
+    patch_spec(api_client, namespace, {"suspend": False})
+
+    pods = wait_for(lambda: running_pods(core, namespace, 2), what="the new gang")
+    assert [p.metadata.name for p in pods] == ["grpo-a1-n0", "grpo-a1-n1"]
+    job = wait_for(lambda: phase_is(api_client, namespace, c.RUNNING), what="phase Running")
+    assert (job["status"]["preemptions"], job["status"]["failures"]) == (0, 0)
+
+
+def test_deleting_the_job_removes_its_pods_and_service(api_client, core, namespace, operator):
+    create_job(api_client, namespace)
+    wait_for(lambda: running_pods(core, namespace, 2), what="two running trainer pods")
+
+    jobs(api_client).delete_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo"
+    )
+
+    wait_for(
+        lambda: trainer_pods(core, namespace) == [],
+        timeout=60,
+        what="the garbage collector to remove the pods",
+    )
+    wait_for(
+        lambda: core.list_namespaced_service(namespace).items == [],
+        timeout=60,
+        what="the service to go",
+    )
+
+
+def test_operator_restarted_mid_run_neither_duplicates_nor_orphans_pods(
+    api_client, core, namespace, operator
+):
+    create_job(api_client, namespace)
+    wait_for(lambda: running_pods(core, namespace, 2), what="two running trainer pods")
+    before = {p.metadata.name: p.metadata.uid for p in trainer_pods(core, namespace)}
+
+    operator.kill()
+    operator.start()
+
+    job = wait_for(lambda: phase_is(api_client, namespace, c.RUNNING), what="phase Running")
+    after = {p.metadata.name: p.metadata.uid for p in trainer_pods(core, namespace)}
+    assert after == before
+    assert job["status"]["attempt"] == 0
+    for pod in trainer_pods(core, namespace):
+        finish(core, namespace, pod.metadata.name, 0)
+    wait_for(lambda: phase_is(api_client, namespace, c.SUCCEEDED), what="phase Succeeded")

@@ -1,0 +1,56 @@
+"""The table of how a pod's end is read: disruption (free restart) or failure (budget)."""
+
+from __future__ import annotations
+
+import pytest
+from builders import NOW, make_job, make_node, make_pod
+from rljob_operator.api.spec import RestartPolicy
+from rljob_operator.preemption.classify import Outcome, classify
+
+JOB = make_job()
+POLICY = RestartPolicy(retryable_exit_codes=frozenset({42}), node_not_ready_tolerance_seconds=60)
+
+
+@pytest.mark.parametrize(
+    ("pod_kwargs", "node", "outcome", "reason"),
+    [
+        ({}, make_node(), Outcome.ACTIVE, "Running"),
+        ({"phase": "Pending", "node": None}, None, Outcome.ACTIVE, "Pending"),
+        ({"phase": "Succeeded", "exit_code": 0}, make_node(), Outcome.SUCCEEDED, "Completed"),
+        ({"disruption": "PreemptionByScheduler"}, make_node(), Outcome.DISRUPTED, "PreemptionByScheduler"),
+        ({"disruption": "EvictionByEvictionAPI"}, make_node(), Outcome.DISRUPTED, "EvictionByEvictionAPI"),
+        ({"disruption": "DeletionByTaintManager"}, make_node(), Outcome.DISRUPTED, "DeletionByTaintManager"),
+        ({"disruption": "DeletionByPodGC"}, None, Outcome.DISRUPTED, "DeletionByPodGC"),
+        ({"disruption": "TerminationByKubelet", "phase": "Failed", "exit_code": 143}, make_node(), Outcome.DISRUPTED, "TerminationByKubelet"),
+        ({"phase": "Failed", "status_reason": "Evicted"}, make_node(), Outcome.DISRUPTED, "Evicted"),
+        ({"deleting": True}, make_node(), Outcome.DISRUPTED, "PodDeleted"),
+        ({}, None, Outcome.DISRUPTED, "NodeLost"),
+        ({}, make_node(ready=False, since="2026-11-29T11:58:00Z"), Outcome.DISRUPTED, "NodeNotReady"),
+        ({}, make_node(ready=False, since="2026-11-29T11:59:30Z"), Outcome.ACTIVE, "Running"),
+        ({"phase": "Failed", "exit_code": 143}, make_node(taints=["karpenter.sh/disrupted"]), Outcome.DISRUPTED, "NodeTermination"),
+        ({"phase": "Failed", "exit_code": 137}, make_node(taints=["aws-node-termination-handler/spot-itn"]), Outcome.DISRUPTED, "NodeTermination"),
+        ({"phase": "Failed", "exit_code": 143}, make_node(), Outcome.FAILED, "ExitCode"),
+        ({"phase": "Failed", "exit_code": 75}, make_node(), Outcome.DISRUPTED, "CheckpointedOnRequest"),
+        ({"phase": "Failed", "exit_code": 42}, make_node(), Outcome.DISRUPTED, "RetryableExitCode"),
+        ({"phase": "Failed", "exit_code": 1}, make_node(taints=["karpenter.sh/disrupted"]), Outcome.FAILED, "ExitCode"),
+        ({"phase": "Failed", "exit_code": 137, "termination_reason": "OOMKilled"}, make_node(), Outcome.FAILED, "OOMKilled"),
+        ({"phase": "Failed"}, make_node(), Outcome.FAILED, "PodFailed"),
+    ],
+)  # fmt: skip
+def test_pod_end_is_classified(pod_kwargs, node, outcome, reason):
+    pod = make_pod(JOB, attempt=0, rank=0, **pod_kwargs)
+
+    end = classify(pod, node, POLICY, NOW)
+
+    assert (end.outcome, end.reason) == (outcome, reason)
+    assert end.pod == "grpo-a0-n0"
+
+
+def test_failure_message_names_the_exit_code():
+    pod = make_pod(JOB, 0, 0, phase="Failed", exit_code=3)
+    assert "exited with code 3" in classify(pod, make_node(), POLICY, NOW).message
+
+
+def test_disruption_outranks_an_exit_code():
+    pod = make_pod(JOB, 0, 0, phase="Failed", exit_code=1, disruption="PreemptionByScheduler")
+    assert classify(pod, make_node(), POLICY, NOW).outcome is Outcome.DISRUPTED

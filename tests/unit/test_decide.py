@@ -1,0 +1,311 @@
+"""One reconcile pass as a pure function: the job's life, step by step, without a cluster."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from builders import NOW, make_job, make_node, make_pod
+from rljob_operator import constants as c
+from rljob_operator.launcher.pods import ResumeTarget
+from rljob_operator.reconcile.decide import decide, with_status
+
+NODES = {"gpu-node-0": make_node("gpu-node-0"), "gpu-node-1": make_node("gpu-node-1")}
+
+
+def started(job, attempt=0, **status):
+    """The job after its attempt's pods were created."""
+    return with_status(
+        job,
+        {
+            "attempt": attempt,
+            "attemptCreationTime": "2026-11-29T11:00:00Z",
+            "phase": c.PENDING,
+            **status,
+        },
+    )
+
+
+def pods_of(job, attempt=0, **kwargs):
+    return [make_pod(job, attempt, rank, node=f"gpu-node-{rank}", **kwargs) for rank in range(2)]
+
+
+def created_pod_names(plan):
+    return [o["metadata"]["name"] for o in plan.create if o["kind"] == "Pod"]
+
+
+def test_new_job_with_resume_never_creates_service_and_one_pod_per_node():
+    job = make_job(checkpoint={"resume": "never"})
+
+    plan = decide(job, [], NODES, NOW)
+
+    assert [o["kind"] for o in plan.create] == ["Service", "Pod", "Pod"]
+    assert created_pod_names(plan) == ["grpo-a0-n0", "grpo-a0-n1"]
+    assert plan.status["phase"] == c.PENDING
+    assert plan.status["attemptCreationTime"] == "2026-11-29T12:00:00Z"
+    assert any(e.reason == "GangCreated" and "starting fresh" in e.message for e in plan.events)
+
+
+def test_auto_resume_asks_for_a_checkpoint_lookup_before_creating_pods():
+    plan = decide(make_job(), [], NODES, NOW)
+
+    assert plan.needs_checkpoint_lookup
+    assert plan.create == []
+
+
+def test_auto_resume_injects_the_latest_checkpoint_into_every_pod():
+    target = ResumeTarget("/checkpoints/global_step_150", 150)
+
+    plan = decide(make_job(), [], NODES, NOW, latest_checkpoint=target, checkpoint_looked_up=True)
+
+    for pod in (o for o in plan.create if o["kind"] == "Pod"):
+        container = pod["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["RLJOB_RESUME_DIR"] == "/checkpoints/global_step_150"
+        assert env["RLJOB_RESUME_STEP"] == "150"
+        assert "runner.resume_dir=/checkpoints/global_step_150" in container["args"]
+    assert plan.status["resumeFrom"] == {"step": 150, "path": "/checkpoints/global_step_150"}
+
+
+def test_explicit_resume_path_is_used_for_the_first_attempt_without_lookup():
+    job = make_job(checkpoint={"resume": "/checkpoints/run1/global_step_40/"})
+
+    plan = decide(job, [], NODES, NOW)
+
+    assert plan.status["resumeFrom"] == {"step": 40, "path": "/checkpoints/run1/global_step_40"}
+
+
+def test_all_pods_running_makes_the_job_running():
+    job = started(make_job())
+
+    plan = decide(job, pods_of(job), NODES, NOW)
+
+    assert plan.status["phase"] == c.RUNNING
+    assert plan.create == [] and plan.delete == []
+    running = next(x for x in plan.status["conditions"] if x["type"] == "Running")
+    assert running["status"] == "True" and running["observedGeneration"] == 1
+
+
+def test_all_pods_succeeded_makes_the_job_succeed():
+    job = started(make_job(), phase=c.RUNNING)
+
+    plan = decide(job, pods_of(job, phase="Succeeded", exit_code=0), NODES, NOW)
+
+    assert plan.status["phase"] == c.SUCCEEDED
+    assert plan.status["completionTime"] == "2026-11-29T12:00:00Z"
+    assert any(e.reason == "Succeeded" for e in plan.events)
+
+
+def test_one_pod_succeeded_and_one_running_keeps_the_job_running():
+    job = started(make_job(), phase=c.RUNNING)
+    pods = [
+        make_pod(job, 0, 0, phase="Succeeded", exit_code=0),
+        make_pod(job, 0, 1, node="gpu-node-1"),
+    ]
+
+    plan = decide(job, pods, NODES, NOW)
+
+    assert plan.status["phase"] == c.RUNNING
+    assert plan.delete == []
+
+
+def test_trainer_failure_spends_the_budget_and_restarts_after_backoff():
+    job = started(make_job(restartPolicy={"failureBackoffSeconds": 10}), phase=c.RUNNING)
+    pods = [
+        make_pod(job, 0, 0, phase="Failed", exit_code=1),
+        make_pod(job, 0, 1, node="gpu-node-1"),
+    ]
+
+    plan = decide(job, pods, NODES, NOW)
+
+    assert plan.status["failures"] == 1 and plan.status["preemptions"] == 0
+    assert plan.status["attempt"] == 1
+    assert plan.status["phase"] == c.RESTARTING
+    assert plan.status["restartAfter"] == "2026-11-29T12:00:10Z"
+    assert sorted(plan.delete) == ["grpo-a0-n0", "grpo-a0-n1"]
+    assert plan.status["lastEnd"]["reason"] == "ExitCode"
+    assert any(e.type == "Warning" and e.reason == "TrainerFailed" for e in plan.events)
+
+
+def test_next_attempt_waits_for_backoff_then_for_stale_pods_to_go():
+    job = with_status(make_job(checkpoint={"resume": "never"}), {
+        "attempt": 1, "failures": 1, "phase": c.RESTARTING, "restartAfter": "2026-11-29T12:00:10Z",
+    })  # fmt: skip
+    old = pods_of(job, attempt=0, phase="Failed", exit_code=1)
+
+    waiting = decide(job, old, NODES, NOW)
+    assert waiting.delete == ["grpo-a0-n0", "grpo-a0-n1"]
+    assert waiting.create == []
+
+    still_backing_off = decide(job, [], NODES, NOW)
+    assert still_backing_off.create == []
+    assert still_backing_off.requeue_after == 10
+
+    later = decide(job, [], NODES, NOW + timedelta(seconds=11))
+    assert created_pod_names(later) == ["grpo-a1-n0", "grpo-a1-n1"]
+
+
+def test_failure_budget_exhausted_fails_the_job_with_a_clear_condition():
+    job = started(
+        make_job(restartPolicy={"maxFailures": 1}), attempt=1, failures=1, phase=c.RUNNING
+    )
+    pods = [
+        make_pod(job, 1, 0, phase="Failed", exit_code=2),
+        make_pod(job, 1, 1, node="gpu-node-1"),
+    ]
+
+    plan = decide(job, pods, NODES, NOW)
+
+    assert plan.status["phase"] == c.FAILED
+    failed = next(x for x in plan.status["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "FailureBudgetExhausted"
+    assert "maxFailures" in failed["message"] and "code 2" in failed["message"]
+    assert sorted(plan.delete) == ["grpo-a1-n0", "grpo-a1-n1"]
+
+
+def test_preemption_restarts_at_once_without_spending_the_failure_budget():
+    job = started(make_job(), phase=c.RUNNING)
+    pods = [
+        make_pod(job, 0, 0, disruption="PreemptionByScheduler"),
+        make_pod(job, 0, 1, node="gpu-node-1"),
+    ]
+
+    plan = decide(job, pods, NODES, NOW)
+
+    assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
+    assert plan.status["attempt"] == 1
+    assert "restartAfter" not in plan.status
+    assert plan.status["recoveries"][-1]["reason"] == "PreemptionByScheduler"
+
+
+def test_two_pods_preempted_together_make_one_recovery():
+    job = started(make_job(), phase=c.RUNNING)
+    pods = pods_of(job, disruption="PreemptionByScheduler")
+
+    plan = decide(job, pods, NODES, NOW)
+
+    assert plan.status["preemptions"] == 1
+    assert len(plan.status["recoveries"]) == 1
+    assert plan.status["attempt"] == 1
+
+
+def test_disruption_outranks_peer_failures_of_the_same_attempt():
+    job = started(make_job(), phase=c.RUNNING)
+    pods = [
+        make_pod(job, 0, 0, node=None),
+        make_pod(job, 0, 1, node="gpu-node-1", phase="Failed", exit_code=1),
+    ]
+    nodes = {"gpu-node-1": make_node("gpu-node-1")}
+    pods[0]["spec"]["nodeName"] = "gone-node"
+
+    plan = decide(job, pods, nodes, NOW)
+
+    assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
+    assert plan.status["lastEnd"]["reason"] == "NodeLost"
+
+
+def test_a_vanished_pod_of_a_created_attempt_is_a_disruption():
+    job = started(make_job(), phase=c.RUNNING)
+
+    plan = decide(job, [make_pod(job, 0, 1, node="gpu-node-1")], NODES, NOW)
+
+    assert plan.status["preemptions"] == 1
+    assert plan.status["lastEnd"]["reason"] == "PodDeleted"
+    assert plan.delete == ["grpo-a0-n1"]
+
+
+def test_same_observation_twice_decides_the_same():
+    job = started(make_job(), phase=c.RUNNING)
+    pods = [
+        make_pod(job, 0, 0, disruption="EvictionByEvictionAPI"),
+        make_pod(job, 0, 1, node="gpu-node-1"),
+    ]
+
+    first = decide(job, pods, NODES, NOW)
+    second = decide(job, pods, NODES, NOW)
+
+    assert first.status == second.status and first.delete == second.delete
+
+
+def test_recovery_records_gang_creation_and_first_running_pod():
+    job = started(make_job(), phase=c.RUNNING)
+    ended = decide(job, pods_of(job, disruption="PreemptionByScheduler"), NODES, NOW)
+    job = with_status(job, ended.status)
+
+    recreated = decide(
+        job,
+        [],
+        NODES,
+        NOW + timedelta(seconds=1),
+        ResumeTarget("/checkpoints/global_step_20", 20),
+        True,
+    )
+    job = with_status(job, recreated.status)
+    running = decide(job, pods_of(job, attempt=1), NODES, NOW + timedelta(seconds=3))
+
+    recovery = running.status["recoveries"][-1]
+    assert recovery["attempt"] == 1
+    assert recovery["detectedAt"] == "2026-11-29T12:00:00Z"
+    assert recovery["gangCreatedAt"] == "2026-11-29T12:00:01Z"
+    assert recovery["firstRunningAt"] == "2026-11-29T12:00:03Z"
+    assert recovery["resumedFromStep"] == 20
+    assert running.status["phase"] == c.RUNNING
+
+
+def test_max_preemptions_exhausted_fails_the_job():
+    job = started(make_job(restartPolicy={"maxPreemptions": 0}), phase=c.RUNNING)
+
+    plan = decide(job, pods_of(job, disruption="PreemptionByScheduler"), NODES, NOW)
+
+    assert plan.status["phase"] == c.FAILED
+    assert plan.status["conditions"][-1]["reason"] == "DisruptionBudgetExhausted"
+
+
+def test_suspend_deletes_the_pods_and_the_next_attempt_resumes():
+    job = started(make_job(suspend=True), phase=c.RUNNING)
+
+    plan = decide(job, pods_of(job), NODES, NOW)
+
+    assert plan.status["phase"] == c.SUSPENDED
+    assert sorted(plan.delete) == ["grpo-a0-n0", "grpo-a0-n1"]
+    assert plan.status["attempt"] == 1 and "attemptCreationTime" not in plan.status
+    assert (plan.status["preemptions"], plan.status["failures"]) == (0, 0)
+
+    job = with_status(make_job(checkpoint={"resume": "never"}), plan.status)
+    resumed = decide(job, [], NODES, NOW)
+    assert created_pod_names(resumed) == ["grpo-a1-n0", "grpo-a1-n1"]
+    suspended = next(x for x in resumed.status["conditions"] if x["type"] == "Suspended")
+    assert suspended["status"] == "False"
+
+
+def test_finished_job_is_deleted_after_its_ttl():
+    job = with_status(
+        make_job(ttlSecondsAfterFinished=60),
+        {"phase": c.SUCCEEDED, "completionTime": "2026-11-29T11:59:30Z"},
+    )
+
+    early = decide(job, [], NODES, NOW)
+    late = decide(job, [], NODES, NOW + timedelta(seconds=31))
+
+    assert not early.delete_job and early.requeue_after == 30
+    assert late.delete_job
+
+
+def test_spec_that_slipped_past_admission_fails_with_the_field_named():
+    job = make_job(framework="custom")
+
+    plan = decide(job, [], NODES, NOW)
+
+    assert plan.status["phase"] == c.FAILED
+    assert "spec.command" in plan.status["conditions"][-1]["message"]
+
+
+def test_condition_keeps_its_transition_time_when_only_the_message_changes():
+    job = started(make_job(), phase=c.RUNNING)
+    first = decide(job, pods_of(job), NODES, NOW)
+    job = with_status(job, first.status)
+
+    again = decide(job, pods_of(job), NODES, NOW + timedelta(minutes=5))
+
+    running = next(x for x in again.status["conditions"] if x["type"] == "Running")
+    assert running["lastTransitionTime"] == "2026-11-29T12:00:00Z"
+    assert again.events == []
