@@ -100,3 +100,4 @@ def operator(kubeconfig: Path, namespace: str, crd: str, tmp_path: Path):
     process.start()
     yield process
     process.stop()
+    print(f"--- operator log ---\n{process.log()}")  # shown by pytest when the test failed

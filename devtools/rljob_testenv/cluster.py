@@ -204,6 +204,11 @@ def up(
                 "--kubeconfig=",
                 "--wait=120s",
                 "--quiet-pull",
+                # kwok plays the kubelet only for nodes we mark as kwok nodes, so that
+                # tests (and the node agent) can act as the kubelet of other nodes.
+                "--extra-args=kwok-controller=manage-all-nodes=false",
+                "--extra-args=kwok-controller=manage-nodes-with-annotation-selector="
+                f"{KWOK_NODE_ANNOTATION}=fake",
             ]
         )  # fmt: skip
         if result.returncode != 0:

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         clusterwide=args.all_namespaces,
         namespaces=args.namespace,
         standalone=args.standalone,
-        peering_name=args.peering,
+        peering_name=None if args.standalone else args.peering,
         liveness_endpoint=args.liveness,
     )
     return 0

@@ -7,6 +7,7 @@ import json
 import subprocess
 
 import pytest
+from kube_steps import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from rljob_operator import constants as c
@@ -110,10 +111,13 @@ def test_fields_that_shape_the_gang_are_immutable(api_client, namespace, crd, ch
 
 
 def test_kubectl_explain_describes_the_checkpoint_fields(kubeconfig, crd):
-    out = subprocess.run(
-        [str(binaries.require("kubectl")), "--kubeconfig", str(kubeconfig), "explain", "rltj.spec.checkpoint"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    def explain():  # the API server publishes a new CRD's OpenAPI a moment after it is Established
+        return subprocess.run(
+            [str(binaries.require("kubectl")), "--kubeconfig", str(kubeconfig), "explain", "rltj.spec.checkpoint"],
+            capture_output=True, text=True, check=False,
+        ).stdout  # fmt: skip
+
+    out = wait_for(explain, what="kubectl explain to know the CRD")
 
     assert "global_step_N" in out
     for field in ("mountPath", "resume", "saveInterval", "maxToKeep", "volume"):

@@ -163,6 +163,14 @@ def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     return volumes, mounts
 
 
+def _quantities_as_strings(resources: dict[str, Any]) -> dict[str, Any]:
+    """The CRD takes `nvidia.com/gpu: 8`; a Pod wants the quantity as the string "8"."""
+    return {
+        kind: {name: str(value) for name, value in (amounts or {}).items()}
+        for kind, amounts in resources.items()
+    }
+
+
 POD_SPEC_PASSTHROUGH = (
     "nodeSelector",
     "tolerations",
@@ -193,7 +201,7 @@ def desired_pod(
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if spec.resources:
-        container["resources"] = spec.resources
+        container["resources"] = _quantities_as_strings(spec.resources)
     if "containerSecurityContext" in spec.template_spec:
         container["securityContext"] = spec.template_spec["containerSecurityContext"]
     pod_spec: dict[str, Any] = {

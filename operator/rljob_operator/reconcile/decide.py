@@ -214,6 +214,14 @@ def decide(
     return p.plan
 
 
+def fail(job: dict[str, Any], now: datetime, reason: str, message: str) -> Plan:
+    """A plan that fails the job for a reason found outside `decide` (for example at creation)."""
+    p = _Pass(job, now)
+    p.phase(c.FAILED, reason, message)
+    p.event("Warning", reason, message)
+    return p.plan
+
+
 def _finished(p: _Pass, spec: JobSpec, trainer_pods: list[dict[str, Any]]) -> None:
     p.plan.delete = [
         pod["metadata"]["name"]

@@ -13,9 +13,9 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from ..kube import Kube
+from ..kube import Kube, KubeError
 from ..launcher.pods import ResumeTarget
-from .decide import Plan, decide
+from .decide import Plan, decide, fail
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +35,22 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def apply(kube: Kube, job: dict[str, Any], plan: Plan) -> None:
+    """Create, record, delete, tell: in this order.
+
+    A new gang is created before its creation is recorded, so a pass that dies
+    half-way creates the rest next time rather than mistaking the missing pods for
+    deleted ones; an ended attempt is recorded before its pods are deleted, so the
+    end is counted exactly once.
+    """
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    for obj in plan.create:
+        kube.create(obj)
     patch = status_patch(job.get("status") or {}, plan.status)
     if patch:
         kube.patch_status(namespace, name, patch)
     for pod in plan.delete:
         kube.delete_pod(namespace, pod)
-    for obj in plan.create:
-        kube.create(obj)
     for event in plan.events:
         kube.post_event(job, event.type, event.reason, event.message)
     if plan.delete_job:
@@ -69,5 +76,12 @@ def reconcile(
         plan = decide(job, pods, nodes, moment)
         if plan.needs_checkpoint_lookup:
             plan = decide(job, pods, nodes, moment, locator.latest(job), checkpoint_looked_up=True)
-        apply(kube, job, plan)
+        try:
+            apply(kube, job, plan)
+        except KubeError as exc:
+            if exc.status not in (400, 422) or not plan.create:
+                raise
+            # The API server refused a pod we rendered: retrying cannot help.
+            plan = fail(job, moment, "PodRejected", f"the API server refused the job's pods: {exc}")
+            apply(kube, job, plan)
         return plan
