@@ -11,6 +11,7 @@ def build_parser() -> argparse.ArgumentParser:
     from rljob_testenv import cli as testenv_cli
 
     from . import operator_cli
+    from .checkpoints import cli as ckpt_cli
 
     parser = argparse.ArgumentParser(
         prog="rljob",
@@ -19,15 +20,21 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     operator_cli.register(subparsers)
     testenv_cli.register(subparsers)
+    ckpt_cli.register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     from rljob_testenv.cli import ERRORS
 
+    from .checkpoints.cli import ERRORS as CKPT_ERRORS
+
     args = build_parser().parse_args(argv)
     try:
         sys.exit(args.handler(args))
+    except CKPT_ERRORS as exc:  # bad input: exit 2, as argparse does
+        print(f"rljob: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     except ERRORS as exc:
         sys.exit(f"rljob: error: {exc}")
     except KeyboardInterrupt:

@@ -1,0 +1,104 @@
+"""Find the `global_step_N` folders in a directory, newest first, without looking inside them.
+
+Volumes hold more than checkpoints: junk names, plain files, symlinks, folders we may not
+read. Only the names are read here (one `os.scandir`), so listing 10,000 folders stays
+cheap; what is inside a folder is the layouts' business, and only for the folders that
+are actually judged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import CheckpointInputError
+
+_NAME = re.compile(r"global_step_([0-9]+)")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    step: int
+    root: Path  # the resolved directory that holds it
+    name: str  # its own name there (a symlink keeps its name, so the step stays readable)
+    problem: str | None = None  # why it cannot be a checkpoint at all (not a folder, ...)
+
+    @property
+    def path(self) -> Path:
+        """Absolute, without a trailing slash; built on demand (10,000 joins cost 0.1 s)."""
+        return self.root / self.name
+
+
+def parse_step(name: str) -> int | None:
+    """The N of `global_step_N` (leading zeros allowed), or None for any other name."""
+    match = _NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def resolve_directory(directory: str | os.PathLike[str]) -> Path:
+    """The directory as an absolute, resolved path; bad input if it is not a readable folder."""
+    path = Path(directory)
+    if not path.exists():
+        raise CheckpointInputError(f"{directory}: no such directory")
+    if not path.is_dir():
+        raise CheckpointInputError(f"{directory}: not a directory")
+    return path.resolve()
+
+
+def scan(directory: str | os.PathLike[str]) -> list[Candidate]:
+    """Every entry named `global_step_N` in `directory`, newest (highest N) first."""
+    root = resolve_directory(directory)
+    try:
+        with os.scandir(root) as entries:
+            named = [
+                (int(match.group(1)), entry.name, entry)
+                for entry in entries
+                if (match := _NAME.fullmatch(entry.name))
+            ]
+    except OSError as exc:
+        raise CheckpointInputError(f"{directory}: cannot list: {exc.strerror}") from exc
+    named.sort(reverse=True)  # names are unique, so the entries themselves are never compared
+    return [Candidate(step, root, name, _entry_problem(root, e, step)) for step, name, e in named]
+
+
+def candidate_for_folder(folder: str | os.PathLike[str]) -> Candidate:
+    """The candidate for one folder given by the user (a trailing slash is fine)."""
+    path = Path(folder)
+    step = parse_step(path.resolve().name if path.name in ("", ".", "..") else path.name)
+    if step is None:
+        raise CheckpointInputError(f"{folder}: not a global_step_N folder")
+    if not path.exists():
+        raise CheckpointInputError(f"{folder}: no such directory")
+    if not path.is_dir():
+        raise CheckpointInputError(f"{folder}: not a directory")
+    absolute = Path(os.path.abspath(path))
+    return Candidate(step, absolute.parent.resolve(), absolute.name)
+
+
+def _entry_problem(root: Path, entry: os.DirEntry[str], step: int) -> str | None:
+    """Why this entry cannot be a checkpoint folder, or None if it may be one.
+
+    A symlink is followed only when it leads to a folder inside `root` whose own name
+    carries the same step: anything else could make a framework resume from a folder
+    that is not the checkpoint its name promises.
+    """
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            return None
+        if not entry.is_symlink():
+            return "not a directory"
+    except OSError as exc:
+        return f"cannot inspect: {exc.strerror}"
+    try:
+        target = Path(entry.path).resolve(strict=True)
+    except (OSError, RuntimeError):
+        return "symlink whose target is missing"
+    if target == root or not target.is_relative_to(root):
+        return f"symlink to {target}, outside {root}: not followed"
+    if not target.is_dir():
+        return "symlink to something that is not a directory"
+    if parse_step(target.name) != step:
+        return f"symlink to {target.name}, which is not step {step}: not followed"
+    return None

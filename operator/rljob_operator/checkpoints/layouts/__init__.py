@@ -1,0 +1,26 @@
+"""The registry of checkpoint layouts, by the name `--layout` takes."""
+
+from __future__ import annotations
+
+from ..errors import CheckpointInputError
+from . import dcp, rlinf_fsdp, rlinf_megatron, rljob, verl_fsdp, verl_megatron
+from .base import Layout
+
+LAYOUTS: dict[str, Layout] = {
+    module.LAYOUT.name: module.LAYOUT
+    for module in (rljob, rlinf_fsdp, rlinf_megatron, verl_fsdp, verl_megatron, dcp)
+}
+AUTO = "auto"
+CHOICES = (AUTO, *LAYOUTS)
+
+
+def get_layout(name: str) -> Layout:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise CheckpointInputError(
+            f"unknown layout {name!r}: choose one of {', '.join(CHOICES)}"
+        ) from None
+
+
+__all__ = ["AUTO", "CHOICES", "LAYOUTS", "Layout", "get_layout"]

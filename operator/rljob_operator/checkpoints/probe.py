@@ -1,0 +1,114 @@
+"""Read-only probes of one checkpoint folder that raise `Incomplete` or `Corrupt` with a reason.
+
+Every probe takes the checkpoint folder and a '/'-separated path relative to it, so that
+reasons name files the way a user sees them in the folder (`actor/.metadata is missing`).
+Nothing here writes, renames or locks anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .safetensorscheck import safetensors_problem
+from .verdict import Corrupt, Incomplete
+from .zipcheck import zip_problem
+
+_MAX_TEXT = 16 * 1024 * 1024  # markers and trackers are small; refuse to slurp a huge file
+
+
+def join(*parts: str) -> str:
+    return "/".join(p for p in parts if p)
+
+
+def safe_relative(rel: str) -> str:
+    """`rel` if it stays inside the folder; a marker that points elsewhere is corrupt."""
+    pure = PurePosixPath(rel)
+    if not rel or pure.is_absolute() or ".." in pure.parts or "\\" in rel:
+        raise Corrupt(f"names a path outside the checkpoint folder: {rel!r}")
+    return rel
+
+
+def _stat(folder: Path, rel: str) -> os.stat_result | None:
+    try:
+        return os.stat(folder / rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def size_of(folder: Path, rel: str) -> int | None:
+    """Size of a regular file, None if there is none at `rel`."""
+    st = _stat(folder, rel)
+    return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
+
+
+def is_dir(folder: Path, rel: str) -> bool:
+    st = _stat(folder, rel)
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def nonempty_file(folder: Path, rel: str, why: str = "") -> None:
+    """Incomplete unless `rel` is a file with content (an empty one is still being written)."""
+    size = size_of(folder, rel)
+    suffix = f" ({why})" if why else ""
+    if size is None:
+        raise Incomplete(f"{rel} is missing{suffix}")
+    if size == 0:
+        raise Incomplete(f"{rel} is empty: still being written?{suffix}")
+
+
+def require_dir(folder: Path, rel: str, why: str = "") -> None:
+    if not is_dir(folder, rel):
+        raise Incomplete(f"{rel}/ is missing" + (f" ({why})" if why else ""))
+
+
+def names(folder: Path, rel: str) -> list[str]:
+    """The entries of the directory `rel` ('' for the folder itself)."""
+    if rel and not is_dir(folder, rel):
+        raise Incomplete(f"{rel}/ is missing")
+    return os.listdir(folder / rel)
+
+
+def read_text(folder: Path, rel: str) -> str | None:
+    """A small text file's content, None if it does not exist."""
+    size = size_of(folder, rel)
+    if size is None:
+        return None
+    if size > _MAX_TEXT:
+        raise Corrupt(f"{rel} is {size} bytes, far too large for what it should hold")
+    return (folder / rel).read_text(encoding="utf-8", errors="replace")
+
+
+def read_bytes(folder: Path, rel: str) -> bytes:
+    return (folder / rel).read_bytes()
+
+
+def read_json(folder: Path, rel: str, *, written_atomically: bool) -> Any:
+    """Parse a JSON marker. Unparseable means still being written if its writer writes in
+    place, and corrupt if its writer renames it into place (then it was whole once)."""
+    text = read_text(folder, rel)
+    if text is None:
+        raise Incomplete(f"{rel} is missing")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if written_atomically:
+            raise Corrupt(f"{rel} is not valid JSON: {exc.msg}") from exc
+        raise Incomplete(f"{rel} is not complete JSON yet: still being written?") from exc
+
+
+def intact_zip(folder: Path, rel: str) -> None:
+    """Deep check of a torch.save file: its zip end records must be whole."""
+    problem = zip_problem(folder / rel)
+    if problem:
+        raise Corrupt(f"{rel}: {problem}")
+
+
+def intact_safetensors(folder: Path, rel: str) -> None:
+    """Deep check of a safetensors file: its header must account for exactly its size."""
+    problem = safetensors_problem(folder / rel)
+    if problem:
+        raise Corrupt(f"{rel}: {problem}")

@@ -1,0 +1,457 @@
+"""Build checkpoint folders of every layout on disk, whole or torn in a named way.
+
+Nothing binary is committed: `.pt` files are real zip archives written with `zipfile`
+(as torch.save writes them, end records last, so cutting one short is a real
+truncation), `.metadata` is a real pickle shaped like torch's DCP metadata (dataclass
+`_StorageInfo(relative_path, offset, length)` entries), safetensors files have a real
+header. Each `build_*` function takes the directory that holds the `global_step_N`
+folders, the step, and a tear (None for a whole checkpoint); it returns the folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import struct
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rljob_operator.checkpoints import Status
+from rljob_operator.checkpoints.manifest import MANIFEST_NAME, write_manifest
+
+WORLD = 2  # ranks in every built checkpoint
+
+
+@dataclass
+class _StorageInfo:  # the name and fields torch.distributed.checkpoint.filesystem uses
+    relative_path: str
+    offset: int
+    length: int
+
+
+@dataclass
+class _Metadata:
+    state_dict_metadata: dict = field(default_factory=dict)
+    storage_data: dict = field(default_factory=dict)
+
+
+def payload(tag: str, size: int = 300) -> bytes:
+    """Deterministic bytes that differ per tag."""
+    seed = hashlib.sha256(tag.encode()).digest()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def write_pt(path: Path, tag: str = "pt", size: int = 300) -> Path:
+    """A torch.save-like zip archive."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", payload(tag + "pkl", 40))
+        archive.writestr("archive/data/0", payload(tag, size))
+        archive.writestr("archive/version", b"3\n")
+    return path
+
+
+def rewrite_as_zip64(path: Path) -> None:
+    """Re-end a zip with zip64 records, as torch.save always ends its archives."""
+    data = path.read_bytes()
+    eocd = data.rfind(b"PK\x05\x06")
+    _, _, _, entries, _, cd_size, cd_offset, _ = struct.unpack_from("<4s4H2LH", data, eocd)
+    body = data[: cd_offset + cd_size]
+    record = struct.pack(
+        "<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, entries, entries, cd_size, cd_offset
+    )
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, len(body), 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, entries, entries, cd_size, cd_offset, 0)
+    path.write_bytes(body + record + locator + end)
+
+
+def write_safetensors(path: Path, tensors: int = 2, size: int = 64) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {
+        f"w{i}": {"dtype": "U8", "shape": [size], "data_offsets": [i * size, (i + 1) * size]}
+        for i in range(tensors)
+    }
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + payload(str(path), tensors * size))
+    return path
+
+
+def write_dcp(folder: Path, ranks: int = WORLD, items: int = 2, size: int = 100) -> Path:
+    """Shards `__R_0.distcp` for every rank, then `.metadata` naming their byte ranges."""
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = _Metadata()
+    for rank in range(ranks):
+        name = f"__{rank}_0.distcp"
+        (folder / name).write_bytes(payload(f"{folder}{rank}", items * size))
+        for item in range(items):
+            meta.storage_data[(f"w{item}", rank)] = _StorageInfo(name, item * size, size)
+    (folder / ".metadata").write_bytes(pickle.dumps(meta, protocol=4))
+    return folder
+
+
+def write_text(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def truncate(path: Path, keep: float = 0.6) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def flip_byte(path: Path, at: int = 200) -> None:
+    data = bytearray(path.read_bytes())
+    data[at % len(data)] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+
+
+def _tear(folder: Path, tear: str | None, tears: dict[str, Callable[[Path], None]]) -> Path:
+    if tear is not None:
+        tears[tear](folder)
+    return folder
+
+
+# --- rljob --------------------------------------------------------------------------
+
+RLJOB_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_manifest": lambda f: remove(f / MANIFEST_NAME),
+    "manifest_tmp_only": lambda f: (f / MANIFEST_NAME).rename(f / (MANIFEST_NAME + ".tmp")),
+    "malformed_manifest": lambda f: write_text(f / MANIFEST_NAME, '{"step": '),
+    "size_mismatch": lambda f: (f / "data/data.pt").write_bytes(b"x" * 10),
+    "checksum_mismatch": lambda f: flip_byte(f / "data/data.pt"),
+    "listed_file_missing": lambda f: remove(f / "actor/model/config.json"),
+}
+
+
+def build_rljob(root: Path, step: int, tear: str | None = None) -> Path:
+    folder = root / f"global_step_{step}"
+    write_dcp(folder / "actor")
+    write_text(folder / "actor/model/config.json", '{"model_type": "tiny"}')
+    write_safetensors(folder / "actor/model/model.safetensors")
+    write_pt(folder / "data/data.pt", f"data{step}")
+    if tear == "wrong_step":
+        write_manifest(folder, step + 1, WORLD)
+        return folder
+    write_manifest(folder, step, WORLD)
+    return _tear(folder, tear, RLJOB_TEARS)
+
+
+# --- plain DCP ----------------------------------------------------------------------
+
+DCP_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_metadata": lambda f: remove(f / ".metadata"),
+    "metadata_tmp_left": lambda f: (f / ".metadata").rename(f / ".metadata.tmp"),
+    "metadata_tmp_beside": lambda f: write_text(f / ".metadata.tmp", "x"),
+    "empty_metadata": lambda f: (f / ".metadata").write_bytes(b""),
+    "truncated_metadata": lambda f: truncate(f / ".metadata"),
+    "truncated_shard": lambda f: truncate(f / "__1_0.distcp"),
+    "missing_shard": lambda f: remove(f / "__1_0.distcp"),
+}
+
+
+def build_dcp(root: Path, step: int, tear: str | None = None) -> Path:
+    return _tear(write_dcp(root / f"global_step_{step}"), tear, DCP_TEARS)
+
+
+# --- RLinf FSDP ---------------------------------------------------------------------
+
+RLINF_FSDP_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_metadata": lambda f: remove(f / "actor/dcp_checkpoint/.metadata"),
+    "metadata_tmp_left": lambda f: (f / "actor/dcp_checkpoint/.metadata").rename(
+        f / "actor/dcp_checkpoint/.metadata.tmp"
+    ),
+    "data_dir_without_data_pt": lambda f: remove(f / "data/data.pt"),
+    "empty_data_pt": lambda f: (f / "data/data.pt").write_bytes(b""),
+    "truncated_data_pt": lambda f: truncate(f / "data/data.pt"),
+    "truncated_full_weights": lambda f: truncate(f / "actor/model_state_dict/full_weights.pt"),
+    "critic_torn": lambda f: remove(f / "critic/dcp_checkpoint/.metadata"),
+}
+
+
+def build_rlinf_fsdp(root: Path, step: int, tear: str | None = None) -> Path:
+    folder = root / f"global_step_{step}"
+    for role in ("actor", "critic"):
+        write_dcp(folder / role / "dcp_checkpoint")
+    write_pt(folder / "actor/model_state_dict/full_weights.pt", f"weights{step}")
+    write_pt(folder / "data/data.pt", f"data{step}")
+    return _tear(folder, tear, RLINF_FSDP_TEARS)
+
+
+OLD_RLINF_FSDP_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_metadata": lambda f: remove(f / "actor/.metadata"),
+    "safetensors_shard_missing": lambda f: remove(
+        f / "actor/model/model-00002-of-00002.safetensors"
+    ),
+    "truncated_safetensors": lambda f: truncate(f / "actor/model/model-00001-of-00002.safetensors"),
+}
+
+
+def build_old_rlinf_fsdp(root: Path, step: int, tear: str | None = None) -> Path:
+    """RLinf FSDP late 2025: DCP straight in actor/, full weights as safetensors in model/."""
+    folder = root / f"global_step_{step}"
+    write_dcp(folder / "actor")
+    shards = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    for shard in shards:
+        write_safetensors(folder / "actor/model" / shard)
+    index = {"metadata": {"total_size": 256}, "weight_map": {"w0": shards[0], "w1": shards[1]}}
+    write_text(folder / "actor/model/model.safetensors.index.json", json.dumps(index))
+    write_pt(folder / "data/data.pt", f"data{step}")
+    return _tear(folder, tear, OLD_RLINF_FSDP_TEARS)
+
+
+# --- RLinf Megatron -----------------------------------------------------------------
+
+
+def _iteration(folder: Path) -> Path:
+    return next((folder / "actor").glob("iter_*"))
+
+
+RLINF_MEGATRON_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_tracker": lambda f: remove(f / "actor/latest_checkpointed_iteration.txt"),
+    "tracker_other_step": lambda f: write_text(f / "actor/latest_checkpointed_iteration.txt", "7"),
+    "missing_mp_rank": lambda f: remove(_iteration(f) / "mp_rank_00_001"),
+    "missing_distrib_optim": lambda f: remove(_iteration(f) / "mp_rank_01_000/distrib_optim.pt"),
+    "empty_model_file": lambda f: (_iteration(f) / "mp_rank_01_001/model_optim_rng.pt").write_bytes(
+        b""
+    ),
+    "truncated_model_file": lambda f: truncate(_iteration(f) / "mp_rank_01_001/model_optim_rng.pt"),
+    "no_iteration_folder": lambda f: remove(_iteration(f)),
+}
+
+
+def build_rlinf_megatron(root: Path, step: int, tear: str | None = None) -> Path:
+    folder = root / f"global_step_{step}"
+    iteration = folder / "actor" / f"iter_{step:07d}"
+    for tp in range(2):
+        for pp in range(2):
+            for name in ("model_optim_rng.pt", "distrib_optim.pt"):
+                write_pt(iteration / f"mp_rank_{tp:02d}_{pp:03d}" / name, f"{name}{tp}{pp}")
+    write_text(folder / "actor/latest_checkpointed_iteration.txt", str(step))
+    write_pt(folder / "data/data.pt", f"data{step}")
+    return _tear(folder, tear, RLINF_MEGATRON_TEARS)
+
+
+# --- verl FSDP ----------------------------------------------------------------------
+
+VERL_FSDP_TEARS: dict[str, Callable[[Path], None]] = {
+    "only_data_pt_left": lambda f: remove(f / "actor"),
+    "missing_rank_shard": lambda f: remove(f / "actor/optim_world_size_2_rank_1.pt"),
+    "missing_model_shard": lambda f: remove(f / "actor/model_world_size_2_rank_0.pt"),
+    "no_data_pt": lambda f: remove(f / "data.pt"),
+    "truncated_shard": lambda f: truncate(f / "actor/model_world_size_2_rank_1.pt"),
+    "truncated_data_pt": lambda f: truncate(f / "data.pt"),
+    "fsdp_config_half_written": lambda f: write_text(f / "actor/fsdp_config.json", '{"FSDP_v'),
+}
+
+
+def build_verl_fsdp(root: Path, step: int, tear: str | None = None) -> Path:
+    folder = root / f"global_step_{step}"
+    actor = folder / "actor"
+    for kind in ("model", "optim", "extra_state"):
+        for rank in range(WORLD):
+            write_pt(actor / f"{kind}_world_size_{WORLD}_rank_{rank}.pt", f"{kind}{rank}{step}")
+    write_text(actor / "fsdp_config.json", json.dumps({"FSDP_version": 2, "world_size": WORLD}))
+    write_text(actor / "huggingface/config.json", "{}")
+    write_pt(folder / "data.pt", f"data{step}")
+    return _tear(folder, tear, VERL_FSDP_TEARS)
+
+
+def write_tracker(root: Path, step: int) -> None:
+    """verl's run-wide tracker, in the directory that holds the global_step_N folders."""
+    write_text(root / "latest_checkpointed_iteration.txt", str(step))
+
+
+# --- verl Megatron ------------------------------------------------------------------
+
+
+def write_dist_ckpt(folder: Path) -> None:
+    """megatron.core.dist_checkpointing with the torch_dist backend."""
+    write_dcp(folder)
+    write_pt(folder / "common.pt", "common")
+    write_text(folder / "metadata.json", json.dumps({"sharded_backend": "torch_dist"}))
+
+
+VERL_MEGATRON_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_ckpt_contents": lambda f: remove(f / "actor/ckpt_contents.json"),
+    "contents_target_missing": lambda f: remove(f / "actor/optimizer/dist_ckpt"),
+    "contents_for_other_step": lambda f: write_text(
+        f / "actor/ckpt_contents.json", json.dumps({"global_step": 1, "contents": {"a": {}}})
+    ),
+    "truncated_common_pt": lambda f: truncate(f / "actor/model/dist_ckpt/common.pt"),
+    "no_data_pt": lambda f: remove(f / "data.pt"),
+}
+
+
+def build_verl_megatron(root: Path, step: int, tear: str | None = None) -> Path:
+    """The v2 layout: model/, optimizer/, extra/ and ckpt_contents.json written last."""
+    folder = root / f"global_step_{step}"
+    actor = folder / "actor"
+    contents = {}
+    for part in ("model", "optimizer", "extra"):
+        write_dist_ckpt(actor / part / "dist_ckpt")
+        contents[part] = {"path": f"{part}/dist_ckpt", "format": "megatron_dist_checkpoint"}
+    write_text(actor / "transformer_config.json", "{}")
+    contents["transformer_config"] = {"path": "transformer_config.json", "format": "json"}
+    write_text(actor / "model/huggingface/config.json", "{}")
+    contents["hf_config"] = {"path": "model/huggingface", "format": "huggingface"}
+    manifest = {"schema_version": 2, "global_step": step, "world_size": WORLD, "contents": contents}
+    write_text(actor / "ckpt_contents.json", json.dumps(manifest))
+    write_pt(folder / "data.pt", f"data{step}")
+    return _tear(folder, tear, VERL_MEGATRON_TEARS)
+
+
+OLD_VERL_MEGATRON_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_metadata_json": lambda f: remove(f / "actor/dist_ckpt/metadata.json"),
+    "metadata_json_half_written": lambda f: write_text(f / "actor/dist_ckpt/metadata.json", '{"sh'),
+    "no_dcp_metadata": lambda f: remove(f / "actor/dist_ckpt/.metadata"),
+}
+
+
+def build_old_verl_megatron(root: Path, step: int, tear: str | None = None) -> Path:
+    """Before the v2 layout: one actor/dist_ckpt/ beside actor/huggingface/."""
+    folder = root / f"global_step_{step}"
+    write_dist_ckpt(folder / "actor/dist_ckpt")
+    write_text(folder / "actor/huggingface/config.json", "{}")
+    write_pt(folder / "data.pt", f"data{step}")
+    return _tear(folder, tear, OLD_VERL_MEGATRON_TEARS)
+
+
+BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
+    "rljob": (build_rljob, RLJOB_TEARS),
+    "dcp": (build_dcp, DCP_TEARS),
+    "rlinf-fsdp": (build_rlinf_fsdp, RLINF_FSDP_TEARS),
+    "rlinf-fsdp-old": (build_old_rlinf_fsdp, OLD_RLINF_FSDP_TEARS),
+    "rlinf-megatron": (build_rlinf_megatron, RLINF_MEGATRON_TEARS),
+    "verl-fsdp": (build_verl_fsdp, VERL_FSDP_TEARS),
+    "verl-megatron": (build_verl_megatron, VERL_MEGATRON_TEARS),
+    "verl-megatron-old": (build_old_verl_megatron, OLD_VERL_MEGATRON_TEARS),
+}
+
+
+# What each builder's folders are worth, for the tests that judge them.
+OK, INC, BAD = Status.COMPLETE, Status.INCOMPLETE, Status.CORRUPT
+
+# variant: (the --layout name, what auto reads a whole folder as)
+VARIANTS = {
+    "rljob": ("rljob", "rljob"),
+    "dcp": ("dcp", "dcp"),
+    "rlinf-fsdp": ("rlinf-fsdp", "rlinf-fsdp"),
+    "rlinf-fsdp-old": ("rlinf-fsdp", "rljob"),  # indistinguishable from an unsealed rljob folder
+    "rlinf-megatron": ("rlinf-megatron", "rlinf-megatron"),
+    "verl-fsdp": ("verl-fsdp", "verl-fsdp"),
+    "verl-megatron": ("verl-megatron", "verl-megatron"),
+    "verl-megatron-old": ("verl-megatron", "verl-megatron"),
+}
+
+# (variant, tear): (status under quick, status under deep, words in the reason)
+TORN = {
+    ("rljob", "no_manifest"): (INC, INC, "no rljob_manifest.json"),
+    ("rljob", "manifest_tmp_only"): (INC, INC, "still being written"),
+    ("rljob", "malformed_manifest"): (BAD, BAD, "malformed"),
+    ("rljob", "size_mismatch"): (BAD, BAD, "data/data.pt is 10 bytes, rljob_manifest.json says"),
+    ("rljob", "checksum_mismatch"): (OK, BAD, "data/data.pt does not match its sha256"),
+    ("rljob", "listed_file_missing"): (BAD, BAD, "actor/model/config.json is listed"),
+    ("rljob", "wrong_step"): (BAD, BAD, "is for step"),
+    ("dcp", "no_metadata"): (INC, INC, ".metadata is missing"),
+    ("dcp", "metadata_tmp_left"): (INC, INC, ".metadata.tmp is present"),
+    ("dcp", "metadata_tmp_beside"): (INC, INC, ".metadata.tmp is present"),
+    ("dcp", "empty_metadata"): (INC, INC, ".metadata is empty"),
+    ("dcp", "truncated_metadata"): (OK, BAD, ".metadata is not a whole pickle"),
+    ("dcp", "truncated_shard"): (OK, BAD, "__1_0.distcp is 120 bytes, .metadata needs 200"),
+    ("dcp", "missing_shard"): (OK, BAD, "__1_0.distcp is named by .metadata but missing"),
+    ("rlinf-fsdp", "no_metadata"): (INC, INC, "actor/dcp_checkpoint/.metadata is missing"),
+    ("rlinf-fsdp", "metadata_tmp_left"): (
+        INC,
+        INC,
+        "actor/dcp_checkpoint/.metadata.tmp is present",
+    ),
+    ("rlinf-fsdp", "data_dir_without_data_pt"): (INC, INC, "data/data.pt is missing"),
+    ("rlinf-fsdp", "empty_data_pt"): (INC, INC, "data/data.pt is empty"),
+    ("rlinf-fsdp", "truncated_data_pt"): (OK, BAD, "data/data.pt: no zip end-of-central-directory"),
+    ("rlinf-fsdp", "truncated_full_weights"): (OK, BAD, "model_state_dict/full_weights.pt: no zip"),
+    ("rlinf-fsdp", "critic_torn"): (INC, INC, "critic/dcp_checkpoint/.metadata is missing"),
+    ("rlinf-fsdp-old", "no_metadata"): (INC, INC, "actor/.metadata is missing"),
+    ("rlinf-fsdp-old", "safetensors_shard_missing"): (
+        INC,
+        INC,
+        "model-00002-of-00002.safetensors is",
+    ),
+    ("rlinf-fsdp-old", "truncated_safetensors"): (OK, BAD, "safetensors file is"),
+    ("rlinf-megatron", "no_tracker"): (INC, INC, "latest_checkpointed_iteration.txt is missing"),
+    ("rlinf-megatron", "tracker_other_step"): (INC, INC, "says '7', not 40"),
+    ("rlinf-megatron", "missing_mp_rank"): (INC, INC, "mp_rank_00_001/ is missing"),
+    ("rlinf-megatron", "missing_distrib_optim"): (
+        INC,
+        INC,
+        "mp_rank_01_000/distrib_optim.pt is miss",
+    ),
+    ("rlinf-megatron", "empty_model_file"): (
+        INC,
+        INC,
+        "mp_rank_01_001/model_optim_rng.pt is empty",
+    ),
+    ("rlinf-megatron", "truncated_model_file"): (OK, BAD, "model_optim_rng.pt: no zip end"),
+    ("rlinf-megatron", "no_iteration_folder"): (INC, INC, "actor/iter_0000040/ is missing"),
+    ("verl-fsdp", "only_data_pt_left"): (INC, INC, "only data.pt is left"),
+    ("verl-fsdp", "missing_rank_shard"): (
+        INC,
+        INC,
+        "actor/optim_world_size_2_rank_1.pt is missing",
+    ),
+    ("verl-fsdp", "missing_model_shard"): (
+        INC,
+        INC,
+        "actor/model_world_size_2_rank_0.pt is missing",
+    ),
+    ("verl-fsdp", "no_data_pt"): (INC, INC, "data.pt is missing"),
+    ("verl-fsdp", "truncated_shard"): (OK, BAD, "model_world_size_2_rank_1.pt: no zip end"),
+    ("verl-fsdp", "truncated_data_pt"): (OK, BAD, "data.pt: no zip end"),
+    ("verl-fsdp", "fsdp_config_half_written"): (INC, INC, "fsdp_config.json is not complete JSON"),
+    ("verl-megatron", "no_ckpt_contents"): (INC, INC, "actor/ckpt_contents.json is missing"),
+    ("verl-megatron", "contents_target_missing"): (
+        BAD,
+        BAD,
+        "though actor/ckpt_contents.json lists",
+    ),
+    ("verl-megatron", "contents_for_other_step"): (BAD, BAD, "is for step 1"),
+    ("verl-megatron", "truncated_common_pt"): (OK, BAD, "model/dist_ckpt/common.pt: no zip end"),
+    ("verl-megatron", "no_data_pt"): (INC, INC, "data.pt is missing"),
+    ("verl-megatron-old", "no_metadata_json"): (INC, INC, "dist_ckpt/metadata.json is missing"),
+    ("verl-megatron-old", "metadata_json_half_written"): (
+        INC,
+        INC,
+        "metadata.json is not complete",
+    ),
+    ("verl-megatron-old", "no_dcp_metadata"): (INC, INC, "actor/dist_ckpt/.metadata is missing"),
+}
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Everything a read-only tool must leave alone: names, kinds, bytes, modes, mtimes."""
+    state = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            if path.is_symlink():
+                state[str(path)] = ("link", os.readlink(path))
+            elif path.is_dir():
+                state[str(path)] = ("dir", st.st_mode, st.st_mtime_ns)
+            else:
+                content = path.read_bytes() if os.access(path, os.R_OK) else None
+                state[str(path)] = ("file", st.st_mode, st.st_mtime_ns, content)
+    return state

@@ -1,0 +1,169 @@
+"""`rljob ckpt ...`: exit codes, the JSON the operator parses, the termination-log file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from ckpt_trees import build_dcp, build_rljob, snapshot, write_text
+from rljob_operator.cli import main
+
+LATEST_KEYS = {"found", "step", "path", "layout", "verify", "rejected"}
+REJECTED_KEYS = {"step", "path", "verdict", "reason"}
+
+
+def run(capsys, *argv):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ckpt", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def test_latest_json_has_the_documented_shape(tmp_path, capsys):
+    build_rljob(tmp_path, 150)
+    build_rljob(tmp_path, 200, "no_manifest")
+    code, out, _ = run(capsys, "latest", tmp_path, "--json")
+    answer = json.loads(out)
+    assert code == 0
+    assert set(answer) == LATEST_KEYS
+    assert answer["found"] is True
+    assert answer["step"] == 150
+    assert answer["path"] == str(tmp_path.resolve() / "global_step_150")
+    assert (answer["layout"], answer["verify"]) == ("rljob", "quick")
+    assert [set(r) for r in answer["rejected"]] == [REJECTED_KEYS]
+    assert answer["rejected"][0]["step"] == 200
+    assert answer["rejected"][0]["verdict"] == "incomplete"
+
+
+def test_latest_with_nothing_found_exits_1_with_nulls(tmp_path, capsys):
+    build_rljob(tmp_path, 200, "no_manifest")
+    code, out, _ = run(capsys, "latest", tmp_path, "--json", "--verify", "deep")
+    answer = json.loads(out)
+    assert code == 1
+    assert {k: answer[k] for k in ("found", "step", "path", "layout", "verify")} == {
+        "found": False,
+        "step": None,
+        "path": None,
+        "layout": None,
+        "verify": "deep",
+    }
+    assert len(answer["rejected"]) == 1
+
+
+def test_latest_text_names_the_folder_and_the_rejections(tmp_path, capsys):
+    build_rljob(tmp_path, 150)
+    build_rljob(tmp_path, 200, "size_mismatch")
+    code, out, _ = run(capsys, "latest", tmp_path)
+    assert code == 0
+    assert out.splitlines()[0].startswith(str(tmp_path.resolve() / "global_step_150"))
+    assert "step 200: corrupt: data/data.pt is 10 bytes" in out
+
+
+def test_no_checkpoint_text_says_so(tmp_path, capsys):
+    code, out, _ = run(capsys, "latest", tmp_path)
+    assert (code, out.splitlines()[0]) == (1, f"no complete checkpoint in {tmp_path.resolve()}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["latest", "{d}/missing"], "missing: no such directory"),
+        (["latest", "{d}/file"], "file: not a directory"),
+        (["list", "{d}", "--layout", "megatron"], "unknown layout 'megatron'"),
+        (["latest", "{d}", "--verify", "paranoid"], "unknown verify mode 'paranoid'"),
+        (["verify", "{d}/file"], "not a global_step_N folder"),
+        (["verify", "{d}/global_step_1"], "global_step_1: not a directory"),
+        (["latest", "{d}", "--output", "{d}/no/such/dir/out.json"], "cannot write"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_the_problem(tmp_path, capsys, argv, words):
+    write_text(tmp_path / "file", "x")
+    write_text(tmp_path / "global_step_1", "x")
+    code, out, err = run(capsys, *(a.format(d=tmp_path) for a in argv))
+    assert (code, out) == (2, "")
+    assert len(err.splitlines()) == 1
+    assert err.startswith("rljob: error: ") and words in err
+
+
+def test_list_shows_every_candidate_newest_first_and_exits_0_if_one_is_complete(tmp_path, capsys):
+    build_dcp(tmp_path, 1)
+    build_dcp(tmp_path, 2, "no_metadata")
+    code, out, _ = run(capsys, "list", tmp_path, "--json")
+    listed = json.loads(out)
+    assert code == 0
+    assert listed["verify"] == "quick"
+    assert [(c["step"], c["verdict"], c["layout"]) for c in listed["checkpoints"]] == [
+        (2, "incomplete", "dcp"),
+        (1, "complete", "dcp"),
+    ]
+    code, out, _ = run(capsys, "list", tmp_path)
+    assert code == 0 and len(out.splitlines()) == 2
+
+
+def test_list_without_a_complete_checkpoint_exits_1(tmp_path, capsys):
+    build_dcp(tmp_path, 2, "no_metadata")
+    assert run(capsys, "list", tmp_path)[0] == 1
+
+
+@pytest.mark.parametrize(("tear", "code"), [(None, 0), ("no_metadata", 1)])
+def test_verify_exit_code_follows_the_verdict(tmp_path, capsys, tear, code):
+    folder = build_dcp(tmp_path, 3, tear)
+    got, out, _ = run(capsys, "verify", f"{folder}/", "--json")
+    answer = json.loads(out)
+    assert got == code
+    assert set(answer) == {"step", "path", "verdict", "reason", "layout", "verify"}
+    assert (answer["step"], answer["path"]) == (3, str(folder))
+
+
+def test_output_file_holds_the_same_json(tmp_path, capsys):
+    build_dcp(tmp_path / "run", 5)
+    out_file = tmp_path / "termination-log"
+    code, out, _ = run(capsys, "latest", tmp_path / "run", "--json", "--output", out_file)
+    assert code == 0
+    assert json.loads(out_file.read_text()) == json.loads(out)
+
+
+def test_output_file_drops_the_oldest_rejections_to_fit_4096_bytes(tmp_path, capsys):
+    run_dir = tmp_path / "run-with-a-rather-long-name-to-make-every-entry-longer"
+    build_dcp(run_dir, 1)
+    for step in range(2, 302):
+        write_text(run_dir / f"global_step_{step}", "a plain file where a folder should be")
+    before = snapshot(run_dir)
+    out_file = tmp_path / "termination-log"
+    code, out, _ = run(capsys, "latest", run_dir, "--json", "--output", out_file)
+    full = json.loads(out)
+    fitted_text = out_file.read_bytes()
+    fitted = json.loads(fitted_text)
+    assert code == 0 and len(full["rejected"]) == 300
+    assert len(fitted_text) <= 4096
+    kept = len(fitted["rejected"])
+    assert 0 < kept < 300
+    assert fitted["rejected_truncated"] == 300 - kept
+    assert fitted["rejected"] == full["rejected"][:kept]  # the newest are kept
+    assert {k: v for k, v in fitted.items() if k != "rejected" and k != "rejected_truncated"} == {
+        k: v for k, v in full.items() if k != "rejected"
+    }
+    assert snapshot(run_dir) == before
+
+
+def test_installed_command_exits_with_the_same_codes(tmp_path):
+    build_dcp(tmp_path, 4)
+    command = [sys.executable, "-m", "rljob_operator", "ckpt", "latest"]
+    found = subprocess.run([*command, str(tmp_path)], capture_output=True, text=True)
+    missing = subprocess.run([*command, str(tmp_path / "x")], capture_output=True, text=True)
+    assert (found.returncode, missing.returncode) == (0, 2)
+    assert missing.stderr.strip() == f"rljob: error: {tmp_path / 'x'}: no such directory"
+
+
+def test_latest_excludes_every_folder_given_with_exclude(tmp_path, capsys):
+    for step in (1, 2, 3):
+        build_dcp(tmp_path, step)
+    code, out, _ = run(
+        capsys, "latest", tmp_path, "--json", "--exclude", tmp_path / "global_step_3",
+        "--exclude", tmp_path / "global_step_2",
+    )  # fmt: skip
+    answer = json.loads(out)
+    assert (code, answer["step"]) == (0, 1)
+    assert [r["verdict"] for r in answer["rejected"]] == ["excluded", "excluded"]

@@ -1,0 +1,75 @@
+"""The overrides that make each framework resume from the chosen folder."""
+
+from __future__ import annotations
+
+import pytest
+from rljob_operator.checkpoints import resume_overrides
+
+CKPT = "/data/run/global_step_150"
+
+
+@pytest.mark.parametrize("path", [CKPT, CKPT + "/", CKPT + "//"])
+@pytest.mark.parametrize(
+    ("framework", "expected"),
+    [
+        ("rljob", [f"runner.resume_dir={CKPT}"]),
+        ("rlinf", [f"runner.resume_dir={CKPT}"]),
+        (
+            "verl",
+            [
+                "trainer.resume_mode=resume_path",
+                f"trainer.resume_from_path={CKPT}",
+                "trainer.default_local_dir=/data/run",
+            ],
+        ),
+    ],
+)
+def test_framework_overrides_never_end_in_a_slash(framework, expected, path):
+    assert resume_overrides(framework, path) == expected
+
+
+def test_the_step_the_frameworks_parse_back_is_the_folders_step():
+    for override in resume_overrides("verl", CKPT + "/") + resume_overrides("rlinf", CKPT):
+        value = override.split("=", 1)[1]
+        if "global_step_" in value:
+            assert int(value.split("global_step_")[-1]) == 150
+
+
+def test_custom_template_is_split_like_a_shell_and_filled_per_word():
+    template = "--load '{path}' --start-step={step} --note 'two words'"
+    path = "/data/my run/global_step_007/"
+    assert resume_overrides("custom", path, custom_template=template) == [
+        "--load",
+        "/data/my run/global_step_007",
+        "--start-step=7",
+        "--note",
+        "two words",
+    ]
+
+
+def test_relative_path_is_kept_for_rlinf_but_refused_for_verl():
+    assert resume_overrides("rlinf", "ckpts/global_step_3") == [
+        "runner.resume_dir=ckpts/global_step_3"
+    ]
+    with pytest.raises(ValueError, match="absolute"):
+        resume_overrides("verl", "ckpts/global_step_3")
+
+
+@pytest.mark.parametrize(
+    ("framework", "path", "template", "words"),
+    [
+        ("megatron", CKPT, None, "unknown framework"),
+        ("rljob", "/data/run/latest", None, "no global_step_N"),
+        ("verl", "/data/my run/global_step_1", None, "misread"),
+        ("rlinf", "/data/a,b/global_step_1", None, "misread"),
+        ("rljob", "/", None, "not a checkpoint folder"),
+        ("custom", CKPT, None, "needs a template"),
+        ("custom", CKPT, "--from {dir}", "only {path} and {step}"),
+        ("custom", CKPT, "--from {path.parent}", "only {path} and {step}"),
+        ("custom", "/data/latest", "--step {step}", "uses {step}"),
+        ("custom", CKPT, "--from '{path}", "bad custom resume template"),
+    ],
+)
+def test_bad_requests_raise_value_error(framework, path, template, words):
+    with pytest.raises(ValueError, match=words.replace("{", r"\{").replace("}", r"\}")):
+        resume_overrides(framework, path, custom_template=template)
