@@ -1,0 +1,175 @@
+"""Launch the trainer (under torchrun or alone) on CPU, kill it, and read what it wrote."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from rljob_trainer.metrics import read_metrics
+from safetensors.torch import load_file
+
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+# Small and fast: a run of a dozen steps takes seconds on a shared 2-core machine.
+TINY = [
+    "runner.device=cpu",
+    "model.n_layers=2",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.d_ff=64",
+    "algorithm.group_size=4",
+    "data.prompts_per_step=4",
+]
+# Metrics an uninterrupted and a resumed run must agree on exactly (time fields excluded).
+EXACT_METRICS = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    env.update(extra or {})
+    return env
+
+
+def trainer_command(output_dir: Path, overrides: list[str], nproc: int) -> list[str]:
+    args = ["-m", "rljob_trainer", f"runner.output_dir={output_dir}", *TINY, *overrides]
+    if nproc == 1:
+        return [sys.executable, *args]
+    return [
+        str(TORCHRUN),
+        f"--nproc_per_node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=localhost:{free_port()}",
+        *args,
+    ]
+
+
+@dataclass
+class Run:
+    output_dir: Path
+    log_path: Path
+    process: subprocess.Popen
+
+    @property
+    def experiment_dir(self) -> Path:
+        return self.output_dir / "grpo_tiny"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.experiment_dir / "checkpoints"
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait(self, timeout: float = 300) -> int:
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(self.process.pid, signal.SIGKILL)
+            raise
+
+    def progress(self) -> dict[str, Any] | None:
+        try:
+            return json.loads((self.checkpoint_dir / "progress.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+
+def start(
+    output_dir: Path,
+    overrides: list[str],
+    nproc: int = 2,
+    env: dict[str, str] | None = None,
+    log_name: str = "run",
+) -> Run:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    log_path = output_dir / f"{log_name}.log"
+    with log_path.open("a") as log:
+        process = subprocess.Popen(
+            trainer_command(output_dir, overrides, nproc),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=trainer_env(env),
+            start_new_session=True,
+        )
+    return Run(output_dir, log_path, process)
+
+
+def run(output_dir: Path, overrides: list[str], nproc: int = 2, **kwargs: Any) -> Run:
+    handle = start(output_dir, overrides, nproc, **kwargs)
+    handle.wait()
+    return handle
+
+
+def descendants(pid: int) -> list[int]:
+    """All processes below `pid` (torchrun starts each worker in a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_tree(pid: int, sig: signal.Signals) -> None:
+    """Like a node losing power: the launcher and every worker at once."""
+    for target in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(target, sig)
+
+
+def wait_for_step(handle: Run, step: int, timeout: float = 180) -> int:
+    """Poll progress.json until the run finished `step`; return the step it shows."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        progress = handle.progress()
+        if progress and progress["step"] >= step:
+            return progress["step"]
+        if handle.process.poll() is not None:
+            raise AssertionError(f"trainer exited early:\n{handle.log()[-3000:]}")
+        time.sleep(0.02)
+    raise AssertionError(f"step {step} not reached in {timeout}s:\n{handle.log()[-3000:]}")
+
+
+def final_weights(handle: Run, step: int) -> dict[str, torch.Tensor]:
+    path = handle.checkpoint_dir / f"global_step_{step}" / "actor" / "model" / "model.safetensors"
+    return load_file(str(path))
+
+
+def metrics(handle: Run) -> list[dict[str, Any]]:
+    return read_metrics(handle.experiment_dir / "metrics.jsonl")
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert sorted(a) == sorted(b)
+    different = [k for k in a if not torch.equal(a[k], b[k])]
+    assert not different, f"weights differ bitwise in {different}"
+
+
+def assert_same_metrics(reference: list[dict[str, Any]], other: list[dict[str, Any]]) -> None:
+    assert [e["step"] for e in other] == [e["step"] for e in reference], "steps logged differ"
+    for ref, got in zip(reference, other, strict=True):
+        for key in EXACT_METRICS:
+            assert got[key] == ref[key], f"step {ref['step']}: {key} {got[key]!r} != {ref[key]!r}"

@@ -1,0 +1,47 @@
+"""Single-process runs: the policy learns, and a checkpoint request stops the run with 75."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import metrics, run
+from rljob_operator.checkpoints.manifest import MANIFEST_NAME
+from rljob_operator.contract import ENV_CHECKPOINT_REQUEST_FILE, EXIT_CHECKPOINTED_ON_REQUEST
+
+
+def test_reward_rises(tmp_path: Path) -> None:
+    handle = run(
+        tmp_path,
+        ["runner.max_steps=40", "runner.save_interval=100", "algorithm.lr=3e-3"],
+        nproc=1,
+    )
+    assert handle.process.returncode == 0, handle.log()[-3000:]
+    rewards = [e["reward"] for e in metrics(handle)]
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > first + 0.05, f"mean reward of the first 10 steps {first}, last 10 {last}"
+
+
+def test_checkpoint_request_file_stops_with_75(tmp_path: Path) -> None:
+    request = tmp_path / "checkpoint-request"
+    request.write_text("")  # projected but empty: no request
+    handle = run(
+        tmp_path,
+        ["runner.max_steps=3", "runner.save_interval=100"],
+        nproc=1,
+        env={ENV_CHECKPOINT_REQUEST_FILE: str(request)},
+    )
+    assert handle.process.returncode == 0, handle.log()[-3000:]
+    assert sorted(p.name for p in handle.checkpoint_dir.glob("global_step_*")) == ["global_step_3"]
+
+    request.write_text("2026-01-01T00:00:00Z")  # the operator annotated the pod
+    stopped = run(
+        tmp_path,
+        ["runner.max_steps=10", "runner.save_interval=100"],
+        nproc=1,
+        env={ENV_CHECKPOINT_REQUEST_FILE: str(request)},
+    )
+    assert stopped.process.returncode == EXIT_CHECKPOINTED_ON_REQUEST, stopped.log()[-3000:]
+    assert (handle.checkpoint_dir / "global_step_4" / MANIFEST_NAME).is_file()
+    progress = stopped.progress()
+    assert progress is not None
+    assert (progress["step"], progress["status"]) == (4, "checkpointed_on_request")

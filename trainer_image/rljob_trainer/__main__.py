@@ -1,0 +1,49 @@
+"""`python -m rljob_trainer --config <file.yaml> [key=value ...]`, under torchrun or alone."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from rljob_trainer.config import ConfigError, load_config
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m rljob_trainer",
+        description="Resumable GRPO trainer on FSDP2. Run under torchrun for several ranks.",
+    )
+    parser.add_argument(
+        "--config", help="YAML config file (default: the packaged configs/grpo_tiny.yaml)"
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="dotted overrides, e.g. runner.max_steps=50",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    logging.basicConfig(
+        level=logging.INFO if rank == 0 else logging.WARNING,
+        format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"rljob_trainer: config error: {exc}", file=sys.stderr)
+        return 2
+    from rljob_trainer.train import run  # torch is imported only once the config is valid
+
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""Checkpoints: `<checkpoint_dir>/global_step_N/`, sealed by the rljob manifest, written last.
+
+Layout of one checkpoint (RLinf's FSDP layout plus the manifest):
+
+    global_step_N/
+      actor/__<rank>_0.distcp, actor/.metadata   DCP shards: model, optimizer, lr_scheduler,
+                                                 train_state, rng (one key per rank)
+      actor/model/model.safetensors, config.json the full model, gathered by rank 0
+      data/data.pt                               the prompt sampler (same on every rank)
+      rljob_manifest.json                        written by rank 0 after every rank finished
+
+A folder without a readable manifest is never loaded. With async saving the DCP write and rank
+0's extra files run in the background; the manifest is written once every rank has agreed, at
+a step boundary, that its part is on disk. At most one save is in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from rljob_operator.checkpoints.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from rljob_operator.contract import STEP_DIR_PREFIX
+from safetensors.torch import save_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.stateful import Stateful
+
+from rljob_trainer.data import PromptSampler
+from rljob_trainer.state import RNGState, TrainState
+
+log = logging.getLogger(__name__)
+
+ACTOR_DIR = "actor"
+MODEL_DIR = "actor/model"
+DATA_FILE = "data/data.pt"
+SAFETENSORS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+# Fault injection for tests: rank 0 SIGKILLs itself after the shards of this step are written
+# and before the manifest, leaving exactly the torn folder a preemption would leave.
+ENV_TEST_KILL_BEFORE_MANIFEST = "RLJOB_TRAINER_TEST_KILL_BEFORE_MANIFEST"
+
+_STEP_DIR = re.compile(re.escape(STEP_DIR_PREFIX) + r"(\d+)")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be used, with the reason and the folder in the message."""
+
+
+def step_dir_name(step: int) -> str:
+    return f"{STEP_DIR_PREFIX}{step}"
+
+
+def step_of(name: str) -> int | None:
+    """The step of a `global_step_N` folder name, None for any other name."""
+    match = _STEP_DIR.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def incomplete_reason(folder: Path) -> str | None:
+    """Why `folder` is not a complete trainer checkpoint, or None if it is one.
+
+    Checks the manifest and the size of every file it names (not the checksums: the operator's
+    verifier does that); a torn folder has no manifest, since the manifest is written last.
+    """
+    if not folder.is_dir():
+        return "it does not exist or is not a folder"
+    if not (folder / MANIFEST_NAME).is_file():
+        return f"it has no {MANIFEST_NAME}, so it was not completely written"
+    try:
+        manifest = read_manifest(folder)
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    listed = {entry.path: entry.size for entry in manifest.files}
+    if f"{ACTOR_DIR}/.metadata" not in listed:
+        return f"its manifest lists no {ACTOR_DIR}/.metadata, so it is not a trainer checkpoint"
+    for rel, size in listed.items():
+        path = folder / rel
+        if not path.is_file():
+            return f"{rel} named in its manifest is missing"
+        if path.stat().st_size != size:
+            return f"{rel} has {path.stat().st_size} bytes, its manifest says {size}"
+    return None
+
+
+def list_checkpoints(checkpoint_dir: Path) -> list[tuple[str, bool]]:
+    """(name, complete) of every `global_step_N` folder; other names are not listed."""
+    if not checkpoint_dir.is_dir():
+        return []
+    return [
+        (p.name, incomplete_reason(p) is None)
+        for p in checkpoint_dir.iterdir()
+        if p.is_dir() and step_of(p.name) is not None
+    ]
+
+
+def newest_complete(checkpoint_dir: Path) -> Path | None:
+    complete = [name for name, ok in list_checkpoints(checkpoint_dir) if ok]
+    if not complete:
+        return None
+    return checkpoint_dir / max(complete, key=lambda name: step_of(name) or 0)
+
+
+def choose_checkpoints_to_delete(entries: Iterable[tuple[str, bool]], keep: int) -> list[str]:
+    """The folders retention removes: complete `global_step_N` beyond the `keep` newest.
+
+    `entries` are (folder name, complete). keep == 0 keeps everything. Incomplete folders (one
+    being written, or torn by a crash: never loaded, overwritten when that step is saved again)
+    and names that are not `global_step_N` are never chosen, nor is the newest complete one.
+    """
+    if keep <= 0:
+        return []
+    complete = sorted(
+        ((step_of(name), name) for name, ok in entries if ok and step_of(name) is not None),
+        reverse=True,
+    )
+    return [name for _, name in sorted(complete[keep:])]
+
+
+def write_extras(
+    folder: Path,
+    data_state: Mapping[str, Any],
+    full_model: dict[str, torch.Tensor] | None,
+    model_config: Mapping[str, Any],
+) -> None:
+    """Rank 0's files: the sampler state, and the full model as safetensors + config.json."""
+    (folder / DATA_FILE).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(data_state), folder / DATA_FILE)
+    if full_model is not None:
+        model_dir = folder / MODEL_DIR
+        model_dir.mkdir(parents=True, exist_ok=True)
+        save_file(full_model, str(model_dir / SAFETENSORS_NAME), metadata={"format": "pt"})
+        (model_dir / CONFIG_NAME).write_text(
+            json.dumps(dict(model_config), indent=2, sort_keys=True) + "\n"
+        )
+
+
+class CheckpointManager:
+    """Saves, seals, purges and loads checkpoints; every rank holds one, rank 0 writes the rest.
+
+    `states` is the dict handed to DCP (model, optimizer, lr_scheduler, train_state, rng).
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: Path,
+        states: dict[str, Stateful],
+        sampler: PromptSampler,
+        model: nn.Module,
+        model_config: Mapping[str, Any],
+        *,
+        async_save: bool,
+        keep: int,
+        save_full_model: bool,
+    ) -> None:
+        self.checkpoint_dir = checkpoint_dir
+        self.states = states
+        self.sampler = sampler
+        self.model = model
+        self.model_config = model_config
+        self.async_save = async_save
+        self.keep = keep
+        self.save_full_model = save_full_model
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        # Async DCP runs its collectives in a background thread; a group of its own keeps them
+        # from interleaving with the training collectives on the default group.
+        self.pg = dist.new_group(backend="gloo") if async_save else None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rljob-ckpt")
+        self._inflight: list[Future] = []
+        self._unsealed: tuple[int, Path] | None = None
+
+    # ----------------------------------------------------------------------------- resume
+    def resolve_resume_dir(self, resume_dir: str | None, auto_resume: bool) -> Path | None:
+        """The explicit resume_dir, else (auto_resume) the newest complete checkpoint; rank 0
+        decides and every rank gets its answer, so all ranks load the same folder."""
+        choice: list[str | None] = [None]
+        if self.rank == 0:
+            if resume_dir:
+                choice[0] = str(Path(resume_dir))
+            elif auto_resume:
+                newest = newest_complete(self.checkpoint_dir)
+                choice[0] = str(newest) if newest else None
+        dist.broadcast_object_list(choice, src=0)
+        return Path(choice[0]) if choice[0] else None
+
+    def load(self, folder: Path, allow_world_size_change: bool) -> int:
+        """Restore every state from a complete checkpoint; return its step."""
+        reasons: list[str | None] = [incomplete_reason(folder) if self.rank == 0 else None]
+        dist.broadcast_object_list(reasons, src=0)
+        if reasons[0] is not None:
+            raise CheckpointError(f"refusing to resume from {folder}: {reasons[0]}")
+        manifest = read_manifest(folder)
+        states = dict(self.states)
+        rng = states["rng"]
+        assert isinstance(rng, RNGState)
+        if manifest.world_size != self.world_size:
+            if not allow_world_size_change:
+                raise CheckpointError(
+                    f"{folder} was written by {manifest.world_size} ranks and this run has "
+                    f"{self.world_size}: the model and optimizer would be re-sharded, but the "
+                    "per-rank random state cannot carry over, so the run would not be bit-exact. "
+                    "Set runner.allow_world_size_change=true to resume anyway with reseeded "
+                    "random state, or run with the original number of ranks."
+                )
+            del states["rng"]
+        dcp.load(states, checkpoint_id=folder / ACTOR_DIR)
+        self.sampler.load_state_dict(torch.load(folder / DATA_FILE, weights_only=True))
+        train_state = self.states["train_state"]
+        assert isinstance(train_state, TrainState)
+        if train_state.step != manifest.step:
+            raise CheckpointError(
+                f"{folder}: its manifest says step {manifest.step}, its train state step "
+                f"{train_state.step}"
+            )
+        if "rng" not in states:
+            log.warning(
+                "world size changed from %d to %d: reseeded per-rank random state at step %d; "
+                "this run is not bit-exact with an uninterrupted one",
+                manifest.world_size,
+                self.world_size,
+                manifest.step,
+            )
+            rng.reseed(manifest.step)
+        return manifest.step
+
+    # ------------------------------------------------------------------------------- save
+    def folder(self, step: int) -> Path:
+        return self.checkpoint_dir / step_dir_name(step)
+
+    def save(self, step: int) -> float:
+        """Checkpoint the current state as step `step`; return the seconds training stalled."""
+        start = time.perf_counter()
+        self.wait()
+        folder = self.folder(step)
+        if self.rank == 0:
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            if folder.exists():
+                # A torn folder of a crashed attempt, or a newer timeline after resuming from an
+                # older checkpoint: either way it is replaced, never mixed with new files.
+                log.warning("removing existing %s before saving step %d", folder, step)
+                shutil.rmtree(folder)
+        dist.barrier()
+        full_model = None
+        if self.save_full_model:
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            gathered = get_model_state_dict(self.model, options=options)
+            # Cloned: with one rank the gathered tensors may alias the live parameters.
+            full_model = {k: v.detach().clone().contiguous() for k, v in gathered.items()}
+        data_state = self.sampler.state_dict()
+        if self.async_save:
+            self._inflight.append(
+                dcp.async_save(self.states, checkpoint_id=folder / ACTOR_DIR, process_group=self.pg)
+            )
+            if self.rank == 0:
+                self._inflight.append(
+                    self._executor.submit(
+                        write_extras, folder, data_state, full_model, self.model_config
+                    )
+                )
+            self._unsealed = (step, folder)
+        else:
+            dcp.save(self.states, checkpoint_id=folder / ACTOR_DIR)
+            if self.rank == 0:
+                write_extras(folder, data_state, full_model, self.model_config)
+            self._unsealed = (step, folder)
+            dist.barrier()
+            self._seal()
+        return time.perf_counter() - start
+
+    def local_done(self) -> bool:
+        """Whether this rank has nothing of a save still running."""
+        return all(f.done() for f in self._inflight)
+
+    @property
+    def unsealed(self) -> bool:
+        return self._unsealed is not None
+
+    def seal_agreed(self) -> None:
+        """Every rank reported local_done(): seal the pending save (rank 0, in the background)."""
+        self._collect()
+        self._seal(background=True)
+
+    def wait(self) -> None:
+        """Block until no save is in flight on any rank and the last one is sealed (collective
+        only if a save is unsealed, which every rank knows alike)."""
+        self._collect()
+        if self._unsealed is not None:
+            dist.barrier()
+            self._seal()
+        self._collect()
+
+    def finish(self) -> None:
+        """At exit: everything written and sealed before any rank leaves (torchrun tears the
+        whole group down as soon as one rank exits with an error code)."""
+        self.wait()
+        dist.barrier()
+        self._executor.shutdown()
+
+    def _collect(self) -> None:
+        futures, self._inflight = self._inflight, []
+        for future in futures:
+            future.result()  # re-raises a failed write here, on the training thread
+
+    def _seal(self, background: bool = False) -> None:
+        assert self._unsealed is not None
+        step, folder = self._unsealed
+        self._unsealed = None
+        if self.rank != 0:
+            return
+        if background:
+            self._inflight.append(
+                self._executor.submit(self._write_manifest_and_purge, step, folder)
+            )
+        else:
+            self._write_manifest_and_purge(step, folder)
+
+    def _write_manifest_and_purge(self, step: int, folder: Path) -> None:
+        if os.environ.get(ENV_TEST_KILL_BEFORE_MANIFEST) == str(step):
+            log.warning(
+                "test hook %s: killing rank 0 before the manifest", ENV_TEST_KILL_BEFORE_MANIFEST
+            )
+            os.kill(os.getpid(), signal.SIGKILL)
+        write_manifest(folder, step, self.world_size)
+        log.info("saved checkpoint %s", folder)
+        for name in choose_checkpoints_to_delete(list_checkpoints(self.checkpoint_dir), self.keep):
+            log.info("retention: removing %s", self.checkpoint_dir / name)
+            shutil.rmtree(self.checkpoint_dir / name, ignore_errors=True)

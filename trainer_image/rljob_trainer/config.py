@@ -1,0 +1,372 @@
+"""The trainer's configuration: nested dataclasses loaded from YAML, env and `key=value` overrides.
+
+Precedence, lowest first: the dataclass defaults, the YAML file, the environment variables the
+operator injects (see `rljob_operator.contract`), then dotted command-line overrides such as
+`runner.save_interval=50`. Every section validates itself in `__post_init__`, so a bad value
+fails at start-up with a message naming the key instead of hours into a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rljob_operator import contract
+
+DEFAULT_CONFIG = "grpo_tiny.yaml"
+
+# Environment variable -> dotted config key it overrides.
+ENV_OVERRIDES: dict[str, str] = {
+    contract.ENV_CHECKPOINT_DIR: "runner.checkpoint_dir",
+    contract.ENV_SAVE_INTERVAL: "runner.save_interval",
+    contract.ENV_MAX_TO_KEEP: "runner.max_num_checkpoints",
+    contract.ENV_RESUME_DIR: "runner.resume_dir",
+    contract.ENV_CHECKPOINT_REQUEST_FILE: "runner.checkpoint_request_file",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or out of range."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass
+class RunnerConfig:
+    """Where a run writes, how often it checkpoints, and how it resumes."""
+
+    output_dir: str = "outputs"
+    """Root folder; a run writes under `<output_dir>/<experiment_name>/`."""
+    experiment_name: str = "grpo_tiny"
+    """Names the run's folder under `output_dir`."""
+    checkpoint_dir: str | None = None
+    """Folder holding the `global_step_N` folders and progress.json.
+    Default `<output_dir>/<experiment_name>/checkpoints`; env RLJOB_CHECKPOINT_DIR."""
+    save_interval: int = 10
+    """Checkpoint every this many steps (and always at the last step); env RLJOB_SAVE_INTERVAL."""
+    max_steps: int = 200
+    """Number of GRPO steps (rollout + update) of the whole run, across restarts."""
+    resume_dir: str | None = None
+    """A complete `global_step_N` folder to resume from; env RLJOB_RESUME_DIR. Wins over
+    auto_resume."""
+    auto_resume: bool = True
+    """Without resume_dir, resume from the newest complete checkpoint in checkpoint_dir, so a
+    restarted job with identical arguments continues where it stopped."""
+    max_num_checkpoints: int = 3
+    """Keep this many newest complete checkpoints; 0 keeps all. Env RLJOB_MAX_TO_KEEP."""
+    seed: int = 1234
+    """Seeds the model initialisation, the data order and every rank's random generators."""
+    async_save: bool = False
+    """Write checkpoints with `dcp.async_save` while training goes on (one save in flight)."""
+    save_full_model: bool = True
+    """Also gather the full model into `actor/model/` (safetensors + config.json) at each save."""
+    allow_world_size_change: bool = False
+    """Resume a checkpoint written by a different number of ranks: model and optimizer are
+    re-sharded, per-rank random state is reseeded, so the run is no longer bit-exact."""
+    checkpoint_request_file: str | None = None
+    """Polled every step; non-empty means: checkpoint now and exit 75.
+    Env RLJOB_CHECKPOINT_REQUEST_FILE."""
+    device: str = "auto"
+    """`auto` (CUDA when available, else CPU), `cpu` or `cuda`."""
+    deterministic: bool = True
+    """Use deterministic kernels, required for bit-exact resume."""
+
+    def __post_init__(self) -> None:
+        _require(bool(self.output_dir), "runner.output_dir must not be empty")
+        _require(bool(self.experiment_name), "runner.experiment_name must not be empty")
+        _require(
+            self.save_interval >= 1, f"runner.save_interval must be >= 1, got {self.save_interval}"
+        )
+        _require(self.max_steps >= 1, f"runner.max_steps must be >= 1, got {self.max_steps}")
+        _require(
+            self.max_num_checkpoints >= 0,
+            "runner.max_num_checkpoints must be >= 0 (0 keeps all), "
+            f"got {self.max_num_checkpoints}",
+        )
+        _require(self.seed >= 0, f"runner.seed must be >= 0, got {self.seed}")
+        _require(
+            self.device in ("auto", "cpu", "cuda"),
+            f"runner.device must be one of auto, cpu, cuda; got {self.device!r}",
+        )
+        if not self.checkpoint_dir:
+            self.checkpoint_dir = str(Path(self.experiment_dir) / "checkpoints")
+
+    @property
+    def experiment_dir(self) -> str:
+        return str(Path(self.output_dir) / self.experiment_name)
+
+
+@dataclass
+class ModelConfig:
+    """A decoder-only transformer; the vocabulary comes from the task's tokenizer."""
+
+    n_layers: int = 2
+    """Number of transformer blocks."""
+    d_model: int = 64
+    """Width of the residual stream."""
+    n_heads: int = 4
+    """Attention heads; must divide d_model."""
+    d_ff: int = 256
+    """Hidden width of each block's MLP."""
+    max_seq_len: int = 16
+    """Longest prompt + completion the position embedding covers."""
+    norm: str = "rmsnorm"
+    """`rmsnorm` or `layernorm`."""
+    tie_embeddings: bool = True
+    """Use the token embedding as the output head."""
+    init_std: float = 0.02
+    """Standard deviation of the normal initialisation of linear and embedding weights."""
+
+    def __post_init__(self) -> None:
+        _require(self.n_layers >= 1, f"model.n_layers must be >= 1, got {self.n_layers}")
+        _require(self.n_heads >= 1, f"model.n_heads must be >= 1, got {self.n_heads}")
+        _require(
+            self.d_model >= 1 and self.d_model % self.n_heads == 0,
+            f"model.d_model ({self.d_model}) must be a positive multiple of model.n_heads "
+            f"({self.n_heads})",
+        )
+        _require(self.d_ff >= 1, f"model.d_ff must be >= 1, got {self.d_ff}")
+        _require(self.max_seq_len >= 2, f"model.max_seq_len must be >= 2, got {self.max_seq_len}")
+        _require(
+            self.norm in ("rmsnorm", "layernorm"),
+            f"model.norm must be rmsnorm or layernorm, got {self.norm!r}",
+        )
+        _require(self.init_std > 0, f"model.init_std must be > 0, got {self.init_std}")
+
+
+@dataclass
+class AlgorithmConfig:
+    """GRPO: group sampling, group-normalised advantages, clipped ratio loss, KL to a reference."""
+
+    group_size: int = 8
+    """Completions sampled per prompt; advantages are normalised within each group."""
+    clip_ratio: float = 0.2
+    """PPO clip range of the probability ratio against the sampling-time policy."""
+    kl_coef: float = 0.02
+    """Weight of the KL penalty to the frozen initial policy; 0 skips the reference model."""
+    lr: float = 1e-3
+    """Peak learning rate of AdamW."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 5
+    """Linear learning-rate warm-up, in steps; constant afterwards."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this value."""
+    update_epochs: int = 2
+    """Optimizer updates per batch of rollouts; beyond the first the ratio clip matters."""
+    temperature: float = 1.0
+    """Sampling temperature, also applied to the log-probabilities of the loss."""
+    max_new_tokens: int = 3
+    """Completion length budget, end-of-sequence token included."""
+    adv_eps: float = 1e-6
+    """Added to the group standard deviation; a group with equal rewards gets zero advantage."""
+
+    def __post_init__(self) -> None:
+        _require(self.group_size >= 2, f"algorithm.group_size must be >= 2, got {self.group_size}")
+        _require(
+            0 < self.clip_ratio < 1,
+            f"algorithm.clip_ratio must be in (0, 1), got {self.clip_ratio}",
+        )
+        _require(self.kl_coef >= 0, f"algorithm.kl_coef must be >= 0, got {self.kl_coef}")
+        _require(self.lr > 0, f"algorithm.lr must be > 0, got {self.lr}")
+        _require(
+            self.weight_decay >= 0, f"algorithm.weight_decay must be >= 0, got {self.weight_decay}"
+        )
+        _require(
+            self.warmup_steps >= 0, f"algorithm.warmup_steps must be >= 0, got {self.warmup_steps}"
+        )
+        _require(
+            self.max_grad_norm > 0, f"algorithm.max_grad_norm must be > 0, got {self.max_grad_norm}"
+        )
+        _require(
+            self.update_epochs >= 1,
+            f"algorithm.update_epochs must be >= 1, got {self.update_epochs}",
+        )
+        _require(self.temperature > 0, f"algorithm.temperature must be > 0, got {self.temperature}")
+        _require(
+            self.max_new_tokens >= 1,
+            f"algorithm.max_new_tokens must be >= 1, got {self.max_new_tokens}",
+        )
+        _require(self.adv_eps > 0, f"algorithm.adv_eps must be > 0, got {self.adv_eps}")
+
+
+@dataclass
+class DataConfig:
+    """The addition task: prompts `a+b=` with zero-padded operands, answer the decimal sum."""
+
+    max_operand: int = 9
+    """Operands are drawn from 0..max_operand (all pairs form the data set)."""
+    prompts_per_step: int = 8
+    """Prompts per step over all ranks; must be divisible by the number of ranks."""
+    format_reward: float = 0.1
+    """Reward of a well-formed but wrong answer (digits then end-of-sequence); exact is 1."""
+
+    def __post_init__(self) -> None:
+        _require(self.max_operand >= 1, f"data.max_operand must be >= 1, got {self.max_operand}")
+        _require(
+            self.prompts_per_step >= 1,
+            f"data.prompts_per_step must be >= 1, got {self.prompts_per_step}",
+        )
+        _require(
+            0 <= self.format_reward < 1,
+            f"data.format_reward must be in [0, 1), got {self.format_reward}",
+        )
+
+
+@dataclass
+class TrainerConfig:
+    """The whole run; one section per component."""
+
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+    def __post_init__(self) -> None:
+        # Imported here: the task module needs nothing from config, but keep the import graph flat.
+        from rljob_trainer.task import AdditionTask
+
+        task = AdditionTask(self.data.max_operand, self.data.format_reward)
+        _require(
+            self.algorithm.max_new_tokens >= task.max_answer_tokens,
+            f"algorithm.max_new_tokens ({self.algorithm.max_new_tokens}) cannot hold the longest "
+            f"answer plus end-of-sequence ({task.max_answer_tokens} tokens)",
+        )
+        needed = task.prompt_tokens + self.algorithm.max_new_tokens
+        _require(
+            self.model.max_seq_len >= needed,
+            f"model.max_seq_len ({self.model.max_seq_len}) must be >= prompt + completion "
+            f"length ({needed})",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Convert a YAML value or an override string to the field's declared type."""
+    optional = False
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(annotation))
+        annotation = args[0]
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("", "null")):
+        _require(optional, f"{key} must not be null")
+        return None
+    if annotation is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+        _require(isinstance(value, bool), f"{key} must be true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"{key} must be an integer, got {value!r}") from None
+        _require(
+            isinstance(value, int) and not isinstance(value, bool),
+            f"{key} must be an integer, got {value!r}",
+        )
+        return value
+    if annotation is float:
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                raise ConfigError(f"{key} must be a number, got {value!r}") from None
+        _require(
+            isinstance(value, int | float) and not isinstance(value, bool),
+            f"{key} must be a number, got {value!r}",
+        )
+        return float(value)
+    if annotation is str:
+        _require(isinstance(value, str | int | float), f"{key} must be a string, got {value!r}")
+        return str(value)
+    raise ConfigError(f"{key}: unsupported field type {annotation!r}")
+
+
+def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{prefix.rstrip('.') or 'the config'} must be a mapping, got {values!r}")
+    hints = _field_types(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ConfigError(
+            f"unknown key(s) {', '.join(prefix + k for k in unknown)}; "
+            f"valid keys here: {', '.join(prefix + n for n in names)}"
+        )
+    kwargs = {}
+    for name in names:
+        if name not in values:
+            continue
+        annotation = hints[name]
+        if dataclasses.is_dataclass(annotation):
+            kwargs[name] = _build(annotation, values[name] or {}, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(values[name], annotation, prefix + name)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    _require(all(parts), f"malformed override key {key!r}")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {key!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, str]:
+    """`runner.save_interval=50` -> ("runner.save_interval", "50"); the field's type converts it."""
+    key, sep, value = item.partition("=")
+    _require(bool(sep) and bool(key.strip()), f"override {item!r} is not of the form key=value")
+    return key.strip(), value
+
+
+def default_config_path() -> Path:
+    return Path(str(resources.files("rljob_trainer").joinpath("configs", DEFAULT_CONFIG)))
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> TrainerConfig:
+    """YAML file (default: the packaged grpo_tiny.yaml), then env, then `key=value` overrides."""
+    env = os.environ if env is None else env
+    config_path = Path(path) if path is not None else default_config_path()
+    try:
+        tree = yaml.safe_load(config_path.read_text()) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {config_path}: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {config_path} is not valid YAML: {exc}") from exc
+    if not isinstance(tree, dict):
+        raise ConfigError(f"config file {config_path} must hold a mapping at the top level")
+    for var, key in ENV_OVERRIDES.items():
+        if env.get(var):
+            _set_dotted(tree, key, env[var])
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(tree, key, value)
+    return _build(TrainerConfig, tree, "")

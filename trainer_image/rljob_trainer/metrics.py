@@ -1,0 +1,67 @@
+"""Rank 0's records: metrics.jsonl (one JSON object per step) and progress.json.
+
+metrics.jsonl is appended to. A crashed attempt may have logged steps after the checkpoint the
+next attempt resumes from; on start, entries with a step after the starting step are dropped
+(the file is rewritten atomically), so the file always holds one entry per step, and for a
+bit-exact resume the same entries an uninterrupted run would have logged (time aside).
+
+progress.json, next to the global_step_N folders, holds the last finished step; the operator
+compares it with the step it resumes from to count lost work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rljob_operator.checkpoints.manifest import write_atomically
+from rljob_operator.contract import PROGRESS_FILE_NAME
+
+METRICS_FILE_NAME = "metrics.jsonl"
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every well-formed entry; a line torn by a crash is skipped."""
+    entries = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("step"), int):
+                entries.append(entry)
+    return entries
+
+
+class MetricsLog:
+    def __init__(self, path: Path, start_step: int) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [e for e in read_metrics(path) if e["step"] <= start_step]
+        if path.exists():
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(e) + "\n" for e in kept))
+            os.replace(tmp, path)
+
+    def write(self, entry: dict[str, Any]) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(entry) + "\n")
+
+
+def write_progress(checkpoint_dir: Path, step: int, attempt: int | None, status: str) -> None:
+    """status: running, finished, or checkpointed_on_request."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    progress = {
+        "step": step,
+        "time": datetime.fromtimestamp(now, UTC).isoformat(),
+        "unix_time": now,
+        "attempt": attempt,
+        "status": status,
+    }
+    write_atomically(checkpoint_dir / PROGRESS_FILE_NAME, json.dumps(progress) + "\n")
