@@ -32,7 +32,8 @@ def main() -> int:
         kubectl("wait", "--for=condition=Established", "crd/rltrainingjobs.rljob.io")
         env = dict(os.environ, KUBECONFIG=str(kubeconfig))
         operator = subprocess.Popen(
-            [sys.executable, "-m", "rljob_operator", "operator", "--standalone", "-n", "default"],
+            [sys.executable, "-m", "rljob_operator", "operator", "--standalone",
+             "-n", "default", "--metrics-port", "0"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         kubectl("apply", "-f", str(REPO / "examples" / "grpo-demo.yaml"))

@@ -94,10 +94,6 @@ def crd(cluster_name: str) -> str:
 @pytest.fixture
 def operator(kubeconfig: Path, namespace: str, crd: str, tmp_path: Path):
     """`rljob operator` as a real process watching the test's namespace; restartable."""
-    from operator_process import OperatorProcess
+    from operator_process import OperatorProcess, run_operator
 
-    process = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log")
-    process.start()
-    yield process
-    process.stop()
-    print(f"--- operator log ---\n{process.log()}")  # shown by pytest when the test failed
+    yield from run_operator(OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log"))

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+
+from rljob_operator import constants as c
+from rljob_testenv import binaries
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class OperatorProcess:
@@ -15,13 +27,14 @@ class OperatorProcess:
         self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log_path
         self.env = env
         self.proc: subprocess.Popen | None = None
+        self.metrics_port = free_port()
 
     def start(self) -> None:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1", **self.env)
         log = self.log_path.open("a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rljob_operator", "operator", "--standalone",
-             "--namespace", self.namespace],
+             "--namespace", self.namespace, "--metrics-port", str(self.metrics_port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 30
@@ -46,5 +59,51 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics") as reply:
+            return reply.read().decode()
+
     def log(self) -> str:
         return self.log_path.read_text()
+
+
+def run_operator(process: OperatorProcess) -> Iterator[OperatorProcess]:
+    """Run the operator for a test; at the end, delete the test's jobs while it still runs,
+    so that it releases their pods, as a user's `kubectl delete rltj` would."""
+    process.start()
+    yield process
+    try:
+        if process.proc and process.proc.poll() is None:
+            delete_jobs_and_wait(process)
+    finally:
+        process.stop()
+        print(f"--- operator log ---\n{process.log()}")  # pytest shows it when the test failed
+
+
+def delete_jobs_and_wait(process: OperatorProcess, timeout: float = 30) -> None:
+    kubectl = [
+        str(binaries.require("kubectl")),
+        "--kubeconfig",
+        str(process.kubeconfig),
+        "-n",
+        process.namespace,
+    ]
+    deleted = subprocess.run(
+        [*kubectl, "delete", "rltj", "--all", "--wait=false"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if deleted.returncode != 0:
+        print(f"deleting the test's jobs failed: {deleted.stderr.strip()}")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = subprocess.run(
+            [*kubectl, "get", "pods", "-l", c.LABEL_JOB, "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        if not left:
+            return
+        time.sleep(0.5)

@@ -26,14 +26,41 @@ HELM_VERSION = "v3.22.0"
 
 # Kubernetes' own go.mod points these at ./staging; a wrapper module must pin each
 # one to the published v0.X.Y that matches the release.
-KUBERNETES_STAGING_MODULES = (
-    "api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider "
-    "cluster-bootstrap code-generator component-base component-helpers controller-manager "
-    "cri-api cri-client cri-streaming csi-translation-lib dynamic-resource-allocation "
-    "endpointslice externaljwt kms kube-aggregator kube-controller-manager kube-proxy "
-    "kube-scheduler kubectl kubelet metrics mount-utils pod-security-admission "
-    "sample-apiserver sample-cli-plugin sample-controller streaming"
-).split()
+KUBERNETES_STAGING_MODULES = [
+    "api",
+    "apiextensions-apiserver",
+    "apimachinery",
+    "apiserver",
+    "cli-runtime",
+    "client-go",
+    "cloud-provider",
+    "cluster-bootstrap",
+    "code-generator",
+    "component-base",
+    "component-helpers",
+    "controller-manager",
+    "cri-api",
+    "cri-client",
+    "cri-streaming",
+    "csi-translation-lib",
+    "dynamic-resource-allocation",
+    "endpointslice",
+    "externaljwt",
+    "kms",
+    "kube-aggregator",
+    "kube-controller-manager",
+    "kube-proxy",
+    "kube-scheduler",
+    "kubectl",
+    "kubelet",
+    "metrics",
+    "mount-utils",
+    "pod-security-admission",
+    "sample-apiserver",
+    "sample-cli-plugin",
+    "sample-controller",
+    "streaming",
+]
 
 BIN_DIR_ENV = "RLJOB_K8S_BIN_DIR"
 CACHE_DIR_ENV = "RLJOB_CACHE_DIR"
@@ -193,7 +220,7 @@ def _run_with_heartbeat(
     assert proc.stdout is not None
     for line in proc.stdout:
         compiled += 1
-        tail = (tail + [line.rstrip()])[-30:]
+        tail = ([*tail, line.rstrip()])[-30:]
     rc = proc.wait()
     done.set()
     if rc != 0:
@@ -243,7 +270,9 @@ def _go_binary_name(package: str) -> str:
     return last
 
 
-def install(names: Iterable[str] | None = None, say: Callable[[str], None] = print) -> dict[str, Path]:
+def install(
+    names: Iterable[str] | None = None, say: Callable[[str], None] = print
+) -> dict[str, Path]:
     """Make every binary available, building what is neither preinstalled nor cached."""
     wanted = set(names or ALL_BINARIES)
     unknown = wanted - set(ALL_BINARIES)

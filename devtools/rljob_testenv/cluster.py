@@ -142,7 +142,9 @@ def gpu_node_manifest(name: str, shape: NodeShape) -> dict:
     }
 
 
-def add_gpu_nodes(name: str, count: int, shape: NodeShape = NodeShape(), prefix: str = "gpu-node") -> list[str]:
+def add_gpu_nodes(
+    name: str, count: int, shape: NodeShape = NodeShape(), prefix: str = "gpu-node"
+) -> list[str]:
     names = [f"{prefix}-{i}" for i in range(count)]
     docs = [gpu_node_manifest(n, shape) for n in names]
     kubectl(name, "apply", "-f", "-", input=yaml.safe_dump_all(docs))
@@ -192,7 +194,9 @@ def up(
         if cluster_dir(name).exists():
             say(f"cluster {name!r} is left over from an earlier run: removing it first")
             down(name, say=lambda _msg: None)
-        say(f"starting cluster {name!r} (kube-apiserver, etcd, scheduler, controller-manager, kwok)")
+        say(
+            f"starting cluster {name!r} (kube-apiserver, etcd, scheduler, controller-manager, kwok)"
+        )
         started = time.monotonic()
         result = _kwokctl(
             [

@@ -14,8 +14,13 @@ LABEL_ATTEMPT = "rljob.io/attempt"
 LABEL_NODE_RANK = "rljob.io/node-rank"
 LABEL_ROLE = "rljob.io/role"
 ROLE_TRAINER = "trainer"
+ROLE_INSPECTOR = "inspector"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rljob-operator"
+
+# Keeps a gang pod, and so the record of why it ended, until the operator has
+# recorded that end in the job's status (as the Job controller's tracking finalizer).
+FINALIZER = "rljob.io/track-end"
 
 TRAINER_CONTAINER = "trainer"
 CHECKPOINT_VOLUME = "checkpoints"

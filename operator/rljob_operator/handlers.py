@@ -1,12 +1,15 @@
 """kopf handlers: thin doors into the one reconcile.
 
-The job's own events, its pods' events and a timer all lead to the same
-idempotent pass; none of them decides anything itself.
+The job's own events, its pods' events and a periodic sweep all lead to the same
+idempotent pass; none of them decides anything itself. The sweep is a plain
+thread rather than a kopf timer, because kopf puts a finalizer on every object
+with a timer, and a job should stay deletable while the operator is down.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 import kopf
@@ -14,41 +17,75 @@ from kubernetes import client, config
 
 from . import constants as c
 from .kube import Kube, KubeError
+from .reconcile.lookup import CheckpointFinder, LookupFailed, LookupPending
 from .reconcile.run import reconcile
-from .resume_lookup import locator_from_env
 
 log = logging.getLogger(__name__)
-RECONCILE_INTERVAL_SECONDS = 5.0
-
-_state: dict[str, Any] = {}
+SWEEP_INTERVAL_SECONDS = 5.0
 
 
-def _kube() -> Kube:
-    if "kube" not in _state:
+class Operator:
+    """The process-wide state: the API client, the checkpoint finder, the known jobs."""
+
+    def __init__(self) -> None:
         try:
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-        _state["kube"] = Kube(client.ApiClient())
-        _state["locator"] = locator_from_env()
-    return _state["kube"]
+        self.kube = Kube(client.ApiClient())
+        self.finder = CheckpointFinder.from_env(self.kube)
+        self.jobs: set[tuple[str, str]] = set()
+        self.stopping = threading.Event()
+
+    def reconcile(self, namespace: str, name: str) -> None:
+        self.jobs.add((namespace, name))
+        try:
+            plan = reconcile(self.kube, namespace, name, self.finder)
+        except LookupPending as exc:
+            log.debug("%s/%s: %s", namespace, name, exc)  # its pod's events bring us back
+            return
+        except LookupFailed as exc:
+            job = self.kube.get_job(namespace, name)
+            if job:
+                self.kube.post_event(job, "Warning", "CheckpointLookupFailed", str(exc))
+            return
+        except KubeError as exc:
+            if exc.status == 403:
+                log.error("rljob lacks a permission it needs: %s", exc)
+            raise
+        if plan is None:
+            self.jobs.discard((namespace, name))
+
+    def sweep(self) -> None:
+        """Every few seconds, a pass over every known job: back-off ends, NotReady
+        tolerances run out and lost nodes are noticed even when no event says so."""
+        while not self.stopping.wait(SWEEP_INTERVAL_SECONDS):
+            for namespace, name in sorted(self.jobs):
+                try:
+                    self.reconcile(namespace, name)
+                except Exception:  # one job's trouble must not stop the sweep of the others
+                    log.exception("%s/%s: reconcile failed", namespace, name)
+
+
+_operator: Operator | None = None
+
+
+def _current() -> Operator:
+    if _operator is None:
+        raise RuntimeError("the operator has not started")
+    return _operator
 
 
 def _reconcile(namespace: str, name: str) -> None:
-    kube = _kube()
     try:
-        plan = reconcile(kube, namespace, name, _state["locator"])
+        _current().reconcile(namespace, name)
     except KubeError as exc:
-        if exc.status == 403:
-            raise kopf.PermanentError(f"rljob lacks a permission it needs: {exc}") from exc
         raise kopf.TemporaryError(str(exc), delay=2) from exc
-    if plan and plan.events:
-        for event in plan.events:
-            log.info("%s/%s %s: %s", namespace, name, event.reason, event.message)
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+    global _operator
     # The CRD's status is structural: keep kopf's own bookkeeping in annotations.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="rljob.io")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -56,19 +93,21 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.posting.enabled = False  # we post our own, richer events
     settings.watching.server_timeout = 300
-    _kube()
+    _operator = Operator()
+    threading.Thread(target=_operator.sweep, name="rljob-sweep", daemon=True).start()
     log.info("rljob operator started")
+
+
+@kopf.on.cleanup()
+def stop(**_: Any) -> None:
+    if _operator:
+        _operator.stopping.set()
 
 
 @kopf.on.resume(c.GROUP, c.VERSION, c.PLURAL)
 @kopf.on.create(c.GROUP, c.VERSION, c.PLURAL)
 @kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
 def job_changed(namespace: str, name: str, **_: Any) -> None:
-    _reconcile(namespace, name)
-
-
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, interval=RECONCILE_INTERVAL_SECONDS)
-def job_timer(namespace: str, name: str, **_: Any) -> None:
     _reconcile(namespace, name)
 
 

@@ -57,6 +57,31 @@ class Kube:
             raise KubeError(f"list pods of {namespace}/{job}", exc) from exc
         return _data(response)["items"]
 
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _data(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeError(f"get pod {namespace}/{name}", exc) from exc
+
+    def annotate_pod(self, namespace: str, name: str, key: str, value: str) -> None:
+        body = {"metadata": {"annotations": {key: value}}}
+        try:
+            self.core.patch_namespaced_pod(name, namespace, body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"annotate pod {namespace}/{name}", exc) from exc
+
+    def release_pod(self, namespace: str, name: str) -> None:
+        """Drop rljob's finalizer from a pod, leaving any other finalizer in place."""
+        body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [c.FINALIZER]}}
+        try:
+            self.core.patch_namespaced_pod(name, namespace, body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"release pod {namespace}/{name}", exc) from exc
+
     def get_nodes(self, names: set[str]) -> dict[str, dict[str, Any] | None]:
         """The named nodes; None for one that no longer exists."""
         nodes: dict[str, dict[str, Any] | None] = {}

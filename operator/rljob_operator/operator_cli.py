@@ -20,6 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--liveness", default=None, help="health endpoint, e.g. http://0.0.0.0:8080/healthz"
     )
+    parser.add_argument(
+        "--metrics-port", type=int, default=8080, help="serve Prometheus /metrics here (0: off)"
+    )
     parser.add_argument("--verbose", "-v", action="store_true")
     parser.set_defaults(handler=run)
 
@@ -33,6 +36,10 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port)
     kopf.run(
         clusterwide=args.all_namespaces,
         namespaces=args.namespace,

@@ -10,7 +10,7 @@ import pytest
 from ckpt_trees import build_dcp, build_rljob, snapshot, write_text
 from rljob_operator.cli import main
 
-LATEST_KEYS = {"found", "step", "path", "layout", "verify", "rejected"}
+LATEST_KEYS = {"progress_step", "found", "step", "path", "layout", "verify", "rejected"}
 REJECTED_KEYS = {"step", "path", "verdict", "reason"}
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from builders import NOW, make_job, make_node, make_pod
 from rljob_operator import constants as c
 from rljob_operator.launcher.pods import ResumeTarget
-from rljob_operator.reconcile.decide import decide, with_status
+from rljob_operator.reconcile.decide import LookupResult, decide, with_status
 
 NODES = {"gpu-node-0": make_node("gpu-node-0"), "gpu-node-1": make_node("gpu-node-1")}
 
@@ -55,7 +55,7 @@ def test_auto_resume_asks_for_a_checkpoint_lookup_before_creating_pods():
 def test_auto_resume_injects_the_latest_checkpoint_into_every_pod():
     target = ResumeTarget("/checkpoints/global_step_150", 150)
 
-    plan = decide(make_job(), [], NODES, NOW, latest_checkpoint=target, checkpoint_looked_up=True)
+    plan = decide(make_job(), [], NODES, NOW, LookupResult(target))
 
     for pod in (o for o in plan.create if o["kind"] == "Pod"):
         container = pod["spec"]["containers"][0]
@@ -231,23 +231,18 @@ def test_recovery_records_gang_creation_and_first_running_pod():
     ended = decide(job, pods_of(job, disruption="PreemptionByScheduler"), NODES, NOW)
     job = with_status(job, ended.status)
 
-    recreated = decide(
-        job,
-        [],
-        NODES,
-        NOW + timedelta(seconds=1),
-        ResumeTarget("/checkpoints/global_step_20", 20),
-        True,
-    )
+    lookup = LookupResult(ResumeTarget("/checkpoints/global_step_20", 20), last_finished_step=27)
+    recreated = decide(job, [], NODES, NOW + timedelta(seconds=1), lookup)
     job = with_status(job, recreated.status)
     running = decide(job, pods_of(job, attempt=1), NODES, NOW + timedelta(seconds=3))
 
     recovery = running.status["recoveries"][-1]
     assert recovery["attempt"] == 1
-    assert recovery["detectedAt"] == "2026-11-29T12:00:00Z"
-    assert recovery["gangCreatedAt"] == "2026-11-29T12:00:01Z"
-    assert recovery["firstRunningAt"] == "2026-11-29T12:00:03Z"
+    assert recovery["detectedAt"] == "2026-11-29T12:00:00.000000Z"
+    assert recovery["gangCreatedAt"] == "2026-11-29T12:00:01.000000Z"
+    assert recovery["firstRunningAt"] == "2026-11-29T12:00:03.000000Z"
     assert recovery["resumedFromStep"] == 20
+    assert (recovery["lastFinishedStep"], recovery["lostSteps"]) == (27, 7)
     assert running.status["phase"] == c.RUNNING
 
 
@@ -309,3 +304,112 @@ def test_condition_keeps_its_transition_time_when_only_the_message_changes():
     running = next(x for x in again.status["conditions"] if x["type"] == "Running")
     assert running["lastTransitionTime"] == "2026-11-29T12:00:00Z"
     assert again.events == []
+
+
+def test_no_checkpoint_found_starts_fresh_and_says_why():
+    lookup = LookupResult(
+        None, None, "no complete checkpoint in /checkpoints. step 30: incomplete (no manifest)"
+    )
+
+    plan = decide(make_job(), [], NODES, NOW, lookup)
+
+    assert created_pod_names(plan) == ["grpo-a0-n0", "grpo-a0-n1"]
+    fresh = next(e for e in plan.events if e.reason == "FreshStart")
+    assert "step 30: incomplete" in fresh.message
+    assert "resumeFrom" not in plan.status
+
+
+def crashed_after_resuming_from(step, progress):
+    """A job whose attempt 1 resumed from `step` and failed; the lookup sees `progress`."""
+    path = f"/checkpoints/global_step_{step}"
+    job = with_status(make_job(), {
+        "attempt": 2, "failures": 1, "phase": c.RESTARTING,
+        "resumeFrom": {"step": step, "path": path},
+        "lastEnd": {"attempt": 1, "kind": "Failure", "reason": "ExitCode"},
+    })  # fmt: skip
+    return job, LookupResult(ResumeTarget(path, step), last_finished_step=progress)
+
+
+def test_checkpoint_the_gang_crashed_loading_is_marked_bad_and_skipped():
+    job, lookup = crashed_after_resuming_from(40, progress=40)
+
+    plan = decide(job, [], NODES, NOW, lookup)
+
+    assert plan.needs_checkpoint_lookup and plan.create == []
+    assert plan.lookup_exclude == ("/checkpoints/global_step_40",)
+    assert plan.status["badCheckpoints"][0]["step"] == 40
+    assert any(e.reason == "CheckpointMarkedBad" for e in plan.events)
+
+    older = LookupResult(ResumeTarget("/checkpoints/global_step_30", 30), last_finished_step=40)
+    retry = decide(with_status(job, plan.status), [], NODES, NOW, older)
+    assert retry.status["resumeFrom"]["step"] == 30
+    assert created_pod_names(retry) == ["grpo-a2-n0", "grpo-a2-n1"]
+
+
+def test_checkpoint_is_not_marked_bad_when_the_gang_made_progress_after_it():
+    job, lookup = crashed_after_resuming_from(40, progress=45)
+
+    plan = decide(job, [], NODES, NOW, lookup)
+
+    assert "badCheckpoints" not in plan.status
+    assert plan.status["resumeFrom"]["step"] == 40
+
+
+def test_termination_taint_asks_every_running_trainer_to_checkpoint_once():
+    job = started(make_job(), phase=c.RUNNING)
+    nodes = {
+        "gpu-node-0": make_node("gpu-node-0", taints=["karpenter.sh/disrupted"]),
+        "gpu-node-1": make_node("gpu-node-1"),
+    }
+
+    plan = decide(job, pods_of(job), nodes, NOW)
+
+    assert sorted(plan.request_checkpoint) == ["grpo-a0-n0", "grpo-a0-n1"]
+    assert plan.status["attempt"] == 0 and plan.delete == []
+    asked = pods_of(job)
+    for pod in asked:
+        pod["metadata"]["annotations"]["rljob.io/checkpoint-request"] = "2026-11-29T12:00:00Z"
+    assert decide(job, asked, nodes, NOW).request_checkpoint == []
+
+
+def test_failure_is_no_reason_to_ask_for_a_checkpoint():
+    job = started(make_job(), phase=c.RUNNING)
+    pods = [
+        make_pod(job, 0, 0, phase="Failed", exit_code=1),
+        make_pod(job, 0, 1, node="gpu-node-1"),
+    ]
+
+    assert decide(job, pods, NODES, NOW).request_checkpoint == []
+
+
+def test_gang_pods_carry_the_finalizer_that_keeps_their_end_readable():
+    plan = decide(make_job(checkpoint={"resume": "never"}), [], NODES, NOW)
+
+    assert all(
+        o["metadata"]["finalizers"] == ["rljob.io/track-end"]
+        for o in plan.create
+        if o["kind"] == "Pod"
+    )
+
+
+def test_finalizers_are_released_once_the_end_is_recorded():
+    job = started(make_job(), phase=c.RUNNING)
+    pods = [
+        make_pod(job, 0, 0, disruption="EvictionByEvictionAPI", deleting=True),
+        make_pod(job, 0, 1, node="gpu-node-1"),
+    ]
+
+    ended = decide(job, pods, NODES, NOW)
+    assert sorted(ended.release) == ["grpo-a0-n0", "grpo-a0-n1"]  # attempt 1 is recorded with them
+
+    running = started(make_job(), phase=c.RUNNING)
+    assert decide(running, pods_of(running), NODES, NOW).release == []
+
+
+def test_finished_job_releases_its_pods():
+    job = started(make_job(), phase=c.RUNNING)
+
+    plan = decide(job, pods_of(job, phase="Succeeded", exit_code=0), NODES, NOW)
+
+    assert plan.status["phase"] == c.SUCCEEDED
+    assert sorted(plan.release) == ["grpo-a0-n0", "grpo-a0-n1"]

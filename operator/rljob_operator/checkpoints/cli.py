@@ -12,6 +12,7 @@ from pathlib import Path
 from .errors import CheckpointInputError
 from .latest import VERIFY_MODES, Judged, find_latest, list_checkpoints, verify_folder
 from .layouts import AUTO, CHOICES
+from .progress import read_progress_step
 from .report import dumps, fit_json
 
 ERRORS = (CheckpointInputError,)
@@ -59,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _latest(args: argparse.Namespace) -> int:
     result = find_latest(args.path, args.layout, args.verify, exclude=args.exclude)
-    payload = result.to_dict()
+    payload = {**result.to_dict(), "progress_step": read_progress_step(args.path)}
     if args.output:
         _write(args.output, fit_json(payload))
     if args.json:

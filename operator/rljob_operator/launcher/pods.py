@@ -8,13 +8,13 @@ pods and a new gang's never share a name.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from .. import constants as c
 from .. import contract
 from ..api.spec import JobSpec
+from ..checkpoints.resume import resume_overrides
 
 
 @dataclass(frozen=True)
@@ -78,21 +78,14 @@ def torchrun_command(entry: tuple[str, ...]) -> list[str]:
 
 
 def resume_arguments(spec: JobSpec, target: ResumeTarget) -> list[str]:
-    """The framework's own switch that makes it resume from `target`."""
-    path = target.path.rstrip("/")
-    if spec.framework in ("rljob", "rlinf"):
-        return [f"runner.resume_dir={path}"]
-    if spec.framework == "verl":
-        parent = path.rsplit("/", 1)[0]
-        return [
-            "trainer.resume_mode=resume_path",
-            f"trainer.resume_from_path={path}",
-            f"trainer.default_local_dir={parent}",
-        ]
+    """The framework's own switch that makes it resume from `target` (ValueError if it can't).
+
+    A custom trainer without a template resumes from RLJOB_RESUME_DIR alone.
+    """
     template = spec.checkpoint.resume_args_template
-    if not template:
+    if spec.framework == "custom" and not template:
         return []
-    return shlex.split(template.format(path=path, step=target.step))
+    return resume_overrides(spec.framework, target.path, custom_template=template)
 
 
 def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None):
@@ -225,6 +218,7 @@ def desired_pod(
             "labels": {**meta.get("labels", {}), **labels(job.name, attempt, rank)},
             "annotations": dict(meta.get("annotations", {})),
             "ownerReferences": [owner_reference(job)],
+            "finalizers": [c.FINALIZER],
         },
         "spec": pod_spec,
     }

@@ -20,8 +20,9 @@ from typing import Any
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError, parse_spec
 from ..api.status import set_condition
+from ..contract import CHECKPOINT_REQUEST_ANNOTATION
 from ..launcher.pods import JobRef, ResumeTarget, desired_pods, desired_service
-from ..preemption.classify import Outcome, PodEnd, classify
+from ..preemption.classify import Outcome, PodEnd, classify_facts, facts
 
 MAX_RECOVERIES = 20
 STEP_IN_PATH = re.compile(r"global_step_(\d+)$")
@@ -43,15 +44,32 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class LookupResult:
+    """What a look at the checkpoint directory found (see reconcile.lookup)."""
+
+    target: ResumeTarget | None
+    last_finished_step: int | None = None  # from the trainer's progress.json, if any
+    detail: str = ""  # what was rejected, or why nothing was found
+    via: str = "local"
+
+
 @dataclass
 class Plan:
     status: dict[str, Any]
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)  # pod names
+    request_checkpoint: list[str] = field(default_factory=list)  # pods to ask to save now
+    release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
     events: list[Event] = field(default_factory=list)
     needs_checkpoint_lookup: bool = False
     delete_job: bool = False
     requeue_after: float | None = None
+
+    @property
+    def lookup_exclude(self) -> tuple[str, ...]:
+        """Checkpoints a lookup must pass over: those marked bad."""
+        return tuple(b["path"] for b in self.status.get("badCheckpoints", []))
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,8 @@ class Observed:
     missing: tuple[int, ...]  # ranks of the current attempt with no pod
     stale: tuple[str, ...]  # pods of other attempts, still present
     running: int
+    warned: tuple[str, ...] = ()  # active pods whose node carries a termination taint
+    unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
 
     @property
     def disruptions(self) -> list[PodEnd]:
@@ -81,6 +101,11 @@ def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def iso_precise(moment: datetime) -> str:
+    """Microseconds, for the recovery timeline that latency figures are computed from."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def parse_iso(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -95,16 +120,23 @@ def observe(
     attempt = status.get("attempt", 0)
     current: dict[int, PodEnd] = {}
     stale: list[str] = []
+    warned: list[str] = []
+    unrequested: list[str] = []
     for pod in pods:
-        labels = pod["metadata"].get("labels", {})
-        if labels.get(c.LABEL_ROLE) != c.ROLE_TRAINER:
-            continue
+        meta = pod["metadata"]
+        labels = meta.get("labels", {})
         if labels.get(c.LABEL_ATTEMPT) != str(attempt):
-            stale.append(pod["metadata"]["name"])
+            stale.append(meta["name"])
             continue
         node_name = pod.get("spec", {}).get("nodeName")
-        node = nodes.get(node_name) if node_name else None
-        current[int(labels[c.LABEL_NODE_RANK])] = classify(pod, node, spec.restart_policy, now)
+        pod_facts = facts(pod, nodes.get(node_name) if node_name else None, now)
+        end = classify_facts(pod_facts, spec.restart_policy)
+        current[int(labels[c.LABEL_NODE_RANK])] = end
+        if end.outcome is Outcome.ACTIVE and pod_facts.node_termination_taint:
+            warned.append(meta["name"])
+        requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
+        if pod_facts.phase == "Running" and pod_facts.exit_code is None and not requested:
+            unrequested.append(meta["name"])
     created = bool(status.get("attemptCreationTime"))
     missing = tuple(r for r in range(spec.nnodes) if r not in current) if created else ()
     for rank in missing:
@@ -115,7 +147,9 @@ def observe(
     running = sum(
         1 for e in current.values() if e.outcome is Outcome.ACTIVE and e.reason == "Running"
     )
-    return Observed(current, missing, tuple(sorted(stale)), running)
+    return Observed(
+        current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested)
+    )
 
 
 class _Pass:
@@ -169,18 +203,29 @@ def decide(
     pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any] | None],
     now: datetime,
-    latest_checkpoint: ResumeTarget | None = None,
-    checkpoint_looked_up: bool = False,
+    lookup: LookupResult | None = None,
 ) -> Plan:
     """Drive the job one step towards its spec.
 
-    `latest_checkpoint` is the newest complete checkpoint, when the caller looked
-    for one (`checkpoint_looked_up`); a plan with `needs_checkpoint_lookup` asks it to.
+    `lookup` is what the caller found in the checkpoint directory, when it looked;
+    a plan with `needs_checkpoint_lookup` asks it to look (skipping `lookup_exclude`).
     """
     p = _Pass(job, now)
-    trainer_pods = [
+    pods = [
         pod for pod in pods if pod["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
     ]
+    _decide(p, job, pods, nodes, lookup)
+    p.plan.release = _ends_recorded(p, pods)
+    return p.plan
+
+
+def _decide(
+    p: _Pass,
+    job: dict[str, Any],
+    trainer_pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+    lookup: LookupResult | None,
+) -> None:
     try:
         spec = parse_spec(job.get("spec") or {})
     except SpecError as exc:
@@ -188,16 +233,18 @@ def decide(
             p.phase(c.FAILED, "InvalidSpec", str(exc))
             p.event("Warning", "InvalidSpec", str(exc))
         p.plan.delete = [pod["metadata"]["name"] for pod in trainer_pods]
-        return p.plan
+        return
 
     if p.status.get("phase") in c.TERMINAL_PHASES:
         _finished(p, spec, trainer_pods)
-        return p.plan
+        return
     if spec.suspend:
         _suspend(p, trainer_pods)
-        return p.plan
+        return
 
-    seen = observe(spec, p.status, trainer_pods, nodes, now)
+    seen = observe(spec, p.status, trainer_pods, nodes, p.now)
+    if seen.disruptions or seen.warned:
+        _request_checkpoint(p, seen)
     if seen.disruptions or seen.failures:
         _attempt_ended(p, spec, seen)
     elif seen.all_succeeded(spec.nnodes):
@@ -208,10 +255,21 @@ def decide(
         p.plan.delete = list(seen.stale)
         p.requeue(1)
     elif not p.status.get("attemptCreationTime"):
-        _start_attempt(p, spec, trainer_pods, latest_checkpoint, checkpoint_looked_up)
+        _start_attempt(p, spec, lookup)
     else:
         _progress(p, spec, seen)
-    return p.plan
+
+
+def _ends_recorded(p: _Pass, pods: list[dict[str, Any]]) -> list[str]:
+    """Pods whose end no longer needs keeping: of another attempt, or of a job at rest."""
+    at_rest = p.status.get("phase") in (*c.TERMINAL_PHASES, c.SUSPENDED)
+    attempt = str(p.status["attempt"])
+    return [
+        pod["metadata"]["name"]
+        for pod in pods
+        if c.FINALIZER in (pod["metadata"].get("finalizers") or [])
+        and (at_rest or pod["metadata"].get("labels", {}).get(c.LABEL_ATTEMPT) != attempt)
+    ]
 
 
 def fail(job: dict[str, Any], now: datetime, reason: str, message: str) -> Plan:
@@ -220,6 +278,19 @@ def fail(job: dict[str, Any], now: datetime, reason: str, message: str) -> Plan:
     p.phase(c.FAILED, reason, message)
     p.event("Warning", reason, message)
     return p.plan
+
+
+def _request_checkpoint(p: _Pass, seen: Observed) -> None:
+    """Early warning: a node is going away, so ask every running trainer to save now."""
+    if not seen.unrequested:
+        return
+    p.plan.request_checkpoint = list(seen.unrequested)
+    why = f"pods {', '.join(seen.warned)} are on terminating nodes" if seen.warned else (
+        f"{seen.disruptions[0].reason} on {seen.disruptions[0].pod}"
+    )  # fmt: skip
+    p.event(
+        "Normal", "CheckpointRequested", f"asked {len(seen.unrequested)} pods to save now: {why}"
+    )
 
 
 def _finished(p: _Pass, spec: JobSpec, trainer_pods: list[dict[str, Any]]) -> None:
@@ -307,7 +378,7 @@ def _attempt_ended(p: _Pass, spec: JobSpec, seen: Observed) -> None:
         "reason": decisive.reason,
         "pod": decisive.pod,
         "node": decisive.node or "",
-        "detectedAt": iso(p.now),
+        "detectedAt": iso_precise(p.now),
     }]  # fmt: skip
     status["recoveries"] = recoveries[-MAX_RECOVERIES:]
     p.phase(c.RESTARTING, decisive.reason, f"restarting as attempt {attempt + 1} after "
@@ -319,28 +390,30 @@ def _names(seen: Observed) -> list[str]:
     return [e.pod for rank, e in seen.current.items() if rank not in seen.missing]
 
 
-def _resume_target(
-    spec: JobSpec, attempt: int, latest: ResumeTarget | None, looked_up: bool
-) -> tuple[ResumeTarget | None, bool]:
-    """Where the next attempt resumes from, or (None, True) when a lookup is needed first."""
-    wanted = spec.checkpoint.resume
-    if wanted == "never":
-        return None, False
-    if wanted != "auto" and attempt == 0:
-        match = STEP_IN_PATH.search(wanted)
-        return ResumeTarget(wanted, int(match.group(1)) if match else 0), False
-    if not looked_up:
-        return None, True
-    return latest, False
+def _suspect_checkpoint(status: dict[str, Any], lookup: LookupResult) -> dict[str, Any] | None:
+    """The checkpoint the last attempt crashed on while loading it, if that is what happened.
+
+    The last attempt resumed from it, failed (not disrupted), finished no step after
+    it (per the trainer's progress.json), and it is still the newest complete one.
+    Without progress to read, nothing is suspected.
+    """
+    resumed, last = status.get("resumeFrom"), status.get("lastEnd") or {}
+    if not resumed or last.get("kind") != "Failure" or last.get("attempt") != status["attempt"] - 1:
+        return None
+    if lookup.target is None or lookup.target.path != resumed["path"]:
+        return None
+    progress = lookup.last_finished_step
+    if progress is None or progress > resumed["step"]:
+        return None
+    return {
+        "path": resumed["path"],
+        "step": resumed["step"],
+        "reason": f"attempt {last['attempt']} failed ({last.get('reason')}) before finishing "
+        f"a step after loading it",
+    }
 
 
-def _start_attempt(
-    p: _Pass,
-    spec: JobSpec,
-    trainer_pods: list[dict[str, Any]],
-    latest: ResumeTarget | None,
-    looked_up: bool,
-) -> None:
+def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
     status = p.status
     restart_after = status.get("restartAfter")
     if restart_after and p.now < parse_iso(restart_after):
@@ -349,11 +422,31 @@ def _start_attempt(
             p.phase(c.RESTARTING, "BackoffAfterFailure", f"waiting until {restart_after}")
         return
     attempt = status["attempt"]
-    resume, lookup = _resume_target(spec, attempt, latest, looked_up)
-    if lookup:
-        p.plan.needs_checkpoint_lookup = True
+    wanted = spec.checkpoint.resume
+    resume: ResumeTarget | None = None
+    if wanted != "never" and wanted != "auto" and attempt == 0:
+        match = STEP_IN_PATH.search(wanted)
+        resume = ResumeTarget(wanted, int(match.group(1)) if match else 0)
+    elif wanted != "never":
+        if lookup is None:
+            p.plan.needs_checkpoint_lookup = True
+            return
+        suspect = _suspect_checkpoint(status, lookup)
+        if suspect:
+            status["badCheckpoints"] = [*status.get("badCheckpoints", []), suspect]
+            p.event("Warning", "CheckpointMarkedBad", f"{suspect['path']}: {suspect['reason']}; "
+                    "resuming from an older one (the folder is kept)")  # fmt: skip
+            p.plan.needs_checkpoint_lookup = True
+            return
+        resume = lookup.target
+    try:
+        pods = desired_pods(spec, p.ref, attempt, resume)
+    except ValueError as exc:
+        message = f"cannot resume from {resume.path if resume else '-'}: {exc}"
+        p.phase(c.FAILED, "InvalidResumeTarget", message)
+        p.event("Warning", "InvalidResumeTarget", message)
         return
-    p.plan.create = [desired_service(spec, p.ref), *desired_pods(spec, p.ref, attempt, resume)]
+    p.plan.create = [desired_service(spec, p.ref), *pods]
     status["attemptCreationTime"] = iso(p.now)
     status.setdefault("startTime", iso(p.now))
     status.pop("restartAfter", None)
@@ -362,16 +455,43 @@ def _start_attempt(
         where = f"resuming from {resume.path} (step {resume.step})"
     else:
         status.pop("resumeFrom", None)
-        where = "starting fresh: no complete checkpoint to resume from"
-    if status.get("recoveries") and status["recoveries"][-1]["attempt"] == attempt:
-        last = dict(status["recoveries"][-1], gangCreatedAt=iso(p.now))
-        if resume:
-            last["resumedFromStep"] = resume.step
-        status["recoveries"] = [*status["recoveries"][:-1], last]
+        where = "starting fresh"
+        if wanted == "never":
+            where += ": spec.checkpoint.resume is 'never'"
+        elif lookup is not None:
+            where += f": {lookup.detail or 'no complete checkpoint yet'}"
+        p.event("Normal", "FreshStart", f"attempt {attempt}: {where}")
+    if lookup and resume:
+        status["latestCheckpoint"] = {
+            "step": resume.step, "path": resume.path, "layout": spec.checkpoint.layout,
+            "time": iso(p.now),
+        }  # fmt: skip
+    _record_gang_creation(status, attempt, resume, lookup, p.now)
     p.event("Normal", "GangCreated", f"attempt {attempt}: created {spec.nnodes} pods, {where}")
     if not status.get("phase") or status.get("phase") == c.SUSPENDED:
         p.phase(c.PENDING, "GangCreated", f"attempt {attempt}: waiting for its pods to run")
     p.requeue(1)
+
+
+def _record_gang_creation(
+    status: dict[str, Any],
+    attempt: int,
+    resume: ResumeTarget | None,
+    lookup: LookupResult | None,
+    now: datetime,
+) -> None:
+    """Complete the recovery record: when the gang came back, from where, and what was lost."""
+    recoveries = status.get("recoveries") or []
+    if not recoveries or recoveries[-1]["attempt"] != attempt:
+        return
+    last = dict(recoveries[-1], gangCreatedAt=iso_precise(now))
+    resumed_step = resume.step if resume else 0
+    if resume:
+        last["resumedFromStep"] = resume.step
+    if lookup and lookup.last_finished_step is not None:
+        last["lastFinishedStep"] = lookup.last_finished_step
+        last["lostSteps"] = max(0, lookup.last_finished_step - resumed_step)
+    status["recoveries"] = [*recoveries[:-1], last]
 
 
 def _progress(p: _Pass, spec: JobSpec, seen: Observed) -> None:
@@ -380,7 +500,7 @@ def _progress(p: _Pass, spec: JobSpec, seen: Observed) -> None:
     recoveries = status.get("recoveries") or []
     latest = recoveries[-1] if recoveries else {}
     if seen.running and latest.get("attempt") == attempt and not latest.get("firstRunningAt"):
-        status["recoveries"] = [*recoveries[:-1], dict(latest, firstRunningAt=iso(p.now))]
+        status["recoveries"] = [*recoveries[:-1], dict(latest, firstRunningAt=iso_precise(p.now))]
     finished = sum(1 for e in seen.current.values() if e.outcome is Outcome.SUCCEEDED)
     if seen.running and seen.running + finished == spec.nnodes:
         phase, reason = c.RUNNING, "AllPodsRunning"

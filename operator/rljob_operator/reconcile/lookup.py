@@ -1,0 +1,144 @@
+"""Find where the next attempt resumes: the newest complete checkpoint, and the progress lost.
+
+Two ways, chosen per job. Where the operator can read the job's checkpoint volume
+itself (RLJOB_CHECKPOINT_VOLUMES="claim=/local/dir,...": a shared filesystem it
+mounts, or the node agent's directory in tests and the demo) it reads it in-process;
+otherwise it runs an inspector pod and reads the answer from its termination message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from .. import constants as c
+from ..api.spec import JobSpec, parse_spec
+from ..checkpoints.latest import find_latest
+from ..checkpoints.progress import read_progress_step
+from ..kube import Kube
+from ..launcher.inspector import desired_inspector, inspector_name
+from ..launcher.pods import JobRef, ResumeTarget
+from .decide import LookupResult
+
+VOLUMES_ENV = "RLJOB_CHECKPOINT_VOLUMES"
+INSPECTOR_IMAGE_ENV = "RLJOB_INSPECTOR_IMAGE"
+DEFAULT_INSPECTOR_IMAGE = "ghcr.io/rljob/rljob-operator:0.1.0"
+
+
+class LookupPending(Exception):
+    """The inspector pod has not finished yet; try again shortly."""
+
+
+class LookupFailed(Exception):
+    """The checkpoint directory could not be inspected; the message says why."""
+
+
+def parse_volume_map(text: str) -> dict[str, Path]:
+    """'claim-a=/mnt/a,claim-b=/mnt/b' -> {claim: path}; raise ValueError on a bad entry."""
+    mapping = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        claim, sep, path = entry.partition("=")
+        if not sep or not claim or not path.startswith("/"):
+            raise ValueError(f"{VOLUMES_ENV}: {entry!r} is not claim=/absolute/dir")
+        mapping[claim] = Path(path)
+    return mapping
+
+
+def result_from_report(spec: JobSpec, report: dict[str, Any], via: str) -> LookupResult:
+    """Turn `rljob ckpt latest --json` output into a result (paths as the trainers see them)."""
+    rejected = report.get("rejected") or []
+    detail = "; ".join(f"step {r['step']}: {r['verdict']} ({r['reason']})" for r in rejected[:3])
+    progress = report.get("progress_step")
+    if not report.get("found"):
+        where = spec.checkpoint.path
+        return LookupResult(
+            None, progress, f"no complete checkpoint in {where}. {detail}".strip(), via
+        )
+    return LookupResult(ResumeTarget(report["path"], int(report["step"])), progress, detail, via)
+
+
+@dataclass
+class CheckpointFinder:
+    kube: Kube
+    volumes: dict[str, Path]
+    inspector_image: str
+
+    @classmethod
+    def from_env(cls, kube: Kube) -> CheckpointFinder:
+        return cls(
+            kube,
+            parse_volume_map(os.environ.get(VOLUMES_ENV, "")),
+            os.environ.get(INSPECTOR_IMAGE_ENV, DEFAULT_INSPECTOR_IMAGE),
+        )
+
+    def local_dir(self, spec: JobSpec) -> Path | None:
+        claim = ((spec.checkpoint.volume or {}).get("persistentVolumeClaim") or {}).get("claimName")
+        root = self.volumes.get(claim) if claim else None
+        if root is None:
+            return None
+        return root / spec.checkpoint.directory if spec.checkpoint.directory else root
+
+    def lookup(self, job: dict[str, Any], exclude: tuple[str, ...] = ()) -> LookupResult:
+        spec = parse_spec(job["spec"])
+        local = self.local_dir(spec)
+        if local is not None:
+            return self._read_locally(spec, local, exclude)
+        return self._ask_inspector(spec, job, exclude)
+
+    def _read_locally(self, spec: JobSpec, local: Path, exclude: tuple[str, ...]) -> LookupResult:
+        if not local.is_dir():
+            return LookupResult(None, None, f"{spec.checkpoint.path} does not exist yet")
+        skip = [local / PurePosixPath(p).relative_to(spec.checkpoint.path) for p in exclude]
+        result = find_latest(local, spec.checkpoint.layout, spec.checkpoint.verify, exclude=skip)
+        report = result.to_dict()
+        report["progress_step"] = read_progress_step(local)
+        if result.found:
+            relative = Path(result.path).relative_to(local.resolve())
+            report["path"] = f"{spec.checkpoint.path}/{relative.as_posix()}"
+        return result_from_report(spec, report, "local")
+
+    def _ask_inspector(
+        self, spec: JobSpec, job: dict[str, Any], exclude: tuple[str, ...]
+    ) -> LookupResult:
+        meta = job["metadata"]
+        ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
+        attempt = (job.get("status") or {}).get("attempt", 0)
+        name = inspector_name(ref.name, attempt)
+        pod = self.kube.get_pod(ref.namespace, name)
+        if pod is None:
+            pod_body = desired_inspector(spec, ref, attempt, self.inspector_image, exclude)
+            self.kube.create(pod_body)
+            raise LookupPending(f"inspector pod {name} started")
+        terminated = _terminated(pod)
+        if terminated is None:
+            raise LookupPending(f"inspector pod {name} is {pod['status'].get('phase', 'Pending')}")
+        self.kube.delete_pod(ref.namespace, name)
+        try:
+            report = json.loads(terminated.get("message") or "")
+        except ValueError as exc:
+            raise LookupFailed(
+                f"inspector pod {name} exited {terminated.get('exitCode')} without a report: "
+                f"{(terminated.get('message') or '').strip()[:300]}"
+            ) from exc
+        return result_from_report(spec, report, "inspector")
+
+
+def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated")
+        if terminated:
+            return terminated
+    return None
+
+
+def inspector_pods_to_clean(pods: list[dict[str, Any]], attempt: int) -> list[str]:
+    """Inspectors left from earlier attempts (the current one is deleted once read)."""
+    return [
+        p["metadata"]["name"]
+        for p in pods
+        if p["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_INSPECTOR
+        and p["metadata"]["labels"].get(c.LABEL_ATTEMPT) != str(attempt)
+    ]

@@ -1,0 +1,362 @@
+"""Preemption and recovery on the real control plane: each disruption source ends in exactly
+one new attempt that resumes from the newest complete checkpoint.
+
+The operator reads the job's checkpoint volume through RLJOB_CHECKPOINT_VOLUMES (the
+claim mapped to a directory of the test); the tests write checkpoints there.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from kube_steps import gpu_pod, read_pod, wait_for
+from kubernetes import client
+from operator_process import OperatorProcess, run_operator
+from rljob_operator import constants as c
+from rljob_operator.checkpoints.manifest import write_manifest
+from rljob_operator.contract import CHECKPOINT_REQUEST_ANNOTATION
+from rljob_testenv import cluster
+from test_job_lifecycle import event_reasons, finish, get_job, running_pods, trainer_pods
+
+CKPT_DIR = "/checkpoints/run/checkpoints"
+
+
+def write_checkpoint(volume, step, complete=True):
+    folder = volume / "run" / "checkpoints" / f"global_step_{step}"
+    (folder / "actor").mkdir(parents=True)
+    (folder / "actor" / "__0_0.distcp").write_bytes(b"weights" * 10)
+    (folder / "actor" / ".metadata").write_bytes(b"metadata")
+    if complete:
+        write_manifest(folder, step=step, world_size=2)
+
+
+def write_progress(volume, step):
+    (volume / "run" / "checkpoints" / "progress.json").write_text(json.dumps({"step": step}))
+
+
+@pytest.fixture
+def nodes(cluster_name):
+    """Three GPU nodes of this test alone, so that no other test's pods are in the way."""
+    prefix = f"n{uuid.uuid4().hex[:6]}"
+    names = cluster.add_gpu_nodes(cluster_name, 3, prefix=prefix)
+    yield names
+    for name in names:
+        cluster.kubectl(cluster_name, "delete", "node", name, "--ignore-not-found", "--wait=false")
+
+
+@pytest.fixture
+def claim(core, namespace):
+    """The claim `ckpts`, bound to a volume of the test, as a cluster admin would provide it."""
+    pv = f"ckpts-{namespace}"
+    core.create_persistent_volume(client.V1PersistentVolume(
+        metadata=client.V1ObjectMeta(name=pv),
+        spec=client.V1PersistentVolumeSpec(
+            capacity={"storage": "1Gi"}, access_modes=["ReadWriteMany"], storage_class_name="",
+            host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
+            claim_ref=client.V1ObjectReference(namespace=namespace, name="ckpts"),
+        ),
+    ))  # fmt: skip
+    core.create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name="ckpts"),
+        spec=client.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv,
+            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+        ),
+    ))  # fmt: skip
+    wait_for(lambda: core.read_namespaced_persistent_volume_claim("ckpts", namespace).status.phase == "Bound",
+             what="the claim to bind")  # fmt: skip
+    yield "ckpts"
+    core.delete_persistent_volume(pv)
+
+
+@pytest.fixture
+def volume(tmp_path):
+    path = tmp_path / "volume"
+    write_checkpoint(path, 10)
+    write_checkpoint(path, 20)
+    write_checkpoint(path, 30, complete=False)  # torn: never resumed from
+    write_progress(path, 27)
+    return path
+
+
+@pytest.fixture
+def recovering_operator(kubeconfig, namespace, crd, claim, volume, tmp_path):
+    process = OperatorProcess(
+        kubeconfig, namespace, tmp_path / "operator.log", RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}"
+    )
+    yield from run_operator(process)
+
+
+def job_body(nodes, priority_class=None, **spec):
+    template_spec = {
+        "terminationGracePeriodSeconds": 0,
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
+        ]}}},
+    }  # fmt: skip
+    if priority_class:
+        template_spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": "grpo"},
+        "spec": {
+            "image": "rljob-trainer:dev",
+            "nnodes": 2,
+            "resources": {"limits": {"nvidia.com/gpu": 8}},
+            "checkpoint": {
+                "volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
+                "directory": "run/checkpoints",
+            },
+            "template": {"spec": template_spec},
+            **spec,
+        },
+    }
+
+
+def start(api_client, core, namespace, body):
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, body
+    )
+    return wait_for(lambda: running_pods(core, namespace, 2), what="the first gang to run")
+
+
+def env_of(pod):
+    return {e.name: e.value for e in pod.spec.containers[0].env}
+
+
+def resumed_gang(api_client, core, namespace, attempt=1):
+    pods = wait_for(
+        lambda: [p for p in running_pods(core, namespace, 2) or [] if p.metadata.labels[c.LABEL_ATTEMPT] == str(attempt)],
+        timeout=60, what=f"the gang of attempt {attempt} to run",
+    )  # fmt: skip
+    job = get_job(api_client, namespace)
+    return job, pods
+
+
+def assert_one_recovery_from_step_20(job, pods, reasons):
+    assert job["status"]["attempt"] == 1
+    assert (job["status"]["preemptions"], job["status"]["failures"]) == (1, 0)
+    recovery = job["status"]["recoveries"][-1]
+    assert recovery["reason"] in reasons
+    assert (recovery["resumedFromStep"], recovery["lastFinishedStep"], recovery["lostSteps"]) == (
+        20,
+        27,
+        7,
+    )
+    assert len(job["status"]["recoveries"]) == 1
+    for pod in pods:
+        env = env_of(pod)
+        assert env["RLJOB_RESUME_DIR"] == f"{CKPT_DIR}/global_step_20"
+        assert env["RLJOB_RESUME_STEP"] == "20"
+        assert f"runner.resume_dir={CKPT_DIR}/global_step_20" in pod.spec.containers[0].args
+
+
+def test_scheduler_preemption_resumes_the_gang_from_the_newest_complete_checkpoint(
+    api_client, core, namespace, nodes, recovering_operator
+):
+    scheduling = client.SchedulingV1Api(api_client)
+    low, high = f"low-{namespace}", f"high-{namespace}"
+    scheduling.create_priority_class(
+        client.V1PriorityClass(metadata=client.V1ObjectMeta(name=low), value=100)
+    )
+    scheduling.create_priority_class(
+        client.V1PriorityClass(metadata=client.V1ObjectMeta(name=high), value=1000)
+    )
+    try:
+        pods = start(api_client, core, namespace, job_body(nodes, priority_class=low))
+        victim_node = pods[0].spec.node_name
+
+        core.create_namespaced_pod(
+            namespace, gpu_pod("urgent", gpus=8, node=victim_node, priority_class=high)
+        )
+
+        job, new_pods = resumed_gang(api_client, core, namespace)
+        assert_one_recovery_from_step_20(job, new_pods, {"PreemptionByScheduler"})
+        assert victim_node not in {p.spec.node_name for p in new_pods}
+        assert {"Preempted", "GangCreated"} <= event_reasons(core, namespace)
+        assert (
+            'rljob_preemptions_total{reason="PreemptionByScheduler"} 1.0'
+            in recovering_operator.metrics()
+        )
+    finally:
+        scheduling.delete_priority_class(low)
+        scheduling.delete_priority_class(high)
+
+
+def test_eviction_resumes_from_the_newest_complete_checkpoint(
+    api_client, core, namespace, nodes, recovering_operator
+):
+    pods = start(api_client, core, namespace, job_body(nodes))
+
+    core.create_namespaced_pod_eviction(pods[1].metadata.name, namespace, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=pods[1].metadata.name, namespace=namespace)))  # fmt: skip
+
+    job, new_pods = resumed_gang(api_client, core, namespace)
+    assert_one_recovery_from_step_20(job, new_pods, {"EvictionByEvictionAPI"})
+
+
+def test_two_pods_evicted_together_make_one_recovery(
+    api_client, core, namespace, nodes, recovering_operator
+):
+    pods = start(api_client, core, namespace, job_body(nodes))
+
+    for pod in pods:
+        core.create_namespaced_pod_eviction(pod.metadata.name, namespace, client.V1Eviction(
+            metadata=client.V1ObjectMeta(name=pod.metadata.name, namespace=namespace)))  # fmt: skip
+
+    job, new_pods = resumed_gang(api_client, core, namespace)
+    assert_one_recovery_from_step_20(job, new_pods, {"EvictionByEvictionAPI"})
+
+
+def test_deleted_node_resumes_the_gang_elsewhere(
+    api_client, core, namespace, nodes, recovering_operator
+):
+    pods = start(api_client, core, namespace, job_body(nodes))
+    lost = pods[0].spec.node_name
+
+    core.delete_node(lost)
+
+    job, new_pods = resumed_gang(api_client, core, namespace)
+    assert_one_recovery_from_step_20(job, new_pods, {"NodeLost", "DeletionByPodGC"})
+    assert lost not in {p.spec.node_name for p in new_pods}
+
+
+def test_termination_taint_asks_for_a_checkpoint_and_sigterm_exit_is_a_disruption(
+    api_client, core, namespace, nodes, recovering_operator
+):
+    pods = start(api_client, core, namespace, job_body(nodes))
+    node = pods[0].spec.node_name
+
+    core.patch_node(
+        node, {"spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}}
+    )
+
+    asked = wait_for(
+        lambda: all(CHECKPOINT_REQUEST_ANNOTATION in (read_pod(core, namespace, p.metadata.name).metadata.annotations or {})
+                    for p in pods),
+        what="the checkpoint request on every pod",
+    )  # fmt: skip
+    assert asked and "CheckpointRequested" in event_reasons(core, namespace)
+
+    finish(core, namespace, pods[0].metadata.name, 143)
+
+    job, new_pods = resumed_gang(api_client, core, namespace)
+    assert_one_recovery_from_step_20(job, new_pods, {"NodeTermination"})
+    assert node not in {p.spec.node_name for p in new_pods}
+
+
+def test_node_not_ready_beyond_tolerance_is_a_disruption(
+    api_client, core, namespace, nodes, recovering_operator, cluster_name
+):
+    body = job_body(nodes, restartPolicy={"nodeNotReadyToleranceSeconds": 1})
+    pods = start(api_client, core, namespace, body)
+    node = pods[0].spec.node_name
+    # Take the node away from kwok, so that nothing reports it Ready again; then say it is not.
+    core.patch_node(node, {"metadata": {"annotations": {cluster.KWOK_NODE_ANNOTATION: None}}})
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    core.patch_node_status(node, {"status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown", "message": "kubelet stopped posting",
+         "lastHeartbeatTime": now, "lastTransitionTime": now}]}})  # fmt: skip
+
+    job, new_pods = resumed_gang(api_client, core, namespace)
+    assert_one_recovery_from_step_20(job, new_pods, {"NodeNotReady", "DeletionByTaintManager"})
+
+
+def test_trainer_failures_spend_the_budget_then_fail_the_job(
+    api_client, core, namespace, nodes, recovering_operator, volume
+):
+    body = job_body(nodes, restartPolicy={"maxFailures": 1, "failureBackoffSeconds": 0})
+    pods = start(api_client, core, namespace, body)
+    write_progress(volume, 25)  # it trained past step 20, so step 20 loaded fine
+
+    finish(core, namespace, pods[0].metadata.name, 1)
+
+    job, pods = resumed_gang(api_client, core, namespace)
+    assert (job["status"]["failures"], job["status"]["preemptions"]) == (1, 0)
+    assert env_of(pods[0])["RLJOB_RESUME_DIR"] == f"{CKPT_DIR}/global_step_20"
+
+    finish(core, namespace, pods[1].metadata.name, 2)
+
+    job = wait_for(lambda: get_job(api_client, namespace)["status"].get("phase") == c.FAILED and get_job(api_client, namespace),
+                   what="the job to fail")  # fmt: skip
+    failed = next(x for x in job["status"]["conditions"] if x["type"] == "Failed")
+    assert failed["reason"] == "FailureBudgetExhausted" and "code 2" in failed["message"]
+    assert trainer_pods(core, namespace) == [] or all(
+        p.status.phase != "Running" for p in trainer_pods(core, namespace)
+    )
+
+
+def test_gang_that_crashes_loading_a_checkpoint_resumes_from_the_one_before(
+    api_client, core, namespace, nodes, recovering_operator, volume
+):
+    body = job_body(nodes, restartPolicy={"failureBackoffSeconds": 0})
+    pods = start(api_client, core, namespace, body)
+    write_progress(volume, 20)  # no step finished after loading step 20
+
+    finish(core, namespace, pods[0].metadata.name, 1)
+
+    job, new_pods = resumed_gang(api_client, core, namespace)
+    assert job["status"]["badCheckpoints"][0]["path"] == f"{CKPT_DIR}/global_step_20"
+    assert env_of(new_pods[0])["RLJOB_RESUME_DIR"] == f"{CKPT_DIR}/global_step_10"
+    assert (
+        volume / "run" / "checkpoints" / "global_step_20" / "rljob_manifest.json"
+    ).exists()  # kept
+    assert "CheckpointMarkedBad" in event_reasons(core, namespace)
+
+
+def test_operator_killed_during_a_recovery_makes_exactly_one_new_attempt(
+    api_client, core, namespace, nodes, recovering_operator
+):
+    pods = start(
+        api_client, core, namespace, job_body(nodes, restartPolicy={"failureBackoffSeconds": 4})
+    )
+
+    finish(core, namespace, pods[0].metadata.name, 1)
+    wait_for(
+        lambda: get_job(api_client, namespace)["status"].get("phase") == c.RESTARTING,
+        what="Restarting",
+    )
+    recovering_operator.kill()
+    recovering_operator.start()
+
+    job, _ = resumed_gang(api_client, core, namespace)
+    assert (job["status"]["attempt"], job["status"]["failures"]) == (1, 1)
+    assert sorted(p.metadata.name for p in trainer_pods(core, namespace)) == [
+        "grpo-a1-n0",
+        "grpo-a1-n1",
+    ]
+
+
+def test_inspector_pod_that_finds_nothing_gives_a_fresh_start(
+    api_client, core, namespace, nodes, claim, operator
+):
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, job_body(nodes)
+    )
+
+    inspector = wait_for(
+        lambda: read_pod(core, namespace, "grpo-inspect-a0"), what="the inspector pod"
+    )
+    command = inspector.spec.containers[0].command
+    assert command[:4] == ["rljob", "ckpt", "latest", CKPT_DIR]
+    assert inspector.spec.containers[0].volume_mounts[0].read_only is True
+    report = {"found": False, "step": None, "path": None, "layout": None, "verify": "quick",
+              "rejected": [{"step": 5, "path": f"{CKPT_DIR}/global_step_5", "verdict": "incomplete", "reason": "no manifest"}]}  # fmt: skip
+    core.patch_namespaced_pod_status("grpo-inspect-a0", namespace, {"status": {"phase": "Succeeded", "containerStatuses": [{
+        "name": "inspector", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 1, "message": json.dumps(report)}}}]}})  # fmt: skip
+
+    pods = wait_for(lambda: running_pods(core, namespace, 2), what="a fresh gang")
+    assert all("RLJOB_RESUME_DIR" not in env_of(p) for p in pods)
+    fresh = [
+        e.message for e in core.list_namespaced_event(namespace).items if e.reason == "FreshStart"
+    ]
+    assert fresh and "step 5: incomplete (no manifest)" in fresh[0]
+    wait_for(
+        lambda: read_pod(core, namespace, "grpo-inspect-a0") is None,
+        what="the inspector to be removed",
+    )
