@@ -26,7 +26,7 @@ HELM_VERSION = "v3.22.0"
 
 # Kubernetes' own go.mod points these at ./staging; a wrapper module must pin each
 # one to the published v0.X.Y that matches the release.
-KUBERNETES_STAGING_MODULES = [
+KUBERNETES_STAGING_MODULES = (
     "api",
     "apiextensions-apiserver",
     "apimachinery",
@@ -60,7 +60,7 @@ KUBERNETES_STAGING_MODULES = [
     "sample-cli-plugin",
     "sample-controller",
     "streaming",
-]
+)
 
 BIN_DIR_ENV = "RLJOB_K8S_BIN_DIR"
 CACHE_DIR_ENV = "RLJOB_CACHE_DIR"
