@@ -6,7 +6,12 @@ from pathlib import Path
 
 from helpers import metrics, run
 from rljob_operator.checkpoints.manifest import MANIFEST_NAME
-from rljob_operator.contract import ENV_CHECKPOINT_REQUEST_FILE, EXIT_CHECKPOINTED_ON_REQUEST
+from rljob_operator.contract import (
+    ENV_CHECKPOINT_REQUEST_FILE,
+    ENV_RESUME_DIR,
+    ENV_RESUME_STEP,
+    EXIT_CHECKPOINTED_ON_REQUEST,
+)
 
 
 def test_reward_rises(tmp_path: Path) -> None:
@@ -45,3 +50,13 @@ def test_checkpoint_request_file_stops_with_75(tmp_path: Path) -> None:
     progress = stopped.progress()
     assert progress is not None
     assert (progress["step"], progress["status"]) == (4, "checkpointed_on_request")
+
+
+def test_operator_resume_env_must_name_a_matching_step(tmp_path: Path) -> None:
+    first = run(tmp_path, ["runner.max_steps=2"], nproc=1)
+    assert first.process.returncode == 0, first.log()[-3000:]
+    folder = first.checkpoint_dir / "global_step_2"
+    env = {ENV_RESUME_DIR: str(folder), ENV_RESUME_STEP: "1"}
+    refused = run(tmp_path, ["runner.max_steps=3"], nproc=1, env=env, log_name="refused")
+    assert refused.process.returncode != 0
+    assert f"{ENV_RESUME_STEP}=1 but {folder} holds step 2" in refused.log()

@@ -219,6 +219,14 @@ class Trainer:
             "lr": lr,
         }
 
+    def step_boundary(self, want_stop: bool) -> bool:
+        """One all_reduce: whether any rank wants to stop, and whether an async save is still
+        running anywhere; seal it once it finished on every rank."""
+        stop, save_running = agree_any([want_stop, not self.checkpoints.local_done()])
+        if self.checkpoints.unsealed and not save_running:
+            self.checkpoints.seal_agreed()
+        return stop
+
     # --------------------------------------------------------------------------- the loop
     def _start(self) -> int:
         runner = self.cfg.runner
@@ -252,9 +260,7 @@ class Trainer:
             step += 1
             self.train_state.step = step
             reason = self.stop.reason()
-            stop, save_running = agree_any([reason is not None, not self.checkpoints.local_done()])
-            if self.checkpoints.unsealed and not save_running:
-                self.checkpoints.seal_agreed()
+            stop = self.step_boundary(reason is not None)
             stall = 0.0
             if stop or step % runner.save_interval == 0 or step == runner.max_steps:
                 stall = self.checkpoints.save(step)
