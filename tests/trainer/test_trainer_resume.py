@@ -102,7 +102,9 @@ def test_sigterm_checkpoints_exits_75_and_resumes_bit_exact(baseline: Run, tmp_p
     # raises its SignalException and exits 1.
     assert returncode == 1, log[-3000:]
     for rank in (0, 1):
-        assert re.search(rf"\[rank{rank}\].*stopping on request \(SIGTERM\).*exit code 75", log)
+        assert re.search(
+            rf"\[rank{rank}\].*stopping on request \(SIGTERM\).*exiting with code 75", log
+        )
     progress = handle.progress()
     assert progress is not None
     assert progress["status"] == "checkpointed_on_request"

@@ -1,4 +1,5 @@
-"""Single-process runs: the policy learns, and a checkpoint request stops the run with 75."""
+"""Single-process runs: the policy learns; the operator's env vars: a checkpoint request stops
+the run with 75, a resume step that does not match the folder is refused."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_reward_rises(tmp_path: Path) -> None:
     assert last > first + 0.05, f"mean reward of the first 10 steps {first}, last 10 {last}"
 
 
-def test_checkpoint_request_file_stops_with_75(tmp_path: Path) -> None:
+def test_request_file_stops_with_75_and_resume_step_must_match(tmp_path: Path) -> None:
     request = tmp_path / "checkpoint-request"
     request.write_text("")  # projected but empty: no request
     handle = run(
@@ -37,6 +38,13 @@ def test_checkpoint_request_file_stops_with_75(tmp_path: Path) -> None:
     )
     assert handle.process.returncode == 0, handle.log()[-3000:]
     assert sorted(p.name for p in handle.checkpoint_dir.glob("global_step_*")) == ["global_step_3"]
+
+    # The operator names the folder and its step; a mismatch is refused before any training.
+    folder = handle.checkpoint_dir / "global_step_3"
+    env = {ENV_RESUME_DIR: str(folder), ENV_RESUME_STEP: "2"}
+    refused = run(tmp_path, ["runner.max_steps=4"], nproc=1, env=env, log_name="refused")
+    assert refused.process.returncode != 0
+    assert f"{ENV_RESUME_STEP}=2 but {folder} holds step 3" in refused.log()
 
     request.write_text("2026-01-01T00:00:00Z")  # the operator annotated the pod
     stopped = run(
@@ -50,13 +58,3 @@ def test_checkpoint_request_file_stops_with_75(tmp_path: Path) -> None:
     progress = stopped.progress()
     assert progress is not None
     assert (progress["step"], progress["status"]) == (4, "checkpointed_on_request")
-
-
-def test_operator_resume_env_must_name_a_matching_step(tmp_path: Path) -> None:
-    first = run(tmp_path, ["runner.max_steps=2"], nproc=1)
-    assert first.process.returncode == 0, first.log()[-3000:]
-    folder = first.checkpoint_dir / "global_step_2"
-    env = {ENV_RESUME_DIR: str(folder), ENV_RESUME_STEP: "1"}
-    refused = run(tmp_path, ["runner.max_steps=3"], nproc=1, env=env, log_name="refused")
-    assert refused.process.returncode != 0
-    assert f"{ENV_RESUME_STEP}=1 but {folder} holds step 2" in refused.log()

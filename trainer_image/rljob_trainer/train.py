@@ -282,9 +282,9 @@ class Trainer:
                     record["accuracy"],
                     record["kl"],
                 )
-            if stop:
+            if stop and step < runner.max_steps:  # at the last step, finishing wins
                 log.warning(
-                    "stopping on request (%s) after checkpointing step %d; exit code %d",
+                    "stopping on request (%s): checkpointed step %d, exiting with code %d",
                     reason or "another rank's request",
                     step,
                     contract.EXIT_CHECKPOINTED_ON_REQUEST,
