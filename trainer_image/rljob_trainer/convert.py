@@ -40,12 +40,12 @@ def _resolve_dcp_dir(dcp_path: Path) -> Path:
 
 def convert(dcp_path: str | Path, output_path: str | Path) -> Path:
     """Write `<output_path>/model.safetensors` and `config.json`; return the safetensors path."""
+    source = _resolve_dcp_dir(Path(dcp_path))
     import torch
     import torch.distributed.checkpoint as dcp
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    source = _resolve_dcp_dir(Path(dcp_path))
     reader = dcp.FileSystemReader(str(source))
     metadata = reader.read_metadata().state_dict_metadata
     if CONFIG_KEY not in metadata:
