@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 def build_parser() -> argparse.ArgumentParser:
     from rljob_testenv import cli as testenv_cli
+    from rljob_trainer.convert import register_convert
 
     from . import operator_cli
     from .checkpoints import cli as ckpt_cli
@@ -20,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True)
     operator_cli.register(subparsers)
     testenv_cli.register(subparsers)
-    ckpt_cli.register(subparsers)
+    register_convert(ckpt_cli.register(subparsers))  # convert needs torch only when it runs
     return parser
 
 

@@ -25,6 +25,11 @@ CHECKPOINT_REQUEST_FILE_NAME = "checkpoint-request"
 # The trainer's exit code for "saved a checkpoint and stopped because it was asked to"
 # (SIGTERM or a checkpoint request). 75 is EX_TEMPFAIL: try again later.
 EXIT_CHECKPOINTED_ON_REQUEST = 75
+# torchrun does not pass its workers' exit codes on (it exits 1), so the trainer also
+# writes this line into the container's termination message, which the operator reads.
+CHECKPOINTED_ON_REQUEST_MESSAGE = "rljob: checkpointed on request"
+ENV_TERMINATION_LOG = "RLJOB_TERMINATION_LOG"  # where to write it; default below
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 # Written by rank 0 next to the global_step_N folders after every finished step.
 PROGRESS_FILE_NAME = "progress.json"

@@ -55,16 +55,27 @@ class Operator:
             raise
         if plan is None:
             self.jobs.discard((namespace, name))
+        elif plan.requeue_after is not None and plan.requeue_after < SWEEP_INTERVAL_SECONDS:
+            self._wake_up(namespace, name, plan.requeue_after)
+
+    def _wake_up(self, namespace: str, name: str, delay: float) -> None:
+        """Come back sooner than the sweep would (a back-off ending, stale pods going)."""
+        timer = threading.Timer(delay, self._quietly, (namespace, name))
+        timer.daemon = True
+        timer.start()
+
+    def _quietly(self, namespace: str, name: str) -> None:
+        try:
+            self.reconcile(namespace, name)
+        except Exception:  # the sweep retries
+            log.exception("%s/%s: reconcile failed", namespace, name)
 
     def sweep(self) -> None:
         """Every few seconds, a pass over every known job: back-off ends, NotReady
         tolerances run out and lost nodes are noticed even when no event says so."""
         while not self.stopping.wait(SWEEP_INTERVAL_SECONDS):
             for namespace, name in sorted(self.jobs):
-                try:
-                    self.reconcile(namespace, name)
-                except Exception:  # one job's trouble must not stop the sweep of the others
-                    log.exception("%s/%s: reconcile failed", namespace, name)
+                self._quietly(namespace, name)  # one job's trouble must not stop the others
 
 
 _operator: Operator | None = None

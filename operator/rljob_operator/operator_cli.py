@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import random
+import time
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,7 +20,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--peering", default="rljob", help="peering object shared by replicas")
     parser.add_argument(
-        "--liveness", default=None, help="health endpoint, e.g. http://0.0.0.0:8080/healthz"
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority: of the live replicas, only the highest acts, the others wait "
+        "(default: from the start time, so that the oldest replica acts; equal priorities "
+        "make every replica wait)",
+    )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=60,
+        help="seconds after its last keep-alive that a replica still counts as alive: "
+        "the longest a waiting replica takes to step in for one that died",
+    )
+    parser.add_argument(
+        "--liveness", default=None, help="health endpoint, e.g. http://0.0.0.0:8081/healthz"
     )
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="serve Prometheus /metrics here (0: off)"
@@ -40,11 +57,23 @@ def run(args: argparse.Namespace) -> int:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port)
+    settings = kopf.OperatorSettings()
+    settings.peering.lifetime = args.peering_lifetime
     kopf.run(
         clusterwide=args.all_namespaces,
         namespaces=args.namespace,
         standalone=args.standalone,
         peering_name=None if args.standalone else args.peering,
+        priority=args.priority if args.priority is not None else start_priority(),
         liveness_endpoint=args.liveness,
+        settings=settings,
     )
     return 0
+
+
+def start_priority() -> int:
+    """A peering priority that falls with the start time: the oldest replica keeps acting,
+    and a replica that starts later (a rolling update, a rescheduled pod) waits instead of
+    taking over. kopf pauses every replica of an equal priority, so the milliseconds get a
+    random tail to keep two replicas started together apart."""
+    return -(time.time_ns() // 1_000_000 * 1_000 + random.randrange(1_000))

@@ -8,9 +8,11 @@ from pathlib import Path
 from helpers import metrics, run
 from rljob_operator.checkpoints.manifest import MANIFEST_NAME
 from rljob_operator.contract import (
+    CHECKPOINTED_ON_REQUEST_MESSAGE,
     ENV_CHECKPOINT_REQUEST_FILE,
     ENV_RESUME_DIR,
     ENV_RESUME_STEP,
+    ENV_TERMINATION_LOG,
     EXIT_CHECKPOINTED_ON_REQUEST,
 )
 
@@ -47,14 +49,17 @@ def test_request_file_stops_with_75_and_resume_step_must_match(tmp_path: Path) -
     assert f"{ENV_RESUME_STEP}=2 but {folder} holds step 3" in refused.log()
 
     request.write_text("2026-01-01T00:00:00Z")  # the operator annotated the pod
+    termination_log = tmp_path / "termination-log"
     stopped = run(
         tmp_path,
         ["runner.max_steps=10", "runner.save_interval=100"],
         nproc=1,
-        env={ENV_CHECKPOINT_REQUEST_FILE: str(request)},
+        env={ENV_CHECKPOINT_REQUEST_FILE: str(request), ENV_TERMINATION_LOG: str(termination_log)},
     )
     assert stopped.process.returncode == EXIT_CHECKPOINTED_ON_REQUEST, stopped.log()[-3000:]
     assert (handle.checkpoint_dir / "global_step_4" / MANIFEST_NAME).is_file()
     progress = stopped.progress()
     assert progress is not None
     assert (progress["step"], progress["status"]) == (4, "checkpointed_on_request")
+    # torchrun would hide the 75; the termination message tells the operator instead.
+    assert CHECKPOINTED_ON_REQUEST_MESSAGE in termination_log.read_text()

@@ -46,6 +46,19 @@ def test_pod_end_is_classified(pod_kwargs, node, outcome, reason):
     assert end.pod == "grpo-a0-n0"
 
 
+def test_termination_message_of_a_trainer_stopped_on_request_is_a_disruption_whatever_the_exit_code():
+    pod = make_pod(
+        JOB, 0, 0, phase="Failed", exit_code=1
+    )  # torchrun exits 1, hiding the workers' 75
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = (
+        "rljob: checkpointed on request at step 30\n"
+    )
+
+    end = classify(pod, make_node(), POLICY, NOW)
+
+    assert (end.outcome, end.reason) == (Outcome.DISRUPTED, "CheckpointedOnRequest")
+
+
 def test_failure_message_names_the_exit_code():
     pod = make_pod(JOB, 0, 0, phase="Failed", exit_code=3)
     assert "exited with code 3" in classify(pod, make_node(), POLICY, NOW).message

@@ -300,7 +300,19 @@ class Trainer:
         self.checkpoints.wait()
         if self.env.rank == 0:
             write_progress(self.checkpoint_dir, step, self.attempt, status)
+        if status == "checkpointed_on_request" and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            tell_the_operator(contract.CHECKPOINTED_ON_REQUEST_MESSAGE + f" at step {step}")
         self.checkpoints.finish()
+
+
+def tell_the_operator(message: str) -> None:
+    """Write the container's termination message: torchrun hides our exit code, this it can't."""
+    path = Path(os.environ.get(contract.ENV_TERMINATION_LOG, contract.DEFAULT_TERMINATION_LOG))
+    try:
+        with path.open("w") as fh:
+            fh.write(message + "\n")
+    except OSError:  # not in a container: nobody to tell
+        log.debug("no termination log at %s", path)
 
 
 def run(cfg: TrainerConfig) -> int:

@@ -18,7 +18,8 @@ from .report import dumps, fit_json
 ERRORS = (CheckpointInputError,)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Add `rljob ckpt`; returns its subcommands, so that the trainer can add `convert`."""
     parser = subparsers.add_parser(
         "ckpt", help="find, list and verify checkpoints (rljob, RLinf, verl, plain DCP)"
     )
@@ -56,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     command("verify", "the verdict on one global_step_N folder", "FOLDER").set_defaults(
         handler=_verify
     )
+    return commands
 
 
 def _latest(args: argparse.Namespace) -> int:

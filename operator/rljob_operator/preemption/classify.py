@@ -61,6 +61,7 @@ class PodFacts:
     disruption_reason: str | None
     exit_code: int | None
     termination_reason: str | None
+    termination_message: str
     node_known: bool  # False when the pod names a node that no longer exists
     node_termination_taint: str | None
     node_not_ready_seconds: float | None
@@ -112,6 +113,7 @@ def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> Po
         disruption_reason=(disruption.get("reason") or "DisruptionTarget") if disruption else None,
         exit_code=terminated.get("exitCode") if terminated else None,
         termination_reason=terminated.get("reason") if terminated else None,
+        termination_message=(terminated.get("message") or "") if terminated else "",
         node_known=node is not None or node_name is None,
         node_termination_taint=taint,
         node_not_ready_seconds=not_ready_for,
@@ -160,7 +162,8 @@ def _exit(f: PodFacts, policy: RestartPolicy):
     if f.phase != "Failed" and f.exit_code in (None, 0):
         return None
     code = f.exit_code
-    if code == contract.EXIT_CHECKPOINTED_ON_REQUEST:
+    stopped_on_request = contract.CHECKPOINTED_ON_REQUEST_MESSAGE in f.termination_message
+    if stopped_on_request or code == contract.EXIT_CHECKPOINTED_ON_REQUEST:
         return Outcome.DISRUPTED, "CheckpointedOnRequest", "the trainer saved and stopped as asked"
     if code in SIGNAL_EXIT_CODES and f.node_termination_taint:
         return (

@@ -248,9 +248,9 @@ def _decide(
     if seen.disruptions or seen.failures:
         _attempt_ended(p, spec, seen)
     elif seen.all_succeeded(spec.nnodes):
-        p.phase(c.SUCCEEDED, "AllPodsSucceeded", f"all {spec.nnodes} pods of attempt "
-                f"{p.status['attempt']} completed")  # fmt: skip
-        p.event("Normal", "Succeeded", p.status["conditions"][-1]["message"])
+        message = f"all {spec.nnodes} pods of attempt {p.status['attempt']} completed"
+        p.phase(c.SUCCEEDED, "AllPodsSucceeded", message)
+        p.event("Normal", "Succeeded", message)
     elif seen.stale:
         p.plan.delete = list(seen.stale)
         p.requeue(1)
@@ -293,12 +293,18 @@ def _request_checkpoint(p: _Pass, seen: Observed) -> None:
     )
 
 
+def _not_deleting(pods: list[dict[str, Any]]) -> list[str]:
+    return [pod["metadata"]["name"] for pod in pods if not pod["metadata"].get("deletionTimestamp")]
+
+
 def _finished(p: _Pass, spec: JobSpec, trainer_pods: list[dict[str, Any]]) -> None:
-    p.plan.delete = [
-        pod["metadata"]["name"]
-        for pod in trainer_pods
-        if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
-    ]
+    p.plan.delete = _not_deleting(
+        [
+            pod
+            for pod in trainer_pods
+            if pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+    )
     ttl = spec.ttl_seconds_after_finished
     if ttl is None or not p.status.get("completionTime"):
         return
@@ -314,7 +320,7 @@ def _suspend(p: _Pass, trainer_pods: list[dict[str, Any]]) -> None:
     if p.status.get("attemptCreationTime"):
         p.status["attempt"] += 1
         p.status.pop("attemptCreationTime", None)
-    p.plan.delete = [pod["metadata"]["name"] for pod in trainer_pods]
+    p.plan.delete = _not_deleting(trainer_pods)
     if p.status.get("phase") != c.SUSPENDED:
         p.phase(c.SUSPENDED, "JobSuspended", "spec.suspend is true: the job has no pods")
         p.event("Normal", "Suspended", "the job is suspended; its pods are being stopped")
