@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from ckpt_trees import build_dcp, build_rljob, build_verl_fsdp, snapshot, write_text, write_tracker
@@ -145,17 +151,25 @@ def test_unreadable_folder_is_rejected_not_a_crash(tmp_path, monkeypatch):
     assert result.rejected[0].verdict.reason == "cannot read global_step_200: Permission denied"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every folder")
-def test_folder_without_read_permission_is_rejected(tmp_path):
-    build_dcp(tmp_path, 100)
-    locked = build_dcp(tmp_path, 200)
-    locked.chmod(0)
+def test_folder_without_read_permission_is_rejected():
+    """A real permission error, from the CLI run as an unprivileged user (root reads everything)."""
+    root = Path(tempfile.mkdtemp(prefix="rljob-perm-"))
     try:
-        result = find_latest(tmp_path)
+        root.chmod(0o755)
+        build_dcp(root, 100)
+        locked = build_dcp(root, 200)
+        locked.chmod(0)
+        command = [sys.executable, "-m", "rljob_operator", "ckpt", "latest", str(root), "--json"]
+        if os.geteuid() == 0:
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        out = subprocess.run(command, capture_output=True, text=True, check=False)
+        answer = json.loads(out.stdout)
     finally:
-        locked.chmod(0o755)
-    assert result.step == 100
-    assert "Permission denied" in result.rejected[0].verdict.reason
+        for folder in root.iterdir():
+            folder.chmod(0o755)
+        shutil.rmtree(root)
+    assert answer["step"] == 100
+    assert "Permission denied" in answer["rejected"][0]["reason"]
 
 
 def test_verl_tracker_bounds_the_answer_from_above(tmp_path):
