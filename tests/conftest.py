@@ -13,13 +13,19 @@ from pathlib import Path
 
 import pytest
 
-CLUSTER_DIRS = ("cluster",)
+CLUSTER_DIRS = ("cluster", "e2e")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: real trainers on node agents (tests/e2e/)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if Path(item.path).parent.name in CLUSTER_DIRS:
             item.add_marker(pytest.mark.cluster)
+        if Path(item.path).parent.name == "e2e":
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(scope="session")
