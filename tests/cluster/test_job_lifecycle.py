@@ -104,7 +104,11 @@ def test_job_runs_a_gang_and_succeeds_when_every_pod_succeeds(
 
     job = wait_for(lambda: phase_is(api_client, namespace, c.SUCCEEDED), what="phase Succeeded")
     assert job["status"]["completionTime"]
-    assert {"GangCreated", "Running", "Succeeded"} <= event_reasons(core, namespace)
+    # Events go out right after the status they describe.
+    wait_for(
+        lambda: {"GangCreated", "Running", "Succeeded"} <= event_reasons(core, namespace),
+        what="the events",
+    )
 
 
 def test_failing_trainer_fails_the_job_when_the_budget_is_spent(
@@ -122,7 +126,9 @@ def test_failing_trainer_fails_the_job_when_the_budget_is_spent(
     assert job["status"]["failures"] == 1
     wait_for(lambda: not any(p.status.phase == "Running" for p in trainer_pods(core, namespace)),
              what="the surviving pod to be stopped")  # fmt: skip
-    assert "TrainerFailed" in event_reasons(core, namespace)
+    wait_for(
+        lambda: "TrainerFailed" in event_reasons(core, namespace), what="the TrainerFailed event"
+    )
 
 
 def test_suspend_removes_the_pods_and_resume_starts_a_new_attempt(

@@ -19,7 +19,7 @@ from rljob_operator import constants as c
 from rljob_operator.checkpoints.manifest import write_manifest
 from rljob_operator.contract import CHECKPOINT_REQUEST_ANNOTATION
 from rljob_testenv import cluster
-from test_job_lifecycle import event_reasons, finish, get_job, running_pods, trainer_pods
+from test_job_lifecycle import event_reasons, finish, get_job, phase_is, running_pods, trainer_pods
 
 CKPT_DIR = "/checkpoints/run/checkpoints"
 
@@ -129,12 +129,20 @@ def env_of(pod):
 
 
 def resumed_gang(api_client, core, namespace, attempt=1):
+    """The running gang of `attempt`, and the job once it has recorded that gang's creation."""
     pods = wait_for(
         lambda: [p for p in running_pods(core, namespace, 2) or [] if p.metadata.labels[c.LABEL_ATTEMPT] == str(attempt)],
         timeout=60, what=f"the gang of attempt {attempt} to run",
     )  # fmt: skip
-    job = get_job(api_client, namespace)
-    return job, pods
+
+    def recorded():
+        job = get_job(api_client, namespace)
+        status = job.get("status", {})
+        return (
+            job if status.get("attempt") == attempt and status.get("attemptCreationTime") else None
+        )
+
+    return wait_for(recorded, what=f"attempt {attempt} to be recorded"), pods
 
 
 def assert_one_recovery_from_step_20(job, pods, reasons):
@@ -177,7 +185,10 @@ def test_scheduler_preemption_resumes_the_gang_from_the_newest_complete_checkpoi
         job, new_pods = resumed_gang(api_client, core, namespace)
         assert_one_recovery_from_step_20(job, new_pods, {"PreemptionByScheduler"})
         assert victim_node not in {p.spec.node_name for p in new_pods}
-        assert {"Preempted", "GangCreated"} <= event_reasons(core, namespace)
+        wait_for(
+            lambda: {"Preempted", "GangCreated"} <= event_reasons(core, namespace),
+            what="the events",
+        )
         assert (
             'rljob_preemptions_total{reason="PreemptionByScheduler"} 1.0'
             in recovering_operator.metrics()
@@ -240,7 +251,8 @@ def test_termination_taint_asks_for_a_checkpoint_and_sigterm_exit_is_a_disruptio
                     for p in pods),
         what="the checkpoint request on every pod",
     )  # fmt: skip
-    assert asked and "CheckpointRequested" in event_reasons(core, namespace)
+    assert asked
+    wait_for(lambda: "CheckpointRequested" in event_reasons(core, namespace), what="the event")
 
     finish(core, namespace, pods[0].metadata.name, 143)
 
@@ -281,7 +293,7 @@ def test_trainer_failures_spend_the_budget_then_fail_the_job(
 
     finish(core, namespace, pods[1].metadata.name, 2)
 
-    job = wait_for(lambda: get_job(api_client, namespace)["status"].get("phase") == c.FAILED and get_job(api_client, namespace),
+    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED),
                    what="the job to fail")  # fmt: skip
     failed = next(x for x in job["status"]["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "FailureBudgetExhausted" and "code 2" in failed["message"]
@@ -305,7 +317,7 @@ def test_gang_that_crashes_loading_a_checkpoint_resumes_from_the_one_before(
     assert (
         volume / "run" / "checkpoints" / "global_step_20" / "rljob_manifest.json"
     ).exists()  # kept
-    assert "CheckpointMarkedBad" in event_reasons(core, namespace)
+    wait_for(lambda: "CheckpointMarkedBad" in event_reasons(core, namespace), what="the event")
 
 
 def test_operator_killed_during_a_recovery_makes_exactly_one_new_attempt(
@@ -317,7 +329,7 @@ def test_operator_killed_during_a_recovery_makes_exactly_one_new_attempt(
 
     finish(core, namespace, pods[0].metadata.name, 1)
     wait_for(
-        lambda: get_job(api_client, namespace)["status"].get("phase") == c.RESTARTING,
+        lambda: phase_is(api_client, namespace, c.RESTARTING),
         what="Restarting",
     )
     recovering_operator.kill()
