@@ -1,60 +1,730 @@
-"""`make demo`: a local control plane, the CRD, the operator, and the demo job.
+"""`make demo`: a GRPO job is preempted on a local cluster, resumes, and ends bit-exactly.
 
-What runs today: the cluster, the operator, and the job's gang on kwok GPU nodes,
-shown with `kubectl get`. Real trainer processes on a node agent, a live
-preemption and the bit-exact check come with the end-to-end work (see README).
+1. starts the local cluster `demo` (kube-apiserver, etcd, scheduler, controller-manager;
+   kwok runs no node here), installs the CRD, starts two node agents (GPU nodes whose pods
+   run as local processes, devtools/rljob_nodeagent) and the operator, which reads the
+   checkpoint claim's local directory in-process (RLJOB_CHECKPOINT_VOLUMES);
+2. applies examples/grpo-demo.yaml (a ReadWriteMany claim and a 2-node RLTrainingJob of
+   rljob's own trainer; the demo binds the claim to a local volume and sets the step count
+   and model size), and shows its progress live;
+3. part-way, a pod of a higher PriorityClass needs the GPUs of one of the job's nodes: the
+   scheduler preempts the job's pod there, and the demo shows the recovery as the operator
+   reports it (detected, old gang gone, resume target, new gang running);
+4. once the job has succeeded, runs the same config uninterrupted (after the job, so the
+   two never share the CPU; reused from the cache when an earlier demo ran the same config
+   with the same trainer code) and checks that the final weights are bitwise identical;
+5. prints a report, writes a plot of reward and loss per step with the preemptions marked,
+   and removes the cluster (unless --keep) and every process it started.
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from rljob_testenv import binaries, cluster
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "demo"
+NAMESPACE = "default"
+JOB = "grpo-demo"
+CLAIM = "rljob-checkpoints"
+EXAMPLE = REPO / "examples" / "grpo-demo.yaml"
+NODES = ["demo-node-0", "demo-node-1"]
+GPUS_PER_NODE = 2  # a preemptor that wants the whole node evicts the job's pod there
+URGENT_CLASS = "rljob-demo-urgent"
+MODEL_SIZES = {  # d_model x layers; the trainer's benchmark sizes (docs/trainer.md)
+    "tiny": [],  # the packaged config: d_model 64, 2 layers
+    "small": ["model.d_model=128", "model.n_layers=2", "model.d_ff=512"],
+    "medium": ["model.d_model=256", "model.n_layers=4", "model.d_ff=1024"],
+    "large": ["model.d_model=384", "model.n_layers=8", "model.d_ff=1536"],
+}
+TRAINER_SOURCES = REPO / "trainer_image" / "rljob_trainer"
+TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
-def kubectl(*args: str) -> str:
-    return cluster.kubectl(NAME, *args)
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
+    parser.add_argument(
+        "--preemptions", type=int, default=1, help="how often to preempt the job (default 1)"
+    )
+    parser.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="tiny")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    parser.add_argument("--out", type=Path, help="output folder (default out/demo-<time>)")
+    parser.add_argument("--cluster", default=NAME, help=f"local cluster name (default {NAME})")
+    args = parser.parse_args()
+    if args.steps < 4 * (args.preemptions + 1):
+        parser.error(f"--steps {args.steps} is too short for {args.preemptions} preemptions")
+    return args
+
+
+def iso_to_unix(value: str | None) -> float | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class Recovery:
+    """What the demo saw of one recovery, beside what the operator recorded."""
+
+    index: int  # the new attempt is index + 1
+    preempted_at_step: int
+    node: str
+    sent: float
+    shown: set[str] = field(default_factory=set)
+    gone: float | None = None
+    first_step: float | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+class Screen:
+    """Lines with the time since submission, and one progress line kept at the bottom."""
+
+    def __init__(self) -> None:
+        self.start = time.time()
+        self.tty = sys.stdout.isatty()
+        self.bar_shown = False
+        self.last_plain = -10
+        self.timeline: list[tuple[float, str]] = []
+
+    def say(self, message: str, at: float | None = None, timeline: bool = True) -> None:
+        moment = at if at is not None else time.time()
+        if timeline:
+            self.timeline.append((moment, message))
+        self.clear()
+        print(f"[{moment - self.start:6.1f}s] {message}", flush=True)
+
+    def clear(self) -> None:
+        if self.tty and self.bar_shown:
+            print("\r\033[K", end="")
+            self.bar_shown = False
+
+    def bar(self, step: int, total: int, text: str) -> None:
+        width = 30
+        done = int(width * step / total) if total else 0
+        line = f"  [{'#' * done}{'.' * (width - done)}] step {step:>4}/{total}  {text}"
+        if self.tty:
+            print("\r\033[K" + line, end="", flush=True)
+            self.bar_shown = True
+        elif step >= self.last_plain + 10 or (step == total and self.last_plain != total):
+            self.last_plain = step
+            print(line, flush=True)
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from kubernetes import client, config
+        from rljob_testenv import binaries, cluster
+
+        self.args = args
+        self.name = args.cluster
+        self.cluster, self.binaries = cluster, binaries
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.out = (args.out or REPO / "out" / f"demo-{stamp}").resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.screen = Screen()
+        self.agents: Any = None
+        self.operator: subprocess.Popen | None = None
+        self.client, self.config = client, config
+        self.overrides = [f"runner.max_steps={args.steps}", *MODEL_SIZES[args.model_size]]
+        self.seen: dict[tuple[int, int], dict[str, Any]] = {}  # (attempt, step) -> metrics
+        self.recoveries: list[Recovery] = []
+        self.events_seen: set[str] = set()
+
+    # ------------------------------------------------------------------ set-up
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        return self.cluster.kubectl(self.name, *args, input=input)
+
+    def start(self) -> None:
+        say = self.screen.say
+        say(f"output folder: {self.out}", timeline=False)
+        self.binaries.install(say=lambda m: say(m, timeline=False))
+        if self.cluster.exists(self.name):
+            say(f"cluster {self.name!r} is left from an earlier run: removing it", timeline=False)
+            self.cluster.down(self.name, say=lambda m: None)
+        self.kubeconfig = self.cluster.up(
+            self.name, gpu_nodes=0, say=lambda m: say(m, timeline=False)
+        )
+        self.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+        self.kubectl("wait", "--for=condition=Established", "crd/rltrainingjobs.rljob.io")
+        configuration = self.client.Configuration()
+        self.config.load_kube_config(str(self.kubeconfig), client_configuration=configuration)
+        api = self.client.ApiClient(configuration)
+        self.core = self.client.CoreV1Api(api)
+        self.custom = self.client.CustomObjectsApi(api)
+
+        from rljob_nodeagent import claim_dir, spawn
+
+        root = self.out / "nodeagent"
+        self.agents = spawn(self.kubeconfig, NODES, root, gpus=GPUS_PER_NODE)
+        say(
+            f"node agents up: {', '.join(NODES)} ({GPUS_PER_NODE} GPUs each; pods run as "
+            f"local processes, logs in {root / 'logs'})",
+            timeline=False,
+        )
+        self.claim_dir = claim_dir(root, NAMESPACE, CLAIM)
+        self.claim_dir.mkdir(parents=True, exist_ok=True)
+        self.start_operator()
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=yaml.safe_dump_all(
+                [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "PersistentVolume",
+                        "metadata": {"name": "demo-checkpoints"},
+                        "spec": {
+                            "capacity": {"storage": "10Gi"},
+                            "accessModes": ["ReadWriteMany"],
+                            "storageClassName": "",
+                            "hostPath": {"path": str(self.claim_dir)},
+                            "claimRef": {"namespace": NAMESPACE, "name": CLAIM},
+                        },
+                    },
+                    {
+                        "apiVersion": "scheduling.k8s.io/v1",
+                        "kind": "PriorityClass",
+                        "metadata": {"name": URGENT_CLASS},
+                        "value": 1000,
+                        "description": "rljob demo: an urgent job that may preempt training",
+                    },
+                ]
+            ),
+        )
+
+    def start_operator(self) -> None:
+        log = (self.out / "operator.log").open("ab")
+        env = dict(
+            os.environ,
+            KUBECONFIG=str(self.kubeconfig),
+            PYTHONUNBUFFERED="1",
+            RLJOB_CHECKPOINT_VOLUMES=f"{CLAIM}={self.claim_dir}",
+        )
+        self.operator = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rljob_operator",
+                "operator",
+                "--standalone",
+                "--namespace",
+                NAMESPACE,
+                "--metrics-port",
+                "0",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while "rljob operator started" not in (self.out / "operator.log").read_text():
+            if self.operator.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the operator did not start; see {self.out / 'operator.log'}")
+            time.sleep(0.2)
+        self.screen.say(f"operator up (log: {self.out / 'operator.log'})", timeline=False)
+
+    def manifests(self) -> list[dict[str, Any]]:
+        docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+        job = next(d for d in docs if d["kind"] == "RLTrainingJob")
+        args = [a for a in job["spec"]["args"] if not a.startswith("runner.max_steps=")]
+        job["spec"]["args"] = [*args, *self.overrides]
+        return docs
+
+    # ------------------------------------------------------------------ watching
+    def job(self) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(
+            "rljob.io", "v1alpha1", NAMESPACE, "rltrainingjobs", JOB
+        )
+
+    @property
+    def run_dir(self) -> Path:
+        return self.claim_dir / "grpo-demo" / "grpo_tiny"
+
+    def progress(self) -> dict[str, Any]:
+        try:
+            return json.loads((self.run_dir / "checkpoints" / "progress.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def metrics(self, path: Path) -> list[dict[str, Any]]:
+        entries = []
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return []
+        for line in lines:
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue
+        return entries
+
+    def pods(self, attempt: int | None = None) -> list[Any]:
+        selector = "rljob.io/role=trainer"
+        if attempt is not None:
+            selector += f",rljob.io/attempt={attempt}"
+        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+        return sorted(pods, key=lambda p: p.metadata.name)
+
+    def show_events(self) -> None:
+        events = self.core.list_namespaced_event(
+            NAMESPACE, field_selector=f"involvedObject.name={JOB}"
+        ).items
+        for event in sorted(events, key=lambda e: e.metadata.creation_timestamp):
+            if event.metadata.name in self.events_seen:
+                continue
+            self.events_seen.add(event.metadata.name)
+            self.screen.say(f"event {event.reason}: {event.message}", timeline=False)
+
+    def run_job(self) -> dict[str, Any]:
+        say, steps = self.screen.say, self.args.steps
+        targets = [
+            steps * (i + 1) // (self.args.preemptions + 1) for i in range(self.args.preemptions)
+        ]
+        self.kubectl(
+            "apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump_all(self.manifests())
+        )
+        self.submitted = time.time()
+        self.screen.start = self.submitted
+        say(
+            f"submitted {EXAMPLE.relative_to(REPO)}: {JOB}, 2 nodes x 1 process, {steps} steps, "
+            f"model {self.args.model_size}; preempting after steps {', '.join(map(str, targets))}"
+        )
+        shown: set[str] = set()
+        deadline = time.monotonic() + 60 * 30
+        while time.monotonic() < deadline:
+            self.polled = time.time()
+            pods = self.pods()  # before the job: a pod missing now was gone before this status
+            job = self.job()
+            status = job.get("status") or {}
+            attempt = status.get("attempt", 0)
+            progress = self.progress()
+            for entry in self.metrics(self.run_dir / "metrics.jsonl"):
+                self.seen[(entry.get("attempt", 0), entry["step"])] = entry
+            self.show_events()
+            if "running" not in shown and attempt == 0 and status.get("phase") == "Running":
+                shown.add("running")
+                nodes = sorted({p.spec.node_name for p in pods if p.spec.node_name})
+                say(f"gang of attempt 0 running on {', '.join(nodes)} (torchrun starting)")
+            first = [e for (a, _), e in self.seen.items() if a == 0]
+            if "first" not in shown and first:
+                shown.add("first")
+                entry = min(first, key=lambda e: e["step"])
+                say("attempt 0 finished its first training step", at=entry["time"])
+            self.follow_recoveries(status, progress, pods)
+            if status.get("phase") in ("Succeeded", "Failed"):
+                self.screen.clear()
+                say(f"job {status['phase']}: {status['conditions'][-1]['message']}")
+                return job
+            pending = len(self.recoveries)
+            if (
+                pending < len(targets)
+                and attempt == pending
+                and progress.get("attempt") == attempt
+                and progress.get("step", 0) >= targets[pending]
+            ):
+                self.preempt(pending, progress["step"])
+            latest = max(self.seen.items(), default=None, key=lambda kv: (kv[0][1], kv[0][0]))
+            if latest:
+                entry = latest[1]
+                self.screen.bar(
+                    entry["step"],
+                    steps,
+                    f"reward {entry['reward']:.3f}  loss "
+                    f"{entry['loss']:+.4f}  attempt {attempt}  {status.get('phase', '')}",
+                )
+            time.sleep(0.5)
+        raise RuntimeError("the job did not finish in 30 minutes")
+
+    def preempt(self, index: int, step: int) -> None:
+        pods = self.pods(index)
+        rank0 = next((p for p in pods if p.metadata.labels.get("rljob.io/node-rank") == "0"), None)
+        if rank0 is None or not rank0.spec.node_name:
+            return
+        node = rank0.spec.node_name
+        name = f"urgent-{index + 1}"
+        self.core.create_namespaced_pod(
+            NAMESPACE,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": "rljob-demo-urgent"}},
+                "spec": {
+                    "priorityClassName": URGENT_CLASS,
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "urgent",
+                            "image": "example.invalid/urgent:1",
+                            "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_NODE)}},
+                        }
+                    ],
+                },
+            },
+        )
+        self.recoveries.append(Recovery(index, step, node, time.time()))
+        self.screen.say(
+            f"preemption {index + 1}: pod {name} (priority {URGENT_CLASS}=1000) needs "
+            f"all {GPUS_PER_NODE} GPUs of {node}, where {rank0.metadata.name} runs "
+            f"(after step {step})"
+        )
+
+    def follow_recoveries(
+        self, status: dict[str, Any], progress: dict[str, Any], pods: list[Any]
+    ) -> None:
+        def of(attempt: int) -> list[Any]:
+            return [p for p in pods if p.metadata.labels.get("rljob.io/attempt") == str(attempt)]
+
+        say = self.screen.say
+        records = status.get("recoveries") or []
+        for seen in self.recoveries:
+            if seen.index >= len(records):
+                continue
+            record = seen.record = records[seen.index]
+            old, new = seen.index, seen.index + 1
+            if "detected" not in seen.shown:
+                seen.shown.add("detected")
+                say(
+                    f"  detected: {record['kind']} {record['reason']} of {record['pod']} on "
+                    f"{record['node']}",
+                    at=iso_to_unix(record["detectedAt"]),
+                )
+            if "gone" not in seen.shown and not of(old):
+                seen.shown.add("gone")
+                # The operator creates the new gang only once the old one is gone.
+                created = iso_to_unix(record.get("gangCreatedAt"))
+                seen.gone = min(self.polled, created) if created else self.polled
+                say(
+                    f"  old gang gone: every pod of attempt {old} stopped and deleted", at=seen.gone
+                )
+            if "target" not in seen.shown and record.get("gangCreatedAt"):
+                seen.shown.add("target")
+                where = (status.get("resumeFrom") or {}).get("path", "?")
+                say(
+                    f"  resume target: {where} (step {record.get('resumedFromStep')}; last "
+                    f"finished step {record.get('lastFinishedStep')}, {record.get('lostSteps')} "
+                    f"steps lost)",
+                    at=iso_to_unix(record["gangCreatedAt"]),
+                )
+            if "running" not in seen.shown and record.get("firstRunningAt"):
+                seen.shown.add("running")
+                nodes = sorted({p.spec.node_name for p in of(new) if p.spec.node_name})
+                say(
+                    f"  new gang (attempt {new}) running on {', '.join(nodes)}",
+                    at=iso_to_unix(record["firstRunningAt"]),
+                )
+                self.core.delete_namespaced_pod(
+                    f"urgent-{seen.index + 1}", NAMESPACE, grace_period_seconds=0
+                )
+                say(f"  the urgent pod on {seen.node} is done: its node is free again")
+            if "trained" not in seen.shown and progress.get("attempt") == new:
+                seen.shown.add("trained")
+                times = [e["time"] for (a, _), e in self.seen.items() if a == new]
+                seen.first_step = min(times) if times else time.time()
+                since = seen.first_step - (iso_to_unix(record["detectedAt"]) or seen.first_step)
+                say(f"  training again: step {progress['step']}, {since:.1f}s after detection")
+
+    # ------------------------------------------------------------------ the reference
+    def reference(self) -> tuple[Path, str]:
+        """The final checkpoint folder and metrics of an uninterrupted run of the same config."""
+        spec = next(d for d in self.manifests() if d["kind"] == "RLTrainingJob")["spec"]
+        args = [a for a in spec["args"] if not a.startswith("runner.output_dir=")]
+        env = {
+            "RLJOB_SAVE_INTERVAL": str(spec["checkpoint"]["saveInterval"]),
+            "RLJOB_MAX_TO_KEEP": str(spec["checkpoint"]["maxToKeep"]),
+        }
+        key = hashlib.sha256(json.dumps([args, env]).encode())
+        for source in sorted(TRAINER_SOURCES.rglob("*")):
+            if source.is_file() and source.suffix in (".py", ".yaml"):
+                key.update(source.read_bytes())
+        import torch
+
+        key.update(torch.__version__.encode())
+        cache = self.binaries.cache_root() / "demo-reference" / key.hexdigest()[:16]
+        final = f"global_step_{self.args.steps}"
+        if (cache / final / "model.safetensors").exists():
+            return cache, f"reused from {cache} (an earlier demo ran this config and trainer code)"
+        run = self.out / "reference"
+        shutil.rmtree(run, ignore_errors=True)
+        argv = [
+            str(TORCHRUN),
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "rljob_trainer",
+            *args,
+            f"runner.output_dir={run}",
+        ]
+        self.screen.say(
+            "reference: the same config, uninterrupted, 2 ranks under a local "
+            "torchrun (run now, after the job, so that the two never share the CPU)",
+            timeline=False,
+        )
+        started = time.time()
+        with (self.out / "reference.log").open("wb") as log:
+            clean = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
+            process = subprocess.Popen(
+                argv, env={**clean, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=self.out
+            )
+            metrics = run / "grpo_tiny" / "metrics.jsonl"
+            while process.poll() is None:
+                done = self.metrics(metrics)
+                if done:
+                    self.screen.bar(
+                        done[-1]["step"],
+                        self.args.steps,
+                        f"reward {done[-1]['reward']:.3f}  (reference)",
+                    )
+                time.sleep(0.5)
+        self.screen.clear()
+        if process.returncode != 0:
+            raise RuntimeError(f"the reference run failed: see {self.out / 'reference.log'}")
+        (cache / final).mkdir(parents=True, exist_ok=True)
+        shutil.copy(
+            run / "grpo_tiny" / "checkpoints" / final / "actor" / "model" / "model.safetensors",
+            cache / final / "model.safetensors",
+        )
+        shutil.copy(metrics, cache / "metrics.jsonl")
+        return cache, f"run after the job in {time.time() - started:.0f}s (cached in {cache})"
+
+    # ------------------------------------------------------------------ the verdict
+    def compare(self, reference: Path) -> tuple[bool, bool, int]:
+        import torch
+        from safetensors.torch import load_file
+
+        final = f"global_step_{self.args.steps}"
+        job = load_file(
+            self.run_dir / "checkpoints" / final / "actor" / "model" / "model.safetensors"
+        )
+        ref = load_file(reference / final / "model.safetensors")
+        same_weights = sorted(job) == sorted(ref) and all(torch.equal(job[k], ref[k]) for k in ref)
+        keys = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")
+        final_metrics = self.metrics(self.run_dir / "metrics.jsonl")
+        ref_metrics = self.metrics(reference / "metrics.jsonl")
+        same_metrics = len(final_metrics) == len(ref_metrics) == self.args.steps and all(
+            {k: a[k] for k in keys} == {k: b[k] for k in keys}
+            for a, b in zip(final_metrics, ref_metrics, strict=True)
+        )
+        return same_weights, same_metrics, len(ref)
+
+    def report(
+        self, job: dict[str, Any], reference_note: str, verdict: tuple[bool, bool, int]
+    ) -> str:
+        status = job["status"]
+        start = self.submitted
+        done = iso_to_unix(status.get("completionTime")) or time.time()
+        lines = [
+            "",
+            "=" * 78,
+            "rljob demo report",
+            "=" * 78,
+            f"job {JOB}: 2 nodes x 1 process, {self.args.steps} steps, model {self.args.model_size}"
+            f"; {status['phase']} in {done - start:.1f}s after {status['attempt'] + 1} attempts "
+            f"({status['preemptions']} preemptions, {status['failures']} failures)",
+            "",
+            "timeline (seconds since the job was submitted):",
+        ]
+        lines += [
+            f"  {at - start:7.1f}  {text.strip()}" for at, text in sorted(self.screen.timeline)
+        ]
+        lines += ["", "recoveries:"]
+        for seen in self.recoveries:
+            r = seen.record
+            detected = iso_to_unix(r.get("detectedAt"))
+            running = iso_to_unix(r.get("firstRunningAt"))
+            created = iso_to_unix(r.get("gangCreatedAt"))
+            lines.append(
+                f"  {seen.index + 1}. {r.get('reason')} of {r.get('pod')} on {r.get('node')}: last "
+                f"finished step {r.get('lastFinishedStep')}, resumed from step "
+                f"{r.get('resumedFromStep')}, {r.get('lostSteps')} steps lost"
+            )
+            if detected and created and running and seen.first_step:
+                lines.append(
+                    f"     recovery time: {running - detected:.1f}s from detection to the new gang "
+                    f"running (old gang stopped and new gang created {created - detected:.1f}s "
+                    f"after detection), {seen.first_step - detected:.1f}s to its first step"
+                )
+        same_weights, same_metrics, tensors = verdict
+        lines += [
+            "",
+            f"reference (uninterrupted): {reference_note}",
+            f"final weights ({tensors} tensors) bitwise identical to the uninterrupted run: "
+            f"{'YES' if same_weights else 'NO'}",
+            f"loss, reward, KL, grad norm ... of all {self.args.steps} steps identical: "
+            f"{'YES' if same_metrics else 'NO'}",
+            f"plot: {self.out / 'demo.png'}",
+            f"logs: {self.out} (operator.log, nodeagent/logs/, reference.log)",
+        ]
+        return "\n".join(lines)
+
+    def plot(self, reference: Path, bit_exact: bool) -> Path:
+        """Reward and loss per step: the job's attempts over the reference (a wide grey band
+        under them), lost steps as crosses, the preemptions as red lines; below, the job's
+        value minus the reference's at every step."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        final = {e["step"]: e for e in self.metrics(self.run_dir / "metrics.jsonl")}
+        ref = {e["step"]: e for e in self.metrics(reference / "metrics.jsonl")}
+        fig, axes = plt.subplots(
+            3, 1, figsize=(10, 8.5), sharex=True, gridspec_kw={"height_ratios": [3, 3, 1.4]}
+        )
+        colors = plt.get_cmap("tab10")
+        panels = ((axes[0], "reward", "mean reward"), (axes[1], "loss", "GRPO loss"))
+        for ax, key, label in panels:
+            steps = sorted(ref)
+            ax.plot(
+                steps,
+                [ref[s][key] for s in steps],
+                color="0.6",
+                lw=7,
+                alpha=0.45,
+                solid_capstyle="round",
+                label="uninterrupted reference (under the job)",
+            )
+            for attempt in sorted({a for a, _ in self.seen}):
+                mine = sorted(s for a, s in self.seen if a == attempt)
+                kept = [s for s in mine if final.get(s, {}).get("attempt") == attempt]
+                lost = [s for s in mine if s not in kept]
+                ax.plot(
+                    kept,
+                    [self.seen[(attempt, s)][key] for s in kept],
+                    color=colors(attempt),
+                    lw=1.6,
+                    marker=".",
+                    label=f"job, attempt {attempt}",
+                )
+                if lost:
+                    ax.plot(
+                        lost,
+                        [self.seen[(attempt, s)][key] for s in lost],
+                        color="black",
+                        marker="x",
+                        ls="none",
+                        label=f"attempt {attempt}: steps lost",
+                    )
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+        for key, style in (("reward", "-"), ("loss", "--")):
+            steps = sorted(s for s in final if s in ref)
+            axes[2].plot(
+                steps,
+                [final[s][key] - ref[s][key] for s in steps],
+                ls=style,
+                marker=".",
+                label=f"{key}: job - reference",
+            )
+        axes[2].set_ylabel("difference")
+        axes[2].grid(alpha=0.3)
+        axes[2].legend(loc="upper left", fontsize=8)
+        for ax in axes:
+            for seen in self.recoveries:
+                step = seen.record.get("lastFinishedStep", seen.preempted_at_step) + 0.5
+                ax.axvline(step, color="red", ls=":", lw=1.5)
+        for seen in self.recoveries:
+            step = seen.record.get("lastFinishedStep", seen.preempted_at_step) + 0.5
+            axes[0].annotate(
+                f" preempted ({seen.record.get('reason', '?')}):\n resumed from step "
+                f"{seen.record.get('resumedFromStep')}, {seen.record.get('lostSteps', '?')} lost",
+                (step, 0.98),
+                xycoords=("data", "axes fraction"),
+                va="top",
+                ha="left",
+                fontsize=8,
+                color="red",
+                bbox={"fc": "white", "ec": "none", "alpha": 0.8},
+            )
+        axes[0].legend(loc="lower right", fontsize=8)
+        axes[2].set_xlabel("training step")
+        verdict = (
+            "final weights bitwise identical to the uninterrupted run"
+            if bit_exact
+            else "final weights DIFFER from the uninterrupted run"
+        )
+        fig.suptitle(
+            f"rljob demo: GRPO, 2 nodes x 1 process, {self.args.steps} steps, preempted "
+            f"{len(self.recoveries)}x; {verdict}",
+            fontsize=10.5,
+        )
+        fig.tight_layout()
+        path = self.out / "demo.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+    # ------------------------------------------------------------------ clean-up
+    def stop(self) -> None:
+        from rljob_nodeagent import live_processes
+
+        self.screen.clear()
+        if self.agents is not None:
+            self.agents.stop()
+        if self.operator is not None and self.operator.poll() is None:
+            os.killpg(self.operator.pid, signal.SIGTERM)
+            try:
+                self.operator.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.operator.pid, signal.SIGKILL)
+                self.operator.wait()
+        left = [p for node in NODES for p in live_processes(node)]
+        name = self.name
+        if self.args.keep:
+            print(
+                f"cluster {name!r} kept: export KUBECONFIG={self.cluster.kubeconfig_path(name)}; "
+                f"kubectl get rltj,pods,events; remove it with `.venv/bin/rljob testenv down "
+                f"--name {name}` (the operator and node agents are stopped)"
+            )
+        elif self.cluster.exists(name):
+            self.cluster.down(name, say=lambda m: None)
+        print(
+            f"cleaned up: operator and node agents stopped, {len(left)} pod processes left"
+            + ("" if self.args.keep else f", cluster {name!r} removed"),
+            flush=True,
+        )
 
 
 def main() -> int:
-    binaries.install()
-    kubeconfig = cluster.up(NAME, gpu_nodes=3)
-    operator = None
+    args = parse_args()
+    demo = Demo(args)
     try:
-        kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-        kubectl("wait", "--for=condition=Established", "crd/rltrainingjobs.rljob.io")
-        env = dict(os.environ, KUBECONFIG=str(kubeconfig))
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "rljob_operator", "operator", "--standalone",
-             "-n", "default", "--metrics-port", "0"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        kubectl("apply", "-f", str(REPO / "examples" / "grpo-demo.yaml"))
-        for _ in range(30):
-            out = kubectl("get", "rltj,pods", "-o", "wide")
-            if "Running" in kubectl("get", "rltj", "grpo-demo", "-o", "jsonpath={.status.phase}"):
-                break
-            time.sleep(1)
-        print(out)
-        print(kubectl("get", "events", "--field-selector", "involvedObject.kind=RLTrainingJob"))
-        print(
-            "The gang runs on kwok GPU nodes, which run no processes. Still to come: real\n"
-            "trainer processes on a node agent, a live preemption and its recovery, and the\n"
-            "bit-exact check against an uninterrupted run."
-        )
+        demo.start()
+        job = demo.run_job()
+        if job["status"]["phase"] != "Succeeded":
+            print(json.dumps(job["status"], indent=1))
+            return 1
+        print(demo.kubectl("get", "rltj", "-n", NAMESPACE))
+        reference, note = demo.reference()
+        verdict = demo.compare(reference)
+        demo.plot(reference, verdict[0] and verdict[1])
+        report = demo.report(job, note, verdict)
+        print(report)
+        (demo.out / "report.txt").write_text(report + "\n")
+        return 0 if verdict[0] and verdict[1] else 1
+    except KeyboardInterrupt:
+        print("\ninterrupted", flush=True)
+        return 130
     finally:
-        if operator:
-            operator.terminate()
-            operator.wait(timeout=10)
-        cluster.down(NAME)
-    return 0
+        demo.stop()
 
 
 if __name__ == "__main__":
