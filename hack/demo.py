@@ -284,7 +284,7 @@ class Demo:
 
     def show_events(self) -> None:
         events = self.core.list_namespaced_event(
-            NAMESPACE, field_selector=f"involvedObject.name={JOB}"
+            NAMESPACE, field_selector=f"involvedObject.kind=RLTrainingJob,involvedObject.name={JOB}"
         ).items
         for event in sorted(events, key=lambda e: e.metadata.creation_timestamp):
             if event.metadata.name in self.events_seen:
@@ -417,6 +417,11 @@ class Demo:
                 )
             if "target" not in seen.shown and record.get("gangCreatedAt"):
                 seen.shown.add("target")
+                created = iso_to_unix(record["gangCreatedAt"]) or time.time()
+                timeline = self.screen.timeline
+                for i, (moment, text) in enumerate(timeline):  # gone before it was created
+                    if text.startswith("  old gang gone") and f"attempt {old} " in text:
+                        timeline[i] = (min(moment, created - 0.001), text)
                 where = (status.get("resumeFrom") or {}).get("path", "?")
                 say(
                     f"  resume target: {where} (step {record.get('resumedFromStep')}; last "
@@ -538,7 +543,7 @@ class Demo:
             "=" * 78,
             f"job {JOB}: 2 nodes x 1 process, {self.args.steps} steps, model {self.args.model_size}"
             f"; {status['phase']} in {done - start:.1f}s after {status['attempt'] + 1} attempts "
-            f"({status['preemptions']} preemptions, {status['failures']} failures)",
+            f"({status['preemptions']} preemption(s), {status['failures']} failure(s))",
             "",
             "timeline (seconds since the job was submitted):",
         ]
@@ -636,17 +641,17 @@ class Demo:
             )
         axes[2].set_ylabel("difference")
         axes[2].grid(alpha=0.3)
-        axes[2].legend(loc="upper left", fontsize=8)
+        axes[2].legend(loc="lower left", fontsize=8)
         for ax in axes:
             for seen in self.recoveries:
                 step = seen.record.get("lastFinishedStep", seen.preempted_at_step) + 0.5
                 ax.axvline(step, color="red", ls=":", lw=1.5)
         for seen in self.recoveries:
             step = seen.record.get("lastFinishedStep", seen.preempted_at_step) + 0.5
-            axes[0].annotate(
+            axes[2].annotate(
                 f" preempted ({seen.record.get('reason', '?')}):\n resumed from step "
                 f"{seen.record.get('resumedFromStep')}, {seen.record.get('lostSteps', '?')} lost",
-                (step, 0.98),
+                (step, 0.95),
                 xycoords=("data", "axes fraction"),
                 va="top",
                 ha="left",

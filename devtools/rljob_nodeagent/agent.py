@@ -52,6 +52,7 @@ from .render import (
     now_iso,
     now_micro,
     pending_status,
+    pod_address,
     resolve_env,
     running_status,
     terminated_status,
@@ -452,6 +453,7 @@ class PodWorker:
         meta = pod["metadata"]
         self.namespace, self.name, self.uid = meta["namespace"], meta["name"], meta["uid"]
         self.marker = f"{agent.node}/{self.uid}"
+        self.address = pod_address(self.uid)
         self._cond = threading.Condition()
         self._thread = threading.Thread(
             target=self._run, name=f"{agent.node}-{self.name}", daemon=True
@@ -545,7 +547,7 @@ class PodWorker:
         if self._deleting():
             self._final_delete()
             return
-        self._patch_status(pending_status(pod, now_iso()))
+        self._patch_status(pending_status(pod, now_iso(), self.address))
         try:
             prepared = self._prepare(pod)
         except PodError as exc:
@@ -586,7 +588,7 @@ class PodWorker:
             self.agent.records.append(self.record)
         log.info("pod %s/%s: started %s (pid %d)", self.namespace, self.name,
                  " ".join(prepared.argv), self.process.pid)  # fmt: skip
-        self._patch_status(running_status(self.pod or pod, started_at, container_id))
+        self._patch_status(running_status(self.pod or pod, started_at, container_id, self.address))
         ended_by = self._supervise(prepared)
         if ended_by in ("node-deleted", "agent-stopped"):
             return  # the machine is gone or switched off: nobody reports
@@ -612,7 +614,9 @@ class PodWorker:
         return False
 
     def _report_exit(self, exit: Exit, container_id: str = "") -> None:
-        self._patch_status(terminated_status(self.pod or self.last, exit, container_id))
+        self._patch_status(
+            terminated_status(self.pod or self.last, exit, container_id, self.address)
+        )
 
     def _await_deletion(self) -> None:
         while not (self.agent._done() or self._deleting()):
@@ -653,7 +657,9 @@ class PodWorker:
                 break
             procs.send(left, signal.SIGKILL)
             time.sleep(0.1)
-        if ended_by == "agent-stopped":
+        if self.agent.gone.is_set():  # the machine vanished under it (and killed it)
+            ended_by = "node-deleted"
+        if ended_by in ("agent-stopped", "node-deleted"):
             self._mark_end(ended_by)
         return ended_by
 

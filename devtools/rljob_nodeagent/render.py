@@ -20,6 +20,7 @@ after `$(VAR)` expansion, in one pass:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -61,6 +62,17 @@ class PodError(Exception):
 def claim_dir(root: Path, namespace: str, claim: str) -> Path:
     """The one local directory that stands for a PersistentVolumeClaim, shared by all nodes."""
     return Path(root) / "claims" / namespace / claim
+
+
+def pod_address(uid: str) -> str:
+    """The pod IP the agent reports in the pod's status: a stable private address per pod.
+
+    The API server's endpoint controllers refuse loopback addresses, so the status cannot say
+    127.0.0.1 (as kwok, the agent reports addresses of a range of its own: 10.88.0.0/16); the
+    process itself is told `status.podIP=127.0.0.1`, where it can be reached.
+    """
+    digest = hashlib.sha256(uid.encode()).digest()
+    return f"10.88.{digest[0]}.{1 + digest[1] % 254}"
 
 
 def now_iso(moment: datetime | None = None) -> str:
@@ -379,7 +391,7 @@ def _container_status(container: dict[str, Any], state: dict[str, Any], ready: b
     }
 
 
-def pending_status(pod: dict[str, Any], now: str, pod_ip: str = LOOPBACK) -> dict[str, Any]:
+def pending_status(pod: dict[str, Any], now: str, pod_ip: str) -> dict[str, Any]:
     """Accepted by the node, containers being created."""
     status = pod.get("status") or {}
     containers = pod["spec"]["containers"]
@@ -400,7 +412,7 @@ def pending_status(pod: dict[str, Any], now: str, pod_ip: str = LOOPBACK) -> dic
 
 
 def running_status(
-    pod: dict[str, Any], started_at: str, container_id: str, pod_ip: str = LOOPBACK
+    pod: dict[str, Any], started_at: str, container_id: str, pod_ip: str
 ) -> dict[str, Any]:
     status = pod.get("status") or {}
     containers = pod["spec"]["containers"]
@@ -424,7 +436,7 @@ def running_status(
 
 
 def terminated_status(
-    pod: dict[str, Any], exit: Exit, container_id: str, pod_ip: str = LOOPBACK
+    pod: dict[str, Any], exit: Exit, container_id: str, pod_ip: str
 ) -> dict[str, Any]:
     """The container's end and the pod's phase (restartPolicy Never: Succeeded iff exit 0)."""
     status = pod.get("status") or {}

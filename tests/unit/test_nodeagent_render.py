@@ -24,6 +24,7 @@ from rljob_nodeagent.render import (
     log_tail,
     node_manifest,
     pending_status,
+    pod_address,
     resolve_env,
     running_status,
     terminated_status,
@@ -221,6 +222,13 @@ def test_a_container_without_a_command_runs_a_placeholder():
     assert command_line({"command": ["echo", "$(X)"]}, {"X": "1"}, str) == ["echo", "1"]
 
 
+def test_pods_get_stable_private_addresses_the_endpoint_controllers_accept():
+    address = pod_address("uid-1")
+    assert address == pod_address("uid-1") != pod_address("uid-2")
+    first, second, third, fourth = (int(x) for x in address.split("."))
+    assert (first, second) == (10, 88) and 0 <= third <= 255 and 1 <= fourth <= 254
+
+
 def test_claims_are_shared_per_namespace_and_name():
     assert claim_dir(Path("/root"), "ns", "ckpts") == Path("/root/claims/ns/ckpts")
 
@@ -246,24 +254,28 @@ def test_the_log_tail_is_80_lines_and_2048_bytes_at_most():
 
 def test_status_bodies_move_the_container_from_waiting_to_running_to_terminated():
     pod = operator_pod()
-    pending = pending_status(pod, "T0")["status"]
+    pending = pending_status(pod, "T0", "10.88.0.9")["status"]
     assert pending["phase"] == "Pending"
     assert pending["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
 
-    running = running_status(pod, "T1", "id://1")["status"]
+    running = running_status(pod, "T1", "id://1", "10.88.0.9")["status"]
     state = running["containerStatuses"][0]["state"]
-    assert running["phase"] == "Running" and running["podIP"] == LOOPBACK
+    assert running["phase"] == "Running" and running["podIP"] == "10.88.0.9"
     assert state == {"running": {"startedAt": "T1"}, "waiting": None, "terminated": None}
     assert {c["type"]: c["status"] for c in running["conditions"]}["Ready"] == "True"
 
-    failed = terminated_status(pod, Exit(1, "Error", "boom", "T1", "T2"), "id://1")["status"]
+    failed = terminated_status(pod, Exit(1, "Error", "boom", "T1", "T2"), "id://1", "10.88.0.9")[
+        "status"
+    ]
     terminated = failed["containerStatuses"][0]["state"]["terminated"]
     assert failed["phase"] == "Failed"
     assert terminated == {"exitCode": 1, "reason": "Error", "message": "boom", "startedAt": "T1",
                           "finishedAt": "T2", "containerID": "id://1"}  # fmt: skip
     assert failed["containerStatuses"][0]["state"]["running"] is None  # merge-patch removes it
 
-    done = terminated_status(pod, Exit(0, "Completed", "", "T1", "T2"), "id://1")["status"]
+    done = terminated_status(pod, Exit(0, "Completed", "", "T1", "T2"), "id://1", "10.88.0.9")[
+        "status"
+    ]
     assert done["phase"] == "Succeeded"
     assert "message" not in done["containerStatuses"][0]["state"]["terminated"]
 
