@@ -307,7 +307,10 @@ class Trainer:
 
 def tell_the_operator(message: str) -> None:
     """Write the container's termination message: torchrun hides our exit code, this it can't."""
-    path = Path(os.environ.get(contract.ENV_TERMINATION_LOG, contract.DEFAULT_TERMINATION_LOG))
+    explicit = os.environ.get(contract.ENV_TERMINATION_LOG)
+    path = Path(explicit or contract.DEFAULT_TERMINATION_LOG)
+    if not explicit and not path.exists():  # outside a container: nobody to tell
+        return
     try:
         with path.open("w") as fh:
             fh.write(message + "\n")

@@ -106,6 +106,7 @@ def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarg
         contract.ENV_CHECKPOINT_REQUEST_FILE: (
             f"{contract.PODINFO_MOUNT_PATH}/{contract.CHECKPOINT_REQUEST_FILE_NAME}"
         ),
+        contract.ENV_TERMINATION_LOG: contract.DEFAULT_TERMINATION_LOG,
     }
     if spec.checkpoint.save_interval is not None:
         values[contract.ENV_SAVE_INTERVAL] = str(spec.checkpoint.save_interval)
@@ -191,6 +192,7 @@ def desired_pod(
         "env": _env(spec, job, attempt, rank, resume),
         "ports": [{"name": "rendezvous", "containerPort": spec.rendezvous_port}],
         "volumeMounts": mounts,
+        "terminationMessagePath": contract.DEFAULT_TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if spec.resources:
