@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rljob_operator import constants as c
@@ -23,8 +23,19 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, namespace: str, log_path: Path, **env: str) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log_path: Path,
+        *,
+        args: Sequence[str] | None = None,
+        **env: str,
+    ) -> None:
+        """`args` replaces the default scope and peering flags (--standalone --namespace NS),
+        e.g. with the flags a Helm release passes; the metrics port is always added."""
         self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log_path
+        self.args = list(args) if args is not None else ["--standalone", "--namespace", namespace]
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.metrics_port = free_port()
@@ -33,8 +44,8 @@ class OperatorProcess:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1", **self.env)
         log = self.log_path.open("a")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rljob_operator", "operator", "--standalone",
-             "--namespace", self.namespace, "--metrics-port", str(self.metrics_port)],
+            [sys.executable, "-m", "rljob_operator", "operator", *self.args,
+             "--metrics-port", str(self.metrics_port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         deadline = time.monotonic() + 30

@@ -1,0 +1,62 @@
+{{/*
+The operator's permissions, derived from its code (docs/install.md explains each rule).
+"rljob.rules.jobs": what it does to jobs and their pods, in every namespace it watches.
+*/}}
+{{- define "rljob.rules.jobs" -}}
+# Jobs: kopf lists and watches them; the reconcile reads one (get); kopf keeps its progress in
+# the job's annotations (patch); a finished job whose ttlSecondsAfterFinished ran out is deleted.
+- apiGroups: [rljob.io]
+  resources: [rltrainingjobs]
+  verbs: [get, list, watch, patch, delete]
+# Every reconcile pass writes the job's status.
+- apiGroups: [rljob.io]
+  resources: [rltrainingjobs/status]
+  verbs: [patch]
+# The pods and the Service name the job as their owner with blockOwnerDeletion: true, which
+# clusters with the OwnerReferencesPermissionEnforcement admission plugin (OpenShift) allow
+# only to whoever may update the owner's finalizers. The operator never sets a job finalizer.
+- apiGroups: [rljob.io]
+  resources: [rltrainingjobs/finalizers]
+  verbs: [update]
+# The gang's pods and the inspector pods: created, read, listed and watched (kopf), annotated
+# (checkpoint requests) and released from rljob's finalizer (patch), deleted at an attempt's end.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, patch, delete]
+# The gang's headless Service (rendezvous); the garbage collector removes it with the job.
+- apiGroups: [""]
+  resources: [services]
+  verbs: [create]
+# Events on the job (Preempted, GangCreated, ...).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}
+
+{{/* Peering in one namespace: kopf lists and watches the peering objects, and patches its own. */}}
+{{- define "rljob.rules.peering" -}}
+{{- if .root.Values.peering.enabled -}}
+# Peering: kopf watches the peering objects of the namespace and writes its keep-alive into
+# the release's own one.
+- apiGroups: [kopf.dev]
+  resources: [{{ .resource }}]
+  verbs: [list, watch]
+- apiGroups: [kopf.dev]
+  resources: [{{ .resource }}]
+  resourceNames: [{{ include "rljob.peeringName" .root | quote }}]
+  verbs: [patch]
+{{- end }}
+{{- end }}
+
+{{/* Cluster-scoped reads, needed in either mode. */}}
+{{- define "rljob.rules.cluster" -}}
+# Nodes are cluster-scoped: the reconcile reads the nodes its pods ran on (lost, NotReady,
+# tainted for termination), by name. Read-only, no list.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get]
+# kopf watches the CRDs, so that it starts serving RLTrainingJobs when the CRD appears or changes.
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end }}
