@@ -549,7 +549,10 @@ class PodWorker:
             return
         self._patch_status(pending_status(pod, now_iso(), self.address))
         try:
-            prepared = self._prepare(pod)
+            try:
+                prepared = self._prepare(pod)
+            except (OSError, ApiException) as exc:  # a volume it cannot write, an API error
+                raise PodError("CreateContainerError", str(exc)) from exc
         except PodError as exc:
             log.warning("pod %s/%s cannot run: %s", self.namespace, self.name, exc.message)
             waiting = {"waiting": {"reason": exc.reason, "message": exc.message}}
