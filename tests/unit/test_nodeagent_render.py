@@ -57,7 +57,8 @@ def test_the_operators_pod_sees_local_paths_and_loopback():
     container = pod["spec"]["containers"][0]
     volumes = {v["name"]: Path(f"/local/{v['name']}") for v in pod["spec"]["volumes"]}
     mounts = container_mounts(container, volumes)
-    rewrite = Rewriter({**mounts, "/dev/termination-log": "/local/termination-log"})
+    message_path = container.get("terminationMessagePath", "/dev/termination-log")
+    rewrite = Rewriter({**mounts, message_path: "/local/termination-log"})
     env = {k: rewrite(v) for k, v in resolve_env(pod, container, no_lookup, no_lookup).items()}
     argv = command_line(container, env, rewrite)
 
@@ -66,6 +67,8 @@ def test_the_operators_pod_sees_local_paths_and_loopback():
     assert env["RLJOB_CHECKPOINT_DIR"] == "/local/checkpoints/demo/grpo_tiny/checkpoints"
     assert env["RLJOB_RESUME_DIR"] == "/local/checkpoints/demo/grpo_tiny/checkpoints/global_step_40"
     assert env["RLJOB_CHECKPOINT_REQUEST_FILE"] == "/local/rljob-podinfo/checkpoint-request"
+    # where the trainer writes its termination message: the pod's own file
+    assert env["RLJOB_TERMINATION_LOG"] == "/local/termination-log"
     assert (env["POD_NAME"], env["POD_NAMESPACE"], env["NODE_NAME"]) == (
         "demo-a2-n1",
         "team-a",
