@@ -119,10 +119,10 @@ class Kube:
             ) from exc
         return True
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete with the pod's own grace period, so that its trainer can save."""
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        """Delete, by default with the pod's own grace period, so that its trainer can save."""
         try:
-            self.core.delete_namespaced_pod(name, namespace)
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
         except ApiException as exc:
             if exc.status != 404:
                 raise KubeError(f"delete pod {namespace}/{name}", exc) from exc

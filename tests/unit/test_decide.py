@@ -413,3 +413,15 @@ def test_finished_job_releases_its_pods():
 
     assert plan.status["phase"] == c.SUCCEEDED
     assert sorted(plan.release) == ["grpo-a0-n0", "grpo-a0-n1"]
+
+
+def test_pods_on_a_deleted_node_are_deleted_without_grace():
+    job = started(make_job(), phase=c.RUNNING)
+    pods = pods_of(job)
+    nodes = {"gpu-node-0": None, "gpu-node-1": make_node("gpu-node-1")}
+
+    plan = decide(job, pods, nodes, NOW)
+
+    assert plan.status["lastEnd"]["reason"] == "NodeLost"
+    assert plan.force_delete == ["grpo-a0-n0"]
+    assert plan.delete == ["grpo-a0-n1"]  # its trainer still gets its grace period to save

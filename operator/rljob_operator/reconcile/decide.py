@@ -58,7 +58,8 @@ class LookupResult:
 class Plan:
     status: dict[str, Any]
     create: list[dict[str, Any]] = field(default_factory=list)
-    delete: list[str] = field(default_factory=list)  # pod names
+    delete: list[str] = field(default_factory=list)  # pod names, deleted with their grace period
+    force_delete: list[str] = field(default_factory=list)  # on a node that is gone: grace 0
     request_checkpoint: list[str] = field(default_factory=list)  # pods to ask to save now
     release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
     events: list[Event] = field(default_factory=list)
@@ -216,7 +217,24 @@ def decide(
     ]
     _decide(p, job, pods, nodes, lookup)
     p.plan.release = _ends_recorded(p, pods)
+    _no_grace_for_lost_nodes(p.plan, pods, nodes)
     return p.plan
+
+
+def _no_grace_for_lost_nodes(
+    plan: Plan, pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any] | None]
+) -> None:
+    """A pod whose Node object is gone has no kubelet to end it: it would wait for the pod
+    garbage collector (40 s and more). Delete it at once, as that collector would."""
+    lost = {
+        pod["metadata"]["name"]
+        for pod in pods
+        if pod.get("spec", {}).get("nodeName") in nodes
+        and nodes[pod["spec"]["nodeName"]] is None
+        and (pod["metadata"]["name"] in plan.delete or pod["metadata"].get("deletionTimestamp"))
+    }
+    plan.delete = [name for name in plan.delete if name not in lost]
+    plan.force_delete = sorted(lost)
 
 
 def _decide(

@@ -56,6 +56,8 @@ def apply(kube: Kube, job: dict[str, Any], plan: Plan) -> None:
         kube.annotate_pod(namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, iso(datetime.now(UTC)))
     for pod in plan.delete:
         kube.delete_pod(namespace, pod)
+    for pod in plan.force_delete:
+        kube.delete_pod(namespace, pod, grace_seconds=0)
     for pod in plan.release:
         kube.release_pod(namespace, pod)
     for event in plan.events:
