@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -14,7 +15,7 @@ T = TypeVar("T")
 HOLD_FINALIZER = "rljob.io/test-hold"
 
 
-def wait_for(fetch: Callable[[], T | None], timeout: float = 30, what: str = "condition") -> T:
+def wait_for(fetch: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
     """Poll `fetch` until it returns something truthy; fail the test with `what` otherwise."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -82,3 +83,33 @@ def release(core: client.CoreV1Api, namespace: str, name: str) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def bind_claim(core: client.CoreV1Api, namespace: str, claim: str = "ckpts") -> str:
+    """A claim bound to a volume of its own, as a cluster admin would provide it; returns the
+    volume's name, for the caller to delete (volumes are cluster-scoped)."""
+    pv = f"{claim}-{namespace}"
+    core.create_persistent_volume(client.V1PersistentVolume(
+        metadata=client.V1ObjectMeta(name=pv),
+        spec=client.V1PersistentVolumeSpec(
+            capacity={"storage": "1Gi"}, access_modes=["ReadWriteMany"], storage_class_name="",
+            host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
+            claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+        ),
+    ))  # fmt: skip
+    core.create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name=claim),
+        spec=client.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv,
+            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+        ),
+    ))  # fmt: skip
+    wait_for(lambda: core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase == "Bound",
+             what=f"the claim {claim} to bind")  # fmt: skip
+    return pv

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,14 +11,9 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from kube_steps import free_port
 from rljob_operator import constants as c
 from rljob_testenv import binaries
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class OperatorProcess:

@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
-from kube_steps import gpu_pod, read_pod, wait_for
+from kube_steps import bind_claim, gpu_pod, read_pod, wait_for
 from kubernetes import client
 from operator_process import OperatorProcess, run_operator
 from rljob_operator import constants as c
@@ -49,25 +49,7 @@ def nodes(cluster_name):
 
 @pytest.fixture
 def claim(core, namespace):
-    """The claim `ckpts`, bound to a volume of the test, as a cluster admin would provide it."""
-    pv = f"ckpts-{namespace}"
-    core.create_persistent_volume(client.V1PersistentVolume(
-        metadata=client.V1ObjectMeta(name=pv),
-        spec=client.V1PersistentVolumeSpec(
-            capacity={"storage": "1Gi"}, access_modes=["ReadWriteMany"], storage_class_name="",
-            host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
-            claim_ref=client.V1ObjectReference(namespace=namespace, name="ckpts"),
-        ),
-    ))  # fmt: skip
-    core.create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
-        metadata=client.V1ObjectMeta(name="ckpts"),
-        spec=client.V1PersistentVolumeClaimSpec(
-            access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv,
-            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-        ),
-    ))  # fmt: skip
-    wait_for(lambda: core.read_namespaced_persistent_volume_claim("ckpts", namespace).status.phase == "Bound",
-             what="the claim to bind")  # fmt: skip
+    pv = bind_claim(core, namespace)
     yield "ckpts"
     core.delete_persistent_volume(pv)
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from e2e_steps import CLAIM, POOL_LABEL, run_reference, wait_for
+from e2e_steps import CLAIM, POOL_LABEL, run_reference
+from kube_steps import bind_claim
 from kubernetes import client
 from operator_process import OperatorProcess, run_operator
 from rljob_nodeagent import AgentPool, claim_dir
@@ -50,24 +51,7 @@ def agent_root(tmp_path: Path) -> Path:
 def claim(core, namespace: str, agent_root: Path) -> Iterator[Path]:
     """The claim `ckpts`, bound to a volume of the test; the agents map it to one local
     directory, which this yields."""
-    pv = f"ckpts-{namespace}"
-    core.create_persistent_volume(client.V1PersistentVolume(
-        metadata=client.V1ObjectMeta(name=pv),
-        spec=client.V1PersistentVolumeSpec(
-            capacity={"storage": "1Gi"}, access_modes=["ReadWriteMany"], storage_class_name="",
-            host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
-            claim_ref=client.V1ObjectReference(namespace=namespace, name=CLAIM),
-        ),
-    ))  # fmt: skip
-    core.create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
-        metadata=client.V1ObjectMeta(name=CLAIM),
-        spec=client.V1PersistentVolumeClaimSpec(
-            access_modes=["ReadWriteMany"], storage_class_name="", volume_name=pv,
-            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-        ),
-    ))  # fmt: skip
-    wait_for(lambda: core.read_namespaced_persistent_volume_claim(CLAIM, namespace).status.phase == "Bound",
-             what="the claim to bind")  # fmt: skip
+    pv = bind_claim(core, namespace, CLAIM)
     yield claim_dir(agent_root, namespace, CLAIM)
     core.delete_persistent_volume(pv)
 

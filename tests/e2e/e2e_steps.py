@@ -13,11 +13,10 @@ import re
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kube_steps import free_port, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from rljob_operator import constants as c
@@ -43,23 +42,6 @@ CLAIM = "ckpts"
 MOUNT = "/checkpoints"
 
 T = TypeVar("T")
-
-
-def wait_for(fetch: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fetch()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_is_free(port: int) -> bool:
