@@ -20,6 +20,7 @@ from kube_steps import free_port, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from rljob_operator import constants as c
+from tiny_trainer import EXACT_METRICS, TINY
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "trainer_image" / "rljob_trainer" / "configs" / "grpo_tiny.yaml"
@@ -27,16 +28,6 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 MAX_STEPS = 24
 SAVE_INTERVAL = 4
 WORLD_SIZE = 2
-TINY = [
-    "runner.device=cpu",
-    "model.n_layers=2",
-    "model.d_model=32",
-    "model.n_heads=2",
-    "model.d_ff=64",
-    "algorithm.group_size=4",
-    "data.prompts_per_step=4",
-]
-EXACT_METRICS = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")
 POOL_LABEL = "rljob.io/e2e-pool"
 CLAIM = "ckpts"
 MOUNT = "/checkpoints"

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,28 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from kube_steps import free_port
 from rljob_trainer.metrics import read_metrics
 from safetensors.torch import load_file
+from tiny_trainer import EXACT_METRICS, TINY
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
-# Small and fast: a run of a dozen steps takes seconds on a shared 2-core machine.
-TINY = [
-    "runner.device=cpu",
-    "model.n_layers=2",
-    "model.d_model=32",
-    "model.n_heads=2",
-    "model.d_ff=64",
-    "algorithm.group_size=4",
-    "data.prompts_per_step=4",
-]
-# Metrics an uninterrupted and a resumed run must agree on exactly (time fields excluded).
-EXACT_METRICS = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("localhost", 0))
-        return sock.getsockname()[1]
 
 
 def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
