@@ -65,7 +65,7 @@ KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 PASSTHROUGH_ENV = ("LANG", "LC_ALL", "TZ", "TMPDIR")
 POLL_SECONDS = 0.2
 ExtraEnv = Callable[[dict[str, Any]], dict[str, str]]
-DEFAULT_SHAPE = NodeShape()
+DEFAULT_SHAPE = NodeShape(cpu="16", memory="64Gi")  # a node of a workstation, not a p5
 
 
 @dataclass

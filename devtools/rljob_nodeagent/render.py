@@ -30,6 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rljob_testenv.cluster import GPU_LABELS, NodeShape
+
 LOOPBACK = "127.0.0.1"
 DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 MAX_TERMINATION_MESSAGE_BYTES = 4096
@@ -41,13 +43,7 @@ NODEAGENT_LABEL = "rljob.io/nodeagent"  # "true" on every agent's Node
 KUBELET_VERSION = "v1.36.3-rljob-nodeagent"
 
 # The labels a GPU node carries (as the kwok GPU nodes of rljob_testenv), minus kwok's mark.
-GPU_NODE_LABELS = {
-    "nvidia.com/gpu.present": "true",
-    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-    "node.kubernetes.io/instance-type": "p5.48xlarge",
-    "rljob.io/testenv": "nodeagent",
-    NODEAGENT_LABEL: "true",
-}
+GPU_NODE_LABELS = {**GPU_LABELS, "rljob.io/testenv": "nodeagent", NODEAGENT_LABEL: "true"}
 
 
 class PodError(Exception):
@@ -471,14 +467,6 @@ def terminated_status(
 
 
 # --------------------------------------------------------------------------- the Node
-@dataclass(frozen=True)
-class NodeShape:
-    gpus: int = 8
-    cpu: str = "16"
-    memory: str = "64Gi"
-    pods: int = 110
-
-
 def node_conditions(now: str, since: str) -> list[dict[str, Any]]:
     def cond(kind: str, status: str, reason: str, message: str) -> dict[str, Any]:
         return {
@@ -499,13 +487,7 @@ def node_conditions(now: str, since: str) -> list[dict[str, Any]]:
 
 
 def node_status(name: str, shape: NodeShape, now: str, since: str) -> dict[str, Any]:
-    capacity = {
-        "cpu": shape.cpu,
-        "memory": shape.memory,
-        "pods": str(shape.pods),
-        "ephemeral-storage": "100Gi",
-        "nvidia.com/gpu": str(shape.gpus),
-    }
+    capacity = {**shape.capacity(), "ephemeral-storage": "100Gi"}
     return {
         "capacity": capacity,
         "allocatable": capacity,

@@ -27,12 +27,12 @@ DEFAULT_CLUSTER_NAME = "rljob"
 CLUSTER_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
 
 # What a kwok GPU node looks like: the labels NVIDIA's GPU operator and cloud providers set.
-GPU_NODE_LABELS = {
+GPU_LABELS = {
     "nvidia.com/gpu.present": "true",
     "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
     "node.kubernetes.io/instance-type": "p5.48xlarge",
-    "rljob.io/testenv": "kwok",
 }
+GPU_NODE_LABELS = {**GPU_LABELS, "rljob.io/testenv": "kwok"}
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
 
@@ -46,6 +46,15 @@ class NodeShape:
     cpu: str = "96"
     memory: str = "1Ti"
     pods: int = 110
+
+    def capacity(self) -> dict[str, str]:
+        """What a Node with this shape advertises (capacity and allocatable alike)."""
+        return {
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "pods": str(self.pods),
+            "nvidia.com/gpu": str(self.gpus),
+        }
 
 
 def workdir() -> Path:
@@ -113,12 +122,7 @@ def kubectl(name: str, *args: str, input: str | None = None, check: bool = True)
 
 def gpu_node_manifest(name: str, shape: NodeShape) -> dict:
     """A Node that kwok keeps Ready, advertising `nvidia.com/gpu` like a GPU-operator node."""
-    capacity = {
-        "cpu": shape.cpu,
-        "memory": shape.memory,
-        "pods": str(shape.pods),
-        "nvidia.com/gpu": str(shape.gpus),
-    }
+    capacity = shape.capacity()
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -12,6 +12,7 @@ import os
 import random
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from kube_steps import bind_claim
 from kubernetes import client
 from operator_process import OperatorProcess, run_operator
 from rljob_nodeagent import AgentPool, claim_dir
-from rljob_nodeagent.render import NodeShape
+from rljob_nodeagent.agent import DEFAULT_SHAPE
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +73,7 @@ def agents(kubeconfig: Path, namespace: str, agent_root: Path) -> Iterator[Agent
         prefix = f"{namespace}-{uuid.uuid4().hex[:4]}"
         pool = AgentPool(
             kubeconfig, agent_root, [f"{prefix}-{i}" for i in range(count)],
-            NodeShape(gpus=gpus), labels={POOL_LABEL: namespace}, extra_env=extra_env,
+            replace(DEFAULT_SHAPE, gpus=gpus), labels={POOL_LABEL: namespace}, extra_env=extra_env,
             heartbeat_seconds=5,
         )  # fmt: skip
         pools.append(pool)
