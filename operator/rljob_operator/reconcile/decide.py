@@ -51,7 +51,6 @@ class LookupResult:
     target: ResumeTarget | None
     last_finished_step: int | None = None  # from the trainer's progress.json, if any
     detail: str = ""  # what was rejected, or why nothing was found
-    via: str = "local"
 
 
 @dataclass

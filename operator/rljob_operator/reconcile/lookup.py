@@ -47,17 +47,15 @@ def parse_volume_map(text: str) -> dict[str, Path]:
     return mapping
 
 
-def result_from_report(spec: JobSpec, report: dict[str, Any], via: str) -> LookupResult:
+def result_from_report(spec: JobSpec, report: dict[str, Any]) -> LookupResult:
     """Turn `rljob ckpt latest --json` output into a result (paths as the trainers see them)."""
     rejected = report.get("rejected") or []
     detail = "; ".join(f"step {r['step']}: {r['verdict']} ({r['reason']})" for r in rejected[:3])
     progress = report.get("progress_step")
     if not report.get("found"):
         where = spec.checkpoint.path
-        return LookupResult(
-            None, progress, f"no complete checkpoint in {where}. {detail}".strip(), via
-        )
-    return LookupResult(ResumeTarget(report["path"], int(report["step"])), progress, detail, via)
+        return LookupResult(None, progress, f"no complete checkpoint in {where}. {detail}".strip())
+    return LookupResult(ResumeTarget(report["path"], int(report["step"])), progress, detail)
 
 
 @dataclass
@@ -98,7 +96,7 @@ class CheckpointFinder:
         if result.found:
             relative = Path(result.path).relative_to(local.resolve())
             report["path"] = f"{spec.checkpoint.path}/{relative.as_posix()}"
-        return result_from_report(spec, report, "local")
+        return result_from_report(spec, report)
 
     def _ask_inspector(
         self, spec: JobSpec, job: dict[str, Any], exclude: tuple[str, ...]
@@ -123,7 +121,7 @@ class CheckpointFinder:
                 f"inspector pod {name} exited {terminated.get('exitCode')} without a report: "
                 f"{(terminated.get('message') or '').strip()[:300]}"
             ) from exc
-        return result_from_report(spec, report, "inspector")
+        return result_from_report(spec, report)
 
 
 def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:

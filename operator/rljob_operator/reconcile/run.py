@@ -1,8 +1,7 @@
-"""Carry out one reconcile pass: read the cluster, decide, write status, then act.
+"""Carry out one reconcile pass: read the cluster, decide, then act (see `apply` for the order).
 
-The status is written first, so that a pass that dies half-way is repeated from
-what it already recorded; children are created under fixed names, so a repeated
-create is a no-op; events go out last, once the status they describe is stored.
+Children are created under fixed names, so a repeated create is a no-op; events go
+out last, once the status they describe is stored.
 """
 
 from __future__ import annotations
