@@ -226,6 +226,12 @@ class NodeAgent:
             / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
         )
 
+    @staticmethod
+    def scratch_dir(pod: dict[str, Any]) -> Path:
+        """Where the pod's emptyDirs live: a short path, because programs put Unix sockets
+        in them (Ray's temp dir), and a socket's path may not exceed 107 bytes."""
+        return Path("/tmp") / f"rljob-na-{pod['metadata']['uid'][:12]}"
+
     def log_path(self, namespace: str, name: str) -> Path:
         return self.root / "logs" / namespace / f"{name}.log"
 
@@ -531,6 +537,7 @@ class PodWorker:
                 with contextlib.suppress(Exception):
                     self.process.wait(5)
             shutil.rmtree(self.agent.pod_dir(self.last), ignore_errors=True)
+            shutil.rmtree(self.agent.scratch_dir(self.last), ignore_errors=True)
             self.agent._worker_done(self.uid)
 
     def _life(self) -> None:
@@ -753,9 +760,11 @@ class PodWorker:
             if volume["hostPath"].get("type") == "DirectoryOrCreate":
                 path.mkdir(parents=True, exist_ok=True)
             return path
-        local.mkdir(parents=True, exist_ok=True)
         if "emptyDir" in volume:
+            local = self.agent.scratch_dir(pod) / name
+            local.mkdir(parents=True, exist_ok=True)
             return local
+        local.mkdir(parents=True, exist_ok=True)
         if "downwardAPI" in volume:
             downward.append((local, volume["downwardAPI"].get("items") or []))
             return local

@@ -57,6 +57,16 @@ INVALID = [
     (with_spec(restartPolicy__failureBackoffSeconds=60, restartPolicy__maxFailureBackoffSeconds=10),
      "spec.restartPolicy.maxFailureBackoffSeconds"),
     (dict(VALID, metadata={"name": "x" * 49}), "metadata.name"),
+    # The Ray launcher (the default for rlinf and verl).
+    (with_spec(launcher="mpirun"), "spec.launcher"),
+    (with_spec(framework="verl", command=["python", "-m", "verl.trainer.main_ppo"], nprocPerNode=8), "spec.nprocPerNode"),
+    (with_spec(framework="custom", command=["python", "d.py"], launcher="ray", nprocPerNode=2), "spec.nprocPerNode"),
+    (with_spec(framework="rlinf", command=["python", "main_grpo.py"], rendezvousPort=6379), "spec.ray"),
+    (with_spec(framework="rlinf", command=["python", "main_grpo.py"], ray__dashboardPort=29500), "spec.ray"),
+    (with_spec(framework="verl", command=["python", "x.py"], ray__port=8265), "spec.ray"),
+    (with_spec(framework="custom", launcher="ray"), "spec.command"),
+    (with_spec(framework="verl", command=["python", "x.py"], ray__startArgs=["--address=other:6379"]), "spec.ray.startArgs[0]"),
+    (with_spec(framework="verl", command=["python", "x.py"], ray__joinTimeoutSeconds=0), "spec.ray.joinTimeoutSeconds"),
 ]  # fmt: skip
 
 
@@ -92,6 +102,7 @@ def test_valid_job_is_accepted_with_defaults(api_client, namespace, crd):
         ({"image": "other:2"}, "spec.image"),
         ({"nnodes": 4}, "spec.nnodes"),
         ({"command": ["python", "x.py"]}, "spec.command"),
+        ({"launcher": "ray"}, "spec.launcher"),
     ],
 )
 def test_fields_that_shape_the_gang_are_immutable(api_client, namespace, crd, change, field):
@@ -133,4 +144,7 @@ def test_kubectl_get_shows_the_printer_columns(kubeconfig, api_client, namespace
     ).stdout  # fmt: skip
 
     header = out.splitlines()[0].split()
-    assert header == ["NAME", "PHASE", "CHECKPOINT", "ATTEMPT", "PREEMPTIONS", "FAILURES", "AGE"]
+    assert header == [
+        "NAME", "PHASE", "CHECKPOINT", "ATTEMPT", "PREEMPTIONS", "FAILURES", "RAY", "NODES",
+        "DRIVER", "AGE",
+    ]  # fmt: skip

@@ -47,3 +47,6 @@ def test_the_api_server_accepts_the_example(path, cluster_name, crd, namespace):
     resume = ResumeTarget(f"{spec.checkpoint.path}/global_step_100", 100)
     pods = desired_pods(spec, JobRef(job["metadata"]["name"], namespace, "uid"), 1, resume)
     assert len(pods) == spec.nnodes
+    # RLinf and verl are Ray programs: no pod of theirs runs torchrun.
+    launchers = {pod["spec"]["containers"][0]["command"][0] == "torchrun" for pod in pods}
+    assert launchers == {spec.framework == "rljob"}

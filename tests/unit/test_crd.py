@@ -30,9 +30,11 @@ def test_every_field_has_a_description_for_kubectl_explain():
     assert undocumented(SCHEMA, "") == []
 
 
-def test_printer_columns_show_phase_checkpoint_attempt_and_counts():
+def test_printer_columns_show_phase_checkpoint_attempt_counts_and_the_ray_cluster():
     columns = [c["name"] for c in CRD["spec"]["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Phase", "Checkpoint", "Attempt", "Preemptions", "Failures", "Age"]
+    assert columns == [
+        "Phase", "Checkpoint", "Attempt", "Preemptions", "Failures", "Ray Nodes", "Driver", "Age",
+    ]  # fmt: skip
 
 
 def test_api_reference_is_generated_from_the_current_crd():

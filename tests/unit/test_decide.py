@@ -425,3 +425,92 @@ def test_pods_on_a_deleted_node_are_deleted_without_grace():
     assert plan.status["lastEnd"]["reason"] == "NodeLost"
     assert plan.force_delete == ["grpo-a0-n0"]
     assert plan.delete == ["grpo-a0-n1"]  # its trainer still gets its grace period to save
+
+
+# ------------------------------------------------------------------ a Ray gang (verl, RLinf)
+def ray_job(**spec):
+    return make_job(framework="verl", command=["python3", "-m", "verl.trainer.main_ppo"], **spec)
+
+
+def ready(pod):
+    pod["status"]["conditions"].append({"type": "Ready", "status": "True"})
+    return pod
+
+
+def test_ray_driver_exit_0_succeeds_the_job_and_stops_the_workers():
+    job = started(ray_job(), phase=c.RUNNING)
+    head = make_pod(job, 0, 0, phase="Succeeded", node="gpu-node-0", exit_code=0)
+    worker = make_pod(job, 0, 1, node="gpu-node-1")  # `ray start --block` never exits
+
+    plan = decide(job, [head, worker], NODES, NOW)
+
+    assert plan.status["phase"] == c.SUCCEEDED
+    assert plan.status["conditions"][-1]["reason"] == "DriverSucceeded"
+    assert (plan.delete, plan.force_delete) == ([], ["grpo-a0-n1"])  # nothing left to drain
+    assert plan.status["ray"]["driver"] == "Succeeded"
+
+
+def test_ray_worker_preempted_then_driver_crash_is_one_disruption():
+    job = started(ray_job(), phase=c.RUNNING)
+    head = make_pod(job, 0, 0, phase="Failed", node="gpu-node-0", exit_code=1)  # actor died
+    worker = make_pod(job, 0, 1, node="gpu-node-1", disruption="PreemptionByScheduler")
+
+    plan = decide(job, [head, worker], NODES, NOW)
+
+    assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
+    assert plan.status["lastEnd"]["reason"] == "PreemptionByScheduler"
+    assert plan.status["phase"] == c.RESTARTING and plan.status["attempt"] == 1
+
+
+def test_ray_head_preempted_then_worker_exit_is_one_disruption():
+    job = started(ray_job(), phase=c.RUNNING)
+    head = make_pod(job, 0, 0, node="gpu-node-0", disruption="EvictionByEvictionAPI")
+    worker = make_pod(job, 0, 1, phase="Failed", node="gpu-node-1", exit_code=1)
+
+    plan = decide(job, [head, worker], NODES, NOW)
+
+    assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
+    assert plan.status["ray"]["driver"] == "Disrupted"
+
+
+def test_ray_driver_failing_on_healthy_nodes_spends_max_failures():
+    job = started(ray_job(), phase=c.RUNNING)
+    head = make_pod(job, 0, 0, phase="Failed", node="gpu-node-0", exit_code=1)
+    worker = make_pod(job, 0, 1, node="gpu-node-1")
+
+    plan = decide(job, [head, worker], NODES, NOW)
+
+    assert (plan.status["preemptions"], plan.status["failures"]) == (0, 1)
+    assert plan.status["lastEnd"] == dict(plan.status["lastEnd"], kind="Failure", reason="ExitCode")
+
+
+def test_ray_restart_gives_the_resume_switch_to_the_driver_only():
+    job = with_status(ray_job(), {"attempt": 1, "phase": c.RESTARTING})
+    target = ResumeTarget("/checkpoints/global_step_8", 8)
+
+    plan = decide(job, [], NODES, NOW, LookupResult(target))
+
+    head, worker = (o for o in plan.create if o["kind"] == "Pod")
+    assert (
+        "trainer.resume_from_path=/checkpoints/global_step_8"
+        in head["spec"]["containers"][0]["args"]
+    )
+    assert worker["spec"]["containers"][0]["args"] == []
+
+
+def test_ray_status_follows_the_head_from_waiting_for_nodes_to_running():
+    job = started(ray_job())
+    head, worker = make_pod(job, 0, 0, node="gpu-node-0"), make_pod(job, 0, 1, node="gpu-node-1")
+
+    waiting = decide(job, [head, worker], NODES, NOW).status["ray"]
+    running = decide(job, [ready(head), worker], NODES, NOW).status["ray"]
+    pending = decide(job, [make_pod(job, 0, 0, phase="Pending"), worker], NODES, NOW).status["ray"]
+
+    assert waiting == {"nodes": 2, "nodesRunning": 2, "driver": "WaitingForNodes"}
+    assert running == {"nodes": 2, "nodesRunning": 2, "driver": "Running"}
+    assert pending == {"nodes": 2, "nodesRunning": 1, "driver": "Pending"}
+
+
+def test_torchrun_job_has_no_ray_status():
+    job = started(make_job())
+    assert "ray" not in decide(job, pods_of(job), NODES, NOW).status

@@ -13,6 +13,9 @@ from typing import Any
 
 FRAMEWORKS = ("rljob", "rlinf", "verl", "custom")
 BACKENDS = ("fsdp", "megatron")
+LAUNCHERS = ("torchrun", "ray")
+# RLinf and verl are Ray programs: one driver on the head places workers on every node.
+RAY_FRAMEWORKS = frozenset({"rlinf", "verl"})
 RLJOB_TRAINER_COMMAND = ("python", "-m", "rljob_trainer")
 
 
@@ -62,6 +65,25 @@ class RestartPolicy:
 
 
 @dataclass(frozen=True)
+class RaySpec:
+    """How the Ray cluster of a `launcher: ray` gang is started (see launcher.ray)."""
+
+    port: int = 6379  # the head's GCS (ray start --port)
+    dashboard_port: int = 8265
+    client_port: int | None = None  # Ray client server; needs ray[client] in the image
+    join_timeout_seconds: int = 600
+    start_args: tuple[str, ...] = ()  # extra `ray start` flags on every node
+    head_start_args: tuple[str, ...] = ()  # and on the head only (--include-dashboard, ...)
+
+    @property
+    def ports(self) -> dict[str, int]:
+        ports = {"ray-gcs": self.port, "ray-dashboard": self.dashboard_port}
+        if self.client_port is not None:
+            ports["ray-client"] = self.client_port
+        return ports
+
+
+@dataclass(frozen=True)
 class JobSpec:
     image: str
     framework: str = "rljob"
@@ -73,6 +95,8 @@ class JobSpec:
     nnodes: int = 1
     nproc_per_node: int = 1
     rendezvous_port: int = 29500
+    launcher: str = "torchrun"
+    ray: RaySpec = RaySpec()
     resources: dict[str, Any] = field(default_factory=dict)
     template_metadata: dict[str, Any] = field(default_factory=dict)
     template_spec: dict[str, Any] = field(default_factory=dict)
@@ -113,6 +137,37 @@ def _strings(data: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def default_launcher(framework: str) -> str:
+    return "ray" if framework in RAY_FRAMEWORKS else "torchrun"
+
+
+def parse_ray(data: dict[str, Any]) -> RaySpec:
+    path = "spec.ray"
+    return RaySpec(
+        port=_int(data, "port", path, 6379, minimum=1),
+        dashboard_port=_int(data, "dashboardPort", path, 8265, minimum=1),
+        client_port=_int(data, "clientPort", path, None, minimum=1),
+        join_timeout_seconds=_int(data, "joinTimeoutSeconds", path, 600, minimum=1),
+        start_args=_strings(data, "startArgs", path),
+        head_start_args=_strings(data, "headStartArgs", path),
+    )
+
+
+def _check_launcher(spec: JobSpec) -> None:
+    """What the CRD's rules refuse, again, for specs built in code."""
+    if spec.launcher != "ray":
+        return
+    if spec.nproc_per_node != 1:
+        raise SpecError(
+            "spec.nprocPerNode",
+            "must be 1 with launcher 'ray': Ray places the workers, one pod is one Ray node",
+        )
+    ports = {**spec.ray.ports, "rendezvous": spec.rendezvous_port}
+    if len(set(ports.values())) < len(ports):
+        taken = ", ".join(f"{name} {port}" for name, port in ports.items())
+        raise SpecError("spec.ray", f"the Ray ports and the rendezvous port must differ: {taken}")
+
+
 def parse_checkpoint(data: dict[str, Any]) -> CheckpointSpec:
     path = "spec.checkpoint"
     resume = data.get("resume", "auto")
@@ -149,9 +204,10 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
     if not isinstance(image, str) or not image:
         raise SpecError("spec.image", "is required")
     template = spec.get("template") or {}
+    framework = _choice(spec, "framework", "spec", "rljob", FRAMEWORKS)
     parsed = JobSpec(
         image=image,
-        framework=_choice(spec, "framework", "spec", "rljob", FRAMEWORKS),
+        framework=framework,
         backend=_choice(spec, "backend", "spec", "fsdp", BACKENDS),
         image_pull_policy=spec.get("imagePullPolicy", "IfNotPresent"),
         command=_strings(spec, "command", "spec"),
@@ -160,6 +216,8 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
         nnodes=_int(spec, "nnodes", "spec", 1, minimum=1),
         nproc_per_node=_int(spec, "nprocPerNode", "spec", 1, minimum=1),
         rendezvous_port=_int(spec, "rendezvousPort", "spec", 29500, minimum=1),
+        launcher=_choice(spec, "launcher", "spec", default_launcher(framework), LAUNCHERS),
+        ray=parse_ray(spec.get("ray") or {}),
         resources=spec.get("resources") or {},
         template_metadata=template.get("metadata") or {},
         template_spec=template.get("spec") or {},
@@ -169,4 +227,5 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
         ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None),
     )
     parsed.entry_command  # noqa: B018 - raises SpecError for a custom job without a command
+    _check_launcher(parsed)
     return parsed

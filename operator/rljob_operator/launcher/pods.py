@@ -1,4 +1,7 @@
-"""Render the gang: one torchrun pod per node and a headless service, as plain dicts.
+"""Render the gang: one pod per node and a headless service, as plain dicts.
+
+Each pod runs the trainer under its launcher: torchrun on every node (rljob's trainer),
+or a Ray node on every pod with the driver on the head (RLinf, verl; see launcher.ray).
 
 Names are fixed and known ahead (never generateName), so a retried create cannot
 make twins. Host names stay the same across attempts, so node 0's DNS name, the
@@ -15,6 +18,7 @@ from .. import constants as c
 from .. import contract
 from ..api.spec import JobSpec
 from ..checkpoints.resume import resume_overrides
+from . import ray
 
 
 @dataclass(frozen=True)
@@ -88,9 +92,8 @@ def resume_arguments(spec: JobSpec, target: ResumeTarget) -> list[str]:
     return resume_overrides(spec.framework, target.path, custom_template=template)
 
 
-def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None):
-    master = master_address(job)
-    values: dict[str, str] = {
+def _torchrun_env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
+    return {
         "MASTER_ADDR": master,
         "MASTER_PORT": str(spec.rendezvous_port),
         "NNODES": str(spec.nnodes),
@@ -101,6 +104,14 @@ def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarg
         "PET_NNODES": str(spec.nnodes),
         "PET_NODE_RANK": str(rank),
         "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
+    }
+
+
+def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None):
+    master = master_address(job)
+    launcher_env = ray.env if spec.launcher == "ray" else _torchrun_env
+    values: dict[str, str] = {
+        **launcher_env(spec, master, rank),
         contract.ENV_ATTEMPT: str(attempt),
         contract.ENV_CHECKPOINT_DIR: spec.checkpoint.path,
         contract.ENV_CHECKPOINT_REQUEST_FILE: (
@@ -147,13 +158,17 @@ def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
                 ]
             },
         },
-        *spec.template_spec.get("volumes", []),
     ]
     mounts = [
         {"name": c.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
         {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
-        *spec.template_spec.get("volumeMounts", []),
     ]
+    if spec.launcher == "ray":
+        ray_volumes, ray_mounts = ray.volumes()
+        volumes += ray_volumes
+        mounts += ray_mounts
+    volumes += spec.template_spec.get("volumes", [])
+    mounts += spec.template_spec.get("volumeMounts", [])
     return volumes, mounts
 
 
@@ -180,21 +195,34 @@ POD_SPEC_PASSTHROUGH = (
 def desired_pod(
     spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None
 ) -> dict[str, Any]:
-    """The pod of node `rank` in attempt `attempt`."""
+    """The pod of node `rank` in attempt `attempt`.
+
+    Under torchrun every pod runs the trainer with its arguments; under Ray only the head
+    runs the driver, so only the head gets the arguments and the resume switch.
+    """
     volumes, mounts = _volumes(spec)
+    runs_trainer = spec.launcher == "torchrun" or rank == 0
     args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
+    ports = [{"name": "rendezvous", "containerPort": spec.rendezvous_port}]
+    if spec.launcher == "ray":
+        entry, ports = ray.command(spec, rank), ports + ray.container_ports(spec, rank)
+    else:
+        entry = torchrun_command(spec.entry_command)
     container: dict[str, Any] = {
         "name": c.TRAINER_CONTAINER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": torchrun_command(spec.entry_command),
-        "args": args,
+        "command": entry,
+        "args": args if runs_trainer else [],
         "env": _env(spec, job, attempt, rank, resume),
-        "ports": [{"name": "rendezvous", "containerPort": spec.rendezvous_port}],
+        "ports": ports,
         "volumeMounts": mounts,
         "terminationMessagePath": contract.DEFAULT_TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    probe = ray.readiness_probe(rank) if spec.launcher == "ray" else None
+    if probe:
+        container["readinessProbe"] = probe
     if spec.resources:
         container["resources"] = _quantities_as_strings(spec.resources)
     if "containerSecurityContext" in spec.template_spec:
@@ -232,6 +260,13 @@ def desired_pods(
     return [desired_pod(spec, job, attempt, rank, resume) for rank in range(spec.nnodes)]
 
 
+def _service_ports(spec: JobSpec) -> dict[str, int]:
+    ports = {"rendezvous": spec.rendezvous_port}
+    if spec.launcher == "ray":
+        ports.update(spec.ray.ports)
+    return ports
+
+
 def desired_service(spec: JobSpec, job: JobRef) -> dict[str, Any]:
     """Headless, and publishing not-ready addresses so rendezvous resolves before readiness."""
     return {
@@ -247,6 +282,6 @@ def desired_service(spec: JobSpec, job: JobRef) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {c.LABEL_JOB: job.name, c.LABEL_ROLE: c.ROLE_TRAINER},
-            "ports": [{"name": "rendezvous", "port": spec.rendezvous_port}],
+            "ports": [{"name": name, "port": port} for name, port in _service_ports(spec).items()],
         },
     }

@@ -65,6 +65,7 @@ class PodFacts:
     node_known: bool  # False when the pod names a node that no longer exists
     node_termination_taint: str | None
     node_not_ready_seconds: float | None
+    ready: bool = False  # the pod's Ready condition (its readiness probe, if it has one)
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -117,6 +118,10 @@ def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> Po
         node_known=node is not None or node_name is None,
         node_termination_taint=taint,
         node_not_ready_seconds=not_ready_for,
+        ready=any(
+            cond.get("type") == "Ready" and cond.get("status") == "True"
+            for cond in status.get("conditions") or []
+        ),
     )
 
 

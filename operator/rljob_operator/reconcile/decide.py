@@ -82,6 +82,7 @@ class Observed:
     running: int
     warned: tuple[str, ...] = ()  # active pods whose node carries a termination taint
     unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
+    ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
 
     @property
     def disruptions(self) -> list[PodEnd]:
@@ -95,6 +96,23 @@ class Observed:
         return len(self.current) == nnodes and all(
             e.outcome is Outcome.SUCCEEDED for e in self.current.values()
         )
+
+    @property
+    def head_succeeded(self) -> bool:
+        head = self.current.get(0)
+        return head is not None and head.outcome is Outcome.SUCCEEDED
+
+    def finished(self, spec: JobSpec, attempt: int) -> tuple[str, str] | None:
+        """(reason, message) when the attempt has done its work, else None.
+
+        Under Ray the driver on the head is the program: its exit 0 ends the job, and the
+        worker pods, which never exit on their own, are stopped then.
+        """
+        if spec.launcher == "ray" and self.head_succeeded:
+            return "DriverSucceeded", f"attempt {attempt}: the Ray driver on the head exited 0"
+        if self.all_succeeded(spec.nnodes):
+            return "AllPodsSucceeded", f"all {spec.nnodes} pods of attempt {attempt} completed"
+        return None
 
 
 def iso(moment: datetime) -> str:
@@ -122,6 +140,7 @@ def observe(
     stale: list[str] = []
     warned: list[str] = []
     unrequested: list[str] = []
+    ready: set[int] = set()
     for pod in pods:
         meta = pod["metadata"]
         labels = meta.get("labels", {})
@@ -131,7 +150,10 @@ def observe(
         node_name = pod.get("spec", {}).get("nodeName")
         pod_facts = facts(pod, nodes.get(node_name) if node_name else None, now)
         end = classify_facts(pod_facts, spec.restart_policy)
-        current[int(labels[c.LABEL_NODE_RANK])] = end
+        rank = int(labels[c.LABEL_NODE_RANK])
+        current[rank] = end
+        if pod_facts.ready:
+            ready.add(rank)
         if end.outcome is Outcome.ACTIVE and pod_facts.node_termination_taint:
             warned.append(meta["name"])
         requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
@@ -148,8 +170,9 @@ def observe(
         1 for e in current.values() if e.outcome is Outcome.ACTIVE and e.reason == "Running"
     )
     return Observed(
-        current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested)
-    )
+        current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested),
+        frozenset(ready),
+    )  # fmt: skip
 
 
 class _Pass:
@@ -233,7 +256,7 @@ def _no_grace_for_lost_nodes(
         and (pod["metadata"]["name"] in plan.delete or pod["metadata"].get("deletionTimestamp"))
     }
     plan.delete = [name for name in plan.delete if name not in lost]
-    plan.force_delete = sorted(lost)
+    plan.force_delete = sorted(lost.union(plan.force_delete))
 
 
 def _decide(
@@ -260,14 +283,23 @@ def _decide(
         return
 
     seen = observe(spec, p.status, trainer_pods, nodes, p.now)
+    if spec.launcher == "ray":
+        p.status["ray"] = ray_status(seen, spec.nnodes)
+    finished = seen.finished(spec, p.status["attempt"])
+    if finished:
+        reason, message = finished
+        p.phase(c.SUCCEEDED, reason, message)
+        p.event("Normal", "Succeeded", message)
+        _finished(p, spec, trainer_pods)
+        if spec.launcher == "ray":
+            # Ray workers hold no state once the driver is done, and a worker told to stop
+            # would spend its grace period draining towards a head that is gone.
+            p.plan.force_delete, p.plan.delete = p.plan.delete, []
+        return
     if seen.disruptions or seen.warned:
         _request_checkpoint(p, seen)
     if seen.disruptions or seen.failures:
         _attempt_ended(p, spec, seen)
-    elif seen.all_succeeded(spec.nnodes):
-        message = f"all {spec.nnodes} pods of attempt {p.status['attempt']} completed"
-        p.phase(c.SUCCEEDED, "AllPodsSucceeded", message)
-        p.event("Normal", "Succeeded", message)
     elif seen.stale:
         p.plan.delete = list(seen.stale)
         p.requeue(1)
@@ -275,6 +307,22 @@ def _decide(
         _start_attempt(p, spec, lookup)
     else:
         _progress(p, spec, seen)
+
+
+def ray_status(seen: Observed, nnodes: int) -> dict[str, Any]:
+    """What `kubectl get` shows of the Ray cluster: its nodes' pods and the driver.
+
+    The head starts the driver only once every Ray node has joined, so a running
+    driver means a whole cluster.
+    """
+    head = seen.current.get(0)
+    if head is None or (head.outcome is Outcome.ACTIVE and head.reason != "Running"):
+        driver = "Pending"
+    elif head.outcome is Outcome.ACTIVE:
+        driver = "Running" if 0 in seen.ready else "WaitingForNodes"
+    else:
+        driver = str(head.outcome)
+    return {"nodes": nnodes, "nodesRunning": seen.running, "driver": driver}
 
 
 def _ends_recorded(p: _Pass, pods: list[dict[str, Any]]) -> list[str]:

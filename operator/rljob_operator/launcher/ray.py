@@ -1,0 +1,113 @@
+"""The Ray form of a gang (RLinf, verl): `ray start` on every pod, the driver once, on the head.
+
+Rank 0 starts the Ray head, waits until all `nnodes` Ray nodes have joined, and then runs
+the user's command (the driver, which gets the resume switch); every other rank waits for
+the head's GCS port and runs `ray start --address=<head> --block`. Both steps are
+launcher/ray_node.py, passed to the image's Python with `-c`, since the user's image has
+Ray but not rljob.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..api.spec import JobSpec
+from . import ray_node
+
+TEMP_DIR = "/tmp/ray"  # an emptyDir: Ray's sockets, logs and spilled objects
+TEMP_VOLUME = "rljob-ray-tmp"
+SHM_VOLUME = "rljob-dshm"  # memory-backed /dev/shm for Ray's object store (and NCCL)
+GPU_RESOURCE = "nvidia.com/gpu"
+DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
+
+
+@cache
+def node_program() -> str:
+    return Path(ray_node.__file__).read_text(encoding="utf-8")
+
+
+def interpreter(entry: tuple[str, ...]) -> str:
+    """The driver's own Python when its command names one, else python3."""
+    return entry[0] if entry and Path(entry[0]).name.startswith("python") else "python3"
+
+
+def gpus_per_node(spec: JobSpec) -> str | None:
+    """The pod's GPU count, which Ray would otherwise detect (wrongly where drivers hide GPUs)."""
+    for kind in ("limits", "requests"):
+        value = (spec.resources.get(kind) or {}).get(GPU_RESOURCE)
+        if value is not None:
+            return str(value)
+    return None
+
+
+def start_flags(spec: JobSpec, rank: int) -> list[str]:
+    flags = [f"--temp-dir={TEMP_DIR}", "--disable-usage-stats"]
+    gpus = gpus_per_node(spec)
+    if gpus is not None:
+        flags.append(f"--num-gpus={gpus}")
+    if rank == 0:
+        flags += ["--dashboard-host=0.0.0.0", f"--dashboard-port={spec.ray.dashboard_port}"]
+        if spec.ray.client_port is not None:
+            flags.append(f"--ray-client-server-port={spec.ray.client_port}")
+    return [*flags, *spec.ray.start_args, *(spec.ray.head_start_args if rank == 0 else ())]
+
+
+def command(spec: JobSpec, rank: int) -> list[str]:
+    """The container command of rank `rank`; the head's ends with the driver."""
+    launch = [interpreter(spec.entry_command), "-c", node_program()]
+    if rank == 0:
+        return [*launch, "head", *start_flags(spec, rank), "--", *spec.entry_command]
+    return [*launch, "worker", *start_flags(spec, rank)]
+
+
+def head_address(spec: JobSpec, master: str) -> str:
+    return f"{master}:{spec.ray.port}"
+
+
+def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
+    values = {
+        ray_node.ENV_HEAD_ADDRESS: head_address(spec, master),
+        ray_node.ENV_NNODES: str(spec.nnodes),
+        ray_node.ENV_JOIN_TIMEOUT: str(spec.ray.join_timeout_seconds),
+        # Ray captures a node's environment at `ray start`, so the workers it places there
+        # see the node's rank: RLinf reads RLINF_NODE_RANK.
+        "RLINF_NODE_RANK": str(rank),
+        "NODE_RANK": str(rank),
+        "NNODES": str(spec.nnodes),
+    }
+    if rank == 0:
+        values["RAY_ADDRESS"] = head_address(spec, master)  # the driver's ray.init() joins it
+        values[ray_node.ENV_DRIVER_MARKER] = DRIVER_MARKER
+    return values
+
+
+def readiness_probe(rank: int) -> dict[str, Any] | None:
+    """The head is Ready once every Ray node has joined and the driver runs."""
+    if rank != 0:
+        return None
+    return {
+        "exec": {"command": ["test", "-e", DRIVER_MARKER]},
+        "periodSeconds": 5,
+        "failureThreshold": 1,
+    }
+
+
+def container_ports(spec: JobSpec, rank: int) -> list[dict[str, Any]]:
+    if rank != 0:
+        return []
+    return [{"name": name, "containerPort": port} for name, port in spec.ray.ports.items()]
+
+
+def volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    return (
+        [
+            {"name": TEMP_VOLUME, "emptyDir": {}},
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+        ],
+        [
+            {"name": TEMP_VOLUME, "mountPath": TEMP_DIR},
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        ],
+    )

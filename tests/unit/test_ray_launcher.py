@@ -1,0 +1,240 @@
+"""The Ray form of a gang: what each rank runs, its env, ports and volumes, and the node program."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from builders import job_ref, make_job
+from rljob_operator.api.spec import SpecError, parse_spec
+from rljob_operator.launcher import ray, ray_node
+from rljob_operator.launcher.pods import ResumeTarget, desired_pods, desired_service
+
+VERL = {"framework": "verl", "command": ["python3", "-m", "verl.trainer.main_ppo"]}
+RESUME = ResumeTarget("/checkpoints/run/global_step_20", 20)
+
+
+def render(resume=None, **spec):
+    job = make_job(**{**VERL, **spec})
+    return desired_pods(parse_spec(job["spec"]), job_ref(job), 2, resume)
+
+
+def container(pod):
+    return pod["spec"]["containers"][0]
+
+
+def env_of(pod):
+    return {e["name"]: e.get("value") for e in container(pod)["env"]}
+
+
+def split(command):
+    """(interpreter, role, flags, driver) of a rendered Ray container command."""
+    interpreter, dash_c, program, role, *rest = command
+    assert dash_c == "-c" and program == ray.node_program()
+    _, flags, driver = ray_node.parse_argv([role, *rest])
+    return interpreter, role, flags, driver
+
+
+@pytest.mark.parametrize(
+    ("spec", "launcher"),
+    [
+        ({"framework": "rljob"}, "torchrun"),
+        ({"framework": "rlinf", "command": ["python", "main_grpo.py"]}, "ray"),
+        (VERL, "ray"),
+        ({"framework": "custom", "command": ["python", "t.py"]}, "torchrun"),
+        ({"framework": "custom", "command": ["python", "t.py"], "launcher": "ray"}, "ray"),
+        ({**VERL, "launcher": "torchrun"}, "torchrun"),
+    ],
+)
+def test_launcher_defaults_to_ray_for_rlinf_and_verl_and_custom_chooses(spec, launcher):
+    assert parse_spec(make_job(**spec)["spec"]).launcher == launcher
+
+
+def test_head_starts_ray_then_runs_the_driver_with_args_and_resume_switch():
+    head, worker = render(
+        RESUME, args=["trainer.save_freq=5"], resources={"limits": {"nvidia.com/gpu": 8}}
+    )
+
+    interpreter, role, flags, driver = split(container(head)["command"])
+    assert (interpreter, role) == ("python3", "head")
+    assert driver == ["python3", "-m", "verl.trainer.main_ppo"]
+    assert "--num-gpus=8" in flags and f"--temp-dir={ray.TEMP_DIR}" in flags
+    assert "--dashboard-port=8265" in flags
+    assert not any(f.startswith("--ray-client-server-port") for f in flags)  # needs ray[client]
+    assert container(head)["args"] == [
+        "trainer.save_freq=5",
+        "trainer.resume_mode=resume_path",
+        "trainer.resume_from_path=/checkpoints/run/global_step_20",
+        "trainer.default_local_dir=/checkpoints/run",
+    ]
+    _, role, flags, driver = split(container(worker)["command"])
+    assert (role, driver) == ("worker", [])
+    assert "--num-gpus=8" in flags and not any(f.startswith("--dashboard") for f in flags)
+    assert container(worker)["args"] == []  # neither the driver's args nor the resume switch
+
+
+def test_no_ray_pod_runs_torchrun():
+    for pod in render(RESUME, nnodes=3):
+        assert "torchrun" not in " ".join(container(pod)["command"])
+
+
+def test_every_rank_exports_its_node_rank_and_the_head_address():
+    pods = render(nnodes=3, ray={"port": 6400, "joinTimeoutSeconds": 90})
+    for rank, pod in enumerate(pods):
+        env = env_of(pod)
+        assert env["RLINF_NODE_RANK"] == env["NODE_RANK"] == str(rank)
+        assert env[ray_node.ENV_HEAD_ADDRESS] == "grpo-n0.grpo.ns.svc:6400"
+        assert env[ray_node.ENV_NNODES] == "3" and env[ray_node.ENV_JOIN_TIMEOUT] == "90"
+        assert "PET_NNODES" not in env and "MASTER_ADDR" not in env
+    assert env_of(pods[0])["RAY_ADDRESS"] == "grpo-n0.grpo.ns.svc:6400"
+    assert "RAY_ADDRESS" not in env_of(pods[1])
+
+
+def test_ray_pods_get_a_temp_dir_and_memory_backed_shm_and_the_head_a_readiness_probe():
+    head, worker = render()
+    for pod in (head, worker):
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        mounts = {m["mountPath"]: m["name"] for m in container(pod)["volumeMounts"]}
+        assert volumes[ray.SHM_VOLUME]["emptyDir"] == {"medium": "Memory"}
+        assert mounts["/dev/shm"] == ray.SHM_VOLUME and mounts[ray.TEMP_DIR] == ray.TEMP_VOLUME
+    assert container(head)["readinessProbe"]["exec"]["command"] == ["test", "-e", ray.DRIVER_MARKER]
+    assert "readinessProbe" not in container(worker)
+
+
+def test_ray_ports_are_named_on_the_head_and_the_headless_service():
+    job = make_job(**VERL, rendezvousPort=29600, ray={"port": 6380, "clientPort": 10001})
+    spec = parse_spec(job["spec"])
+    ports = {p["name"]: p["port"] for p in desired_service(spec, job_ref(job))["spec"]["ports"]}
+    assert ports == {
+        "rendezvous": 29600,
+        "ray-gcs": 6380,
+        "ray-dashboard": 8265,
+        "ray-client": 10001,
+    }
+    head, worker = desired_pods(spec, job_ref(job), 0, None)
+    assert {p["name"] for p in container(head)["ports"]} >= {
+        "ray-gcs",
+        "ray-dashboard",
+        "ray-client",
+    }
+    assert [p["name"] for p in container(worker)["ports"]] == ["rendezvous"]
+
+
+def test_torchrun_service_names_only_the_rendezvous_port():
+    job = make_job(framework="rljob")
+    ports = desired_service(parse_spec(job["spec"]), job_ref(job))["spec"]["ports"]
+    assert [p["name"] for p in ports] == ["rendezvous"]
+
+
+def test_custom_job_may_choose_ray_and_start_args_go_to_every_node_or_the_head():
+    pods = render(framework="custom", command=["/opt/venv/bin/python", "driver.py"], launcher="ray",
+                  ray={"startArgs": ["--object-store-memory=1000000000"],
+                       "headStartArgs": ["--include-dashboard=false"]})  # fmt: skip
+    flags = {}
+    for rank, pod in enumerate(pods):
+        interpreter, _, flags[rank], _ = split(container(pod)["command"])
+        assert interpreter == "/opt/venv/bin/python"  # the driver's own Python
+    assert flags[0][-2:] == ["--object-store-memory=1000000000", "--include-dashboard=false"]
+    assert flags[1][-1] == "--object-store-memory=1000000000"
+    assert "--include-dashboard=false" not in flags[1]  # Ray refuses it off the head
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({**VERL, "nprocPerNode": 8}, "spec.nprocPerNode"),
+        ({**VERL, "rendezvousPort": 6379}, "spec.ray"),
+        ({**VERL, "ray": {"port": 8265}}, "spec.ray"),
+        ({"framework": "custom", "launcher": "ray"}, "spec.command"),
+        ({**VERL, "launcher": "mpirun"}, "spec.launcher"),
+    ],
+)
+def test_bad_ray_specs_name_the_field(spec, field):
+    with pytest.raises(SpecError) as caught:
+        parse_spec(make_job(**spec)["spec"])
+    assert caught.value.field == field
+
+
+# ---------------------------------------------------------------- the node program
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_worker_retries_until_the_head_answers():
+    clock, calls = FakeClock(), []
+
+    def connect(address):
+        calls.append(address)
+        if len(calls) < 4:
+            raise ConnectionRefusedError("refused")
+        return object()
+
+    ray_node.wait_for_head("head.svc:6379", 30, connect, clock, clock.sleep)
+    assert calls == [("head.svc", 6379)] * 4 and clock.now == 3 * ray_node.RETRY_SECONDS
+
+
+def test_worker_past_its_deadline_names_the_address_it_could_not_reach():
+    clock = FakeClock()
+
+    def connect(address):
+        raise OSError("Name or service not known")
+
+    with pytest.raises(ray_node.LaunchError, match=r"head\.svc:6379 within 10 s: Name or service"):
+        ray_node.wait_for_head("head.svc:6379", 10, connect, clock, clock.sleep)
+    assert clock.now >= 10
+
+
+def test_head_waits_for_every_node_and_fails_with_the_count_past_its_deadline():
+    clock, counts = FakeClock(), iter([1, 1, 2, 3])
+    assert ray_node.wait_for_nodes(lambda: next(counts), 3, 60, clock, clock.sleep) == 3
+    with pytest.raises(
+        ray_node.LaunchError, match="only 2 of 3 Ray nodes joined the head within 5 s"
+    ):
+        ray_node.wait_for_nodes(lambda: 2, 3, 5, clock, clock.sleep)
+
+
+@pytest.mark.parametrize(
+    ("argv", "parsed"),
+    [
+        (["head", "--num-gpus=1", "--", "python", "-m", "x", "--", "y"],
+         ("head", ["--num-gpus=1"], ["python", "-m", "x", "--", "y"])),
+        (["worker", "--num-gpus=1"], ("worker", ["--num-gpus=1"], [])),
+    ],
+)  # fmt: skip
+def test_node_program_arguments(argv, parsed):
+    assert ray_node.parse_argv(argv) == parsed
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["head", "--x"], ["head", "--"], ["worker", "--", "python"], ["boss"]]
+)
+def test_node_program_refuses_a_malformed_command_line(argv):
+    with pytest.raises(ray_node.LaunchError, match="usage"):
+        ray_node.parse_argv(argv)
+
+
+def test_worker_program_as_the_pod_runs_it_reports_the_unreachable_head(tmp_path):
+    """The program's real source through `python -c`, against a port nobody listens on."""
+    message = tmp_path / "termination-log"
+    env = {
+        **os.environ,
+        ray_node.ENV_HEAD_ADDRESS: "127.0.0.1:9",  # discard: nothing listens here
+        ray_node.ENV_JOIN_TIMEOUT: "1",
+        ray_node.ENV_TERMINATION_LOG: str(message),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", ray.node_program(), "worker"], env=env, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "could not reach the Ray head at 127.0.0.1:9 within 1 s" in message.read_text()
+    assert "could not reach the Ray head" in result.stderr
