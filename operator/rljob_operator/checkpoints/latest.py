@@ -18,6 +18,7 @@ from .candidates import Candidate, candidate_for_folder, scan
 from .detect import directory_layout, folder_layout
 from .errors import CheckpointInputError
 from .layouts import AUTO, LAYOUTS, Layout, get_layout
+from .parts import PEERS, missing_part, torn_reason
 from .verdict import Status, Verdict
 
 VERIFY_MODES = ("quick", "deep")
@@ -154,17 +155,40 @@ def _judge_each(
         folders = siblings()
         return directory_layout(folders[0].root, folders) if folders else None
 
+    def layout_of(candidate: Candidate) -> Layout | None:
+        name = fixed.name if fixed else folder_layout(candidate.path) or directory_default()
+        return LAYOUTS[name] if name else None
+
+    @functools.cache
+    def complete_by_layout(index: int, layout: Layout) -> bool:
+        """Whether sibling `index` is complete in `layout` alone (a quick look at a peer)."""
+        peer = siblings()[index]
+        return peer.problem is None and layout.judge(peer.path, peer.step, False).ok
+
+    def peers(candidate: Candidate, layout: Layout) -> list[Path]:
+        """The nearest older folders of the run that are complete in the same layout."""
+        found: list[Path] = []
+        for index, peer in enumerate(siblings()):
+            if len(found) == PEERS:
+                break
+            if peer.step < candidate.step and complete_by_layout(index, layout):
+                found.append(peer.path)
+        return found
+
     for candidate in candidates:
         path = candidate.path
+        layout = None
         if path in skip:
             verdict = Verdict(Status.EXCLUDED, "excluded by the caller")
         elif candidate.problem is not None:
             verdict = Verdict(Status.INCOMPLETE, candidate.problem)
+        elif (layout := layout_of(candidate)) is None:
+            verdict = Verdict(Status.INCOMPLETE, NO_LAYOUT)
         else:
-            name = fixed.name if fixed else folder_layout(path) or directory_default()
-            verdict = (
-                LAYOUTS[name].judge(path, candidate.step, deep)
-                if name
-                else Verdict(Status.INCOMPLETE, NO_LAYOUT)
-            )
+            verdict = layout.judge(path, candidate.step, deep)
+        if verdict.ok and layout is not None and layout.optional_parts:
+            older = peers(candidate, layout)
+            part = missing_part(path, layout.optional_parts, older)
+            if part is not None:
+                verdict = Verdict(Status.INCOMPLETE, torn_reason(part, older), layout.name)
         yield Judged(candidate.step, path, verdict)

@@ -45,6 +45,10 @@ def size_of(folder: Path, rel: str) -> int | None:
     return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
+def exists(folder: Path, rel: str) -> bool:
+    return _stat(folder, rel) is not None
+
+
 def is_dir(folder: Path, rel: str) -> bool:
     st = _stat(folder, rel)
     return st is not None and stat.S_ISDIR(st.st_mode)

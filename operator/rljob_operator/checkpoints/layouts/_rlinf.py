@@ -14,6 +14,7 @@ from ..probe import intact_zip, is_dir, nonempty_file, require_dir
 from .base import ROLES, RoleCheck
 
 DATA = "data/data.pt"
+OPTIONAL_PARTS = ("critic", DATA)
 
 
 def check_run(folder: Path, step: int, deep: bool, check_role: RoleCheck) -> str:

@@ -22,6 +22,7 @@ from .base import ROLES, RoleCheck
 
 TRACKER = "latest_checkpointed_iteration.txt"
 DATA = "data.pt"
+OPTIONAL_PARTS = ("critic",)
 
 
 def tracked_step(directory: Path) -> int | None:

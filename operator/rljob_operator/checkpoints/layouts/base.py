@@ -16,6 +16,9 @@ Check = Callable[[Path, int, bool], str]
 class Layout:
     name: str  # as given to --layout
     check: Check
+    # Parts that some runs write in every save and other runs never (RLinf's data/data.pt,
+    # a critic/): a folder may lack one, unless its older complete peers all have it.
+    optional_parts: tuple[str, ...] = ()
 
     def judge(self, folder: Path, step: int, deep: bool) -> Verdict:
         """The verdict on `folder`; unreadable files make it incomplete, never a crash."""

@@ -87,4 +87,4 @@ def check(folder: Path, step: int, deep: bool) -> str:
     return _rlinf.check_run(folder, step, deep, check_role)
 
 
-LAYOUT = Layout("rlinf-fsdp", check)
+LAYOUT = Layout("rlinf-fsdp", check, _rlinf.OPTIONAL_PARTS)

@@ -38,4 +38,4 @@ def check(folder: Path, step: int, deep: bool) -> str:
     return _rlinf.check_run(folder, step, deep, check_role)
 
 
-LAYOUT = Layout("rlinf-megatron", check)
+LAYOUT = Layout("rlinf-megatron", check, _rlinf.OPTIONAL_PARTS)

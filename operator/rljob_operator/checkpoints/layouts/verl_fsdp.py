@@ -53,4 +53,4 @@ def check(folder: Path, step: int, deep: bool) -> str:
     return _verl.check_run(folder, step, deep, check_role)
 
 
-LAYOUT = Layout("verl-fsdp", check)
+LAYOUT = Layout("verl-fsdp", check, _verl.OPTIONAL_PARTS)

@@ -62,4 +62,4 @@ def check(folder: Path, step: int, deep: bool) -> str:
     return _verl.check_run(folder, step, deep, check_role)
 
 
-LAYOUT = Layout("verl-megatron", check)
+LAYOUT = Layout("verl-megatron", check, _verl.OPTIONAL_PARTS)
