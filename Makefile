@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	@# RLinf declares its whole toolchain (ruff, pre-commit, uv, gsutil, swanlab, ...) as runtime
+	@# dependencies; the e2e tests need only its FSDP checkpoint code, whose imports torch and
+	@# verl's dependencies cover.
+	$(BIN)/python -m pip install --progress-bar off --no-deps 'rlinf==0.3.0'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)

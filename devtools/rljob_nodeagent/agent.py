@@ -37,6 +37,7 @@ from .render import (
     Exit,
     NodeShape,
     PodError,
+    ReadinessProbe,
     Rewriter,
     claim_dir,
     command_line,
@@ -53,6 +54,7 @@ from .render import (
     now_micro,
     pending_status,
     pod_address,
+    readiness_probe,
     resolve_env,
     running_status,
     terminated_status,
@@ -447,6 +449,39 @@ class _Prepared:
     cwd: Path
     termination_file: Path
     downward: list[tuple[Path, list[dict[str, Any]]]]  # volume dir, items: kept up to date
+    readiness: ReadinessProbe | None = None
+
+
+class _Prober:
+    """Runs a container's exec readiness probe every period, as a kubelet does, and reports
+    each change of its verdict (after failureThreshold failures, successThreshold passes)."""
+
+    def __init__(self, prepared: _Prepared, ready: bool, report: Callable[[bool], None]) -> None:
+        self.probe, self.prepared, self.ready, self.report = (
+            prepared.readiness,
+            prepared,
+            ready,
+            report,
+        )
+        self.next_at = time.monotonic()
+        self.streak = 0  # consecutive results that disagree with `ready`
+
+    def tick(self) -> None:
+        if self.probe is None or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.probe.period_seconds
+        try:
+            passed = subprocess.run(
+                self.probe.argv, env=self.prepared.env, cwd=self.prepared.cwd,
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=self.probe.timeout_seconds,
+            ).returncode == 0  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            passed = False
+        self.streak = 0 if passed == self.ready else self.streak + 1
+        needed = self.probe.success_threshold if passed else self.probe.failure_threshold
+        if self.streak >= needed:
+            self.ready, self.streak = passed, 0
+            self.report(passed)
 
 
 class PodWorker:
@@ -598,8 +633,14 @@ class PodWorker:
             self.agent.records.append(self.record)
         log.info("pod %s/%s: started %s (pid %d)", self.namespace, self.name,
                  " ".join(prepared.argv), self.process.pid)  # fmt: skip
-        self._patch_status(running_status(self.pod or pod, started_at, container_id, self.address))
-        ended_by = self._supervise(prepared)
+        ready = prepared.readiness is None
+        self._patch_status(
+            running_status(self.pod or pod, started_at, container_id, self.address, ready)
+        )
+        prober = _Prober(prepared, ready, lambda now_ready: self._patch_status(running_status(
+            self.pod or pod, started_at, container_id, self.address, now_ready, now_iso()
+        )))  # fmt: skip
+        ended_by = self._supervise(prepared, prober)
         if ended_by in ("node-deleted", "agent-stopped"):
             return  # the machine is gone or switched off: nobody reports
         assert self.process.returncode is not None
@@ -635,7 +676,7 @@ class PodWorker:
             return
         self._final_delete()
 
-    def _supervise(self, prepared: _Prepared) -> str:
+    def _supervise(self, prepared: _Prepared, prober: _Prober) -> str:
         """Wait for the process; on deletion SIGTERM it, SIGKILL after the grace period."""
         assert self.process is not None
         deadline: float | None = None
@@ -659,6 +700,8 @@ class PodWorker:
                 procs.signal_group(self.process.pid, signal.SIGKILL)
                 deadline = time.monotonic() + 3600
             self._sync_downward(prepared)
+            if deadline is None:
+                prober.tick()
             self._wait(POLL_SECONDS)
         # The container ends with its first process: whatever it left behind goes too.
         for _ in range(50):
@@ -736,7 +779,8 @@ class PodWorker:
         if resolved is None:
             path = process_env["PATH"]
             raise PodError("StartError", f"executable {argv[0]!r} not found in {path}")
-        prepared = _Prepared(argv, process_env, cwd, termination_file, downward)
+        probe = readiness_probe(container, env, rewrite)
+        prepared = _Prepared(argv, process_env, cwd, termination_file, downward, probe)
         self._sync_downward(prepared)
         return prepared
 

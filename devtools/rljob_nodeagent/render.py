@@ -267,6 +267,34 @@ def command_line(
     return [rewrite(a) for a in [*command, *args]]
 
 
+@dataclass(frozen=True)
+class ReadinessProbe:
+    """An exec readiness probe, its command rewritten like the container's."""
+
+    argv: list[str]
+    period_seconds: float
+    timeout_seconds: float
+    failure_threshold: int
+    success_threshold: int
+
+
+def readiness_probe(
+    container: dict[str, Any], env: Mapping[str, str], rewrite: Callable[[str], str]
+) -> ReadinessProbe | None:
+    """The container's exec readiness probe; other probe kinds are not run (see docs)."""
+    probe = container.get("readinessProbe") or {}
+    command = (probe.get("exec") or {}).get("command")
+    if not command:
+        return None
+    return ReadinessProbe(
+        [rewrite(expand(a, env)) for a in command],
+        float(probe.get("periodSeconds", 10)),
+        float(probe.get("timeoutSeconds", 1)),
+        int(probe.get("failureThreshold", 3)),
+        int(probe.get("successThreshold", 1)),
+    )
+
+
 def local_path(container_path: str, mounts: Mapping[str, str]) -> str | None:
     """Where a container path lives locally, if it is under a mount (the longest wins)."""
     clean = container_path.rstrip("/") or "/"
@@ -408,8 +436,14 @@ def pending_status(pod: dict[str, Any], now: str, pod_ip: str) -> dict[str, Any]
 
 
 def running_status(
-    pod: dict[str, Any], started_at: str, container_id: str, pod_ip: str
+    pod: dict[str, Any],
+    started_at: str,
+    container_id: str,
+    pod_ip: str,
+    ready: bool = True,
+    now: str | None = None,
 ) -> dict[str, Any]:
+    """Running; `ready` as its readiness probe last said (Ready from the start without one)."""
     status = pod.get("status") or {}
     containers = pod["spec"]["containers"]
     return {
@@ -417,12 +451,14 @@ def running_status(
             "phase": "Running",
             "startTime": status.get("startTime") or started_at,
             **_base_status(started_at, pod_ip),
-            "conditions": _conditions(started_at, True),
+            "conditions": _conditions(
+                now or started_at, ready, None if ready else "ContainersNotReady"
+            ),
             "containerStatuses": [
                 _container_status(
                     c,
                     {"running": {"startedAt": started_at}, "waiting": None, "terminated": None},
-                    True,
+                    ready,
                     containerID=container_id,
                 )
                 for c in containers

@@ -3,22 +3,27 @@
     python ray_trainer.py verl  trainer.default_local_dir=DIR trainer.total_training_steps=16 ...
     python ray_trainer.py rlinf runner.output_dir=DIR runner.experiment_name=run ...
 
-What is real: it is a Ray program run once, on the head, against the gang's Ray cluster
-(`ray.init()` finds it through RAY_ADDRESS); it places one actor per Ray node with a
-STRICT_SPREAD placement group, and the actors train a small float64 model together with
-torch.distributed over gloo (gradients all-reduced, Adam), drawing from torch's global
-RNG every step so that resuming needs the saved RNG state. Overrides are read with
-OmegaConf, and the resume switches are the frameworks' own: verl's
-`trainer.resume_mode=resume_path trainer.resume_from_path=<dir>`, RLinf's
-`runner.resume_dir=<dir>`; each takes the step from the folder's name, as they do.
+What is real:
+- a Ray program run once, on the head, against the gang's Ray cluster (`ray.init()` finds it
+  through RAY_ADDRESS), placing one actor per Ray node with a STRICT_SPREAD placement group;
+- the actors train a tiny Qwen2 causal LM (transformers, random weights made here: no hub)
+  sharded with FSDP2 over a gloo process group across the pods, drawing from torch's global
+  RNG every step (token masking), so that resuming needs the saved RNG state;
+- the checkpoints of the actors are written and read by the frameworks' own code:
+  verl's `FSDPCheckpointManager` (`actor/{model,optim,extra_state}_world_size_W_rank_R.pt`,
+  `fsdp_config.json`, `huggingface/`) and RLinf's `FSDP2Strategy.save_checkpoint` /
+  `load_checkpoint` (`actor/dcp_checkpoint/`, `actor/model_state_dict/full_weights.pt`);
+- overrides read with OmegaConf, and the frameworks' resume switches: verl's
+  `trainer.resume_mode=resume_path trainer.resume_from_path=<dir>`, RLinf's
+  `runner.resume_dir=<dir>`, each taking the step from the folder's name, as they do.
 
-What it fakes: the RL algorithm (a fixed regression task stands in for GRPO) and the
-frameworks' checkpoint code. It writes their layouts in their order:
-- verl FSDP: every rank `actor/{model,optim,extra_state}_world_size_W_rank_R.pt`, rank 0
-  `actor/fsdp_config.json` and `actor/huggingface/config.json`; then the driver `data.pt`,
-  then the run's `latest_checkpointed_iteration.txt`;
-- RLinf FSDP: all ranks together `actor/dcp_checkpoint/` (torch.distributed.checkpoint),
-  then the driver `data/data.pt`.
+What it fakes:
+- the RL algorithm: next-token loss on fixed random tokens stands in for GRPO/PPO;
+- the frameworks' trainers around the checkpoint managers: this driver writes what they
+  write after the actors, in their order (verl: `data.pt`, then the run's
+  `latest_checkpointed_iteration.txt`; RLinf: `data/data.pt`);
+- RLinf's accelerator platform: RLinf knows no CPU platform, so the actors give its Worker
+  one whose synchronize/empty_cache are no-ops (`cpu_platform`).
 
 A restarted attempt (RLJOB_ATTEMPT > 0) that was not given the framework's switch exits 3,
 so the tests prove that the switch, not rljob's environment, made it resume.
@@ -28,12 +33,15 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 from omegaconf import OmegaConf
 from ray.util.placement_group import placement_group
@@ -54,30 +62,21 @@ DEFAULTS = {
         },
     },
 }  # fmt: skip
-BATCH, FEATURES = 8, 6
+BATCH, SEQUENCE, VOCAB = 4, 8, 64
 TRACKER = "latest_checkpointed_iteration.txt"
 
 
-# --------------------------------------------------------------------------- the model
-def build(torch):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)
-    ).double()
-    return model, torch.optim.Adam(model.parameters(), lr=0.01)
-
-
-def batch(torch, step: int, rank: int, world: int):
-    """The step's data, the same whoever trains it; each rank takes its rows."""
-    generator = torch.Generator().manual_seed(1000 + step)
-    x = torch.randn(BATCH, FEATURES, generator=generator, dtype=torch.float64)
-    y = x.sum(dim=1, keepdim=True).sin()
-    return x[rank::world], y[rank::world]
+def cpu_platform() -> types.SimpleNamespace:
+    """The accelerator platform RLinf's checkpoint code calls, for a CPU-only actor."""
+    return types.SimpleNamespace(
+        is_available=lambda: False, synchronize=lambda: None, ipc_collect=lambda: None,
+        empty_cache=lambda: None,
+    )  # fmt: skip
 
 
 @ray.remote(num_cpus=1)
 class Trainer:
-    """One rank: a replica of the model, kept in step with the others by all-reduce."""
+    """One rank: its FSDP2 shard of the model, and the framework's checkpoint manager."""
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world
@@ -95,74 +94,72 @@ class Trainer:
     def setup(self, master: tuple[str, int]) -> None:
         import torch
         import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from transformers import Qwen2Config, Qwen2ForCausalLM
 
         dist.init_process_group(
             "gloo", init_method=f"tcp://{master[0]}:{master[1]}", rank=self.rank,
             world_size=self.world,
         )  # fmt: skip
+        # Seed every generator the frameworks save (torch, numpy, random), as their trainers do.
+        torch.manual_seed(0)
+        np.random.seed(0)
+        random.seed(0)
+        config = Qwen2Config(
+            vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=SEQUENCE,
+        )  # fmt: skip
         self.torch, self.dist = torch, dist
-        self.model, self.optimizer = build(torch)
+        self.model = Qwen2ForCausalLM(config)
+        fully_shard(self.model, mesh=init_device_mesh("cpu", (self.world,)))
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-2)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: 1 / (1 + s))
 
     def train_step(self, step: int) -> float:
         torch = self.torch
-        x, y = batch(torch, step, self.rank, self.world)
-        noise = 1e-3 * torch.randn(y.shape, dtype=torch.float64)  # the global RNG
-        loss = torch.nn.functional.mse_loss(self.model(x), y + noise)
+        tokens = torch.randint(0, VOCAB, (BATCH, SEQUENCE),
+                               generator=torch.Generator().manual_seed(1000 + step))  # fmt: skip
+        ids = tokens[self.rank :: self.world]
+        labels = ids.clone()
+        labels[torch.rand(labels.shape) < 0.2] = -100  # the global RNG
+        loss = self.model(input_ids=ids, labels=labels).loss
         self.optimizer.zero_grad()
         loss.backward()
-        for param in self.model.parameters():
-            self.dist.all_reduce(param.grad)
-            param.grad /= self.world
         self.optimizer.step()
+        self.scheduler.step()
         total = loss.detach().clone()
         self.dist.all_reduce(total)
         return float(total) / self.world
 
-    # ------------------------------------------------------------ verl's FSDP layout
-    def save_verl(self, actor: str) -> None:
-        torch, folder = self.torch, Path(actor)
-        folder.mkdir(parents=True, exist_ok=True)
-        tag = f"world_size_{self.world}_rank_{self.rank}"
-        torch.save(self.model.state_dict(), folder / f"model_{tag}.pt")
-        torch.save(self.optimizer.state_dict(), folder / f"optim_{tag}.pt")
-        torch.save({"lr_scheduler": None, "rng": torch.get_rng_state()},
-                   folder / f"extra_state_{tag}.pt")  # fmt: skip
-        if self.rank == 0:
-            (folder / "fsdp_config.json").write_text(
-                json.dumps({"FSDP_version": 2, "world_size": self.world})
-            )
-            (folder / "huggingface").mkdir(exist_ok=True)
-            (folder / "huggingface" / "config.json").write_text('{"model_type": "tiny"}')
-        self.dist.barrier()
+    # ------------------------------------------------------------ verl's own manager
+    def _verl_manager(self):
+        from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+        return FSDPCheckpointManager(
+            self.model, self.optimizer, self.scheduler, processing_class=None,
+            checkpoint_config=OmegaConf.create({}),
+        )  # fmt: skip
+
+    def save_verl(self, actor: str, step: int) -> None:
+        self._verl_manager().save_checkpoint(actor, global_step=step)
 
     def load_verl(self, actor: str) -> None:
-        torch, folder = self.torch, Path(actor)
-        tag = f"world_size_{self.world}_rank_{self.rank}"
-        self.model.load_state_dict(torch.load(folder / f"model_{tag}.pt", weights_only=True))
-        self.optimizer.load_state_dict(torch.load(folder / f"optim_{tag}.pt", weights_only=True))
-        torch.set_rng_state(torch.load(folder / f"extra_state_{tag}.pt", weights_only=True)["rng"])
+        self._verl_manager().load_checkpoint(actor)
 
-    # ------------------------------------------------------------ RLinf's FSDP layout
-    def _dcp_state(self) -> dict[str, Any]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+    # ------------------------------------------------------------ RLinf's own strategy
+    def _rlinf_strategy(self):
+        from rlinf.hybrid_engines.fsdp.strategy.fsdp2 import FSDP2Strategy
+        from rlinf.scheduler.worker.worker import Worker
 
-        model, optim = get_state_dict(self.model, self.optimizer)
-        return {"model": model, "optim": optim, "rng": self.torch.get_rng_state()}
+        Worker.torch_platform = cpu_platform()
+        return FSDP2Strategy
 
-    def save_rlinf(self, actor: str) -> None:
-        import torch.distributed.checkpoint as dcp
-
-        dcp.save(self._dcp_state(), checkpoint_id=str(Path(actor) / "dcp_checkpoint"))
+    def save_rlinf(self, actor: str, step: int) -> None:
+        self._rlinf_strategy().save_checkpoint(self.model, self.optimizer, self.scheduler, actor)
 
     def load_rlinf(self, actor: str) -> None:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-
-        state = self._dcp_state()
-        dcp.load(state, checkpoint_id=str(Path(actor) / "dcp_checkpoint"))
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])  # fmt: skip
-        self.torch.set_rng_state(state["rng"])
+        self._rlinf_strategy().load_checkpoint(self.model, self.optimizer, self.scheduler, actor)
 
 
 # --------------------------------------------------------------------------- the driver
@@ -186,11 +183,11 @@ def settings(framework: str, cfg) -> dict[str, Any]:
 
 def save(framework: str, trainers, root: Path, step: int) -> None:
     folder = root / f"global_step_{step}"
-    ray.get([getattr(t, f"save_{framework}").remote(str(folder / "actor")) for t in trainers])
+    ray.get([getattr(t, f"save_{framework}").remote(str(folder / "actor"), step) for t in trainers])
     import torch
 
     if framework == "verl":
-        torch.save({"consumed": step * BATCH}, folder / "data.pt")
+        torch.save({"consumed": step * BATCH}, folder / "data.pt")  # verl's trainer, after actor/
         (root / TRACKER).write_text(str(step))  # the tracker last, as verl's trainer does
     else:
         (folder / "data").mkdir(exist_ok=True)
