@@ -452,7 +452,7 @@ class _Prepared:
     readiness: ReadinessProbe | None = None
 
 
-class _Prober:
+class ReadinessProber:
     """Runs a container's exec readiness probe every period, as a kubelet does, and reports
     each change of its verdict (after failureThreshold failures, successThreshold passes)."""
 
@@ -637,9 +637,13 @@ class PodWorker:
         self._patch_status(
             running_status(self.pod or pod, started_at, container_id, self.address, ready)
         )
-        prober = _Prober(prepared, ready, lambda now_ready: self._patch_status(running_status(
-            self.pod or pod, started_at, container_id, self.address, now_ready, now_iso()
-        )))  # fmt: skip
+
+        def report(now_ready: bool) -> None:
+            self._patch_status(running_status(
+                self.pod or pod, started_at, container_id, self.address, now_ready, now_iso()
+            ))  # fmt: skip
+
+        prober = ReadinessProber(prepared, ready, report)
         ended_by = self._supervise(prepared, prober)
         if ended_by in ("node-deleted", "agent-stopped"):
             return  # the machine is gone or switched off: nobody reports
@@ -676,7 +680,7 @@ class PodWorker:
             return
         self._final_delete()
 
-    def _supervise(self, prepared: _Prepared, prober: _Prober) -> str:
+    def _supervise(self, prepared: _Prepared, prober: ReadinessProber) -> str:
         """Wait for the process; on deletion SIGTERM it, SIGKILL after the grace period."""
         assert self.process is not None
         deadline: float | None = None

@@ -83,7 +83,8 @@ def test_a_pod_runs_as_a_local_process_and_ends_like_a_kubelets(core, namespace,
     local = record.env["CKPT"]
     assert f"master=127.0.0.1 dir={local} name={name} node={node} ip=127.0.0.1 arg={local}/x" in log
     assert "config=42" in log
-    assert local.endswith("/volumes/ckpt")  # the emptyDir, per pod
+    # The emptyDir, per pod, on a short path (Unix sockets live in Ray's).
+    assert local == f"/tmp/rljob-na-{pod.metadata.uid[:12]}/ckpt"
     assert (Path(local) / f"from-{name}").read_text() == "saved\n"
 
     core.patch_namespaced_pod(
@@ -109,6 +110,7 @@ def test_a_pod_runs_as_a_local_process_and_ends_like_a_kubelets(core, namespace,
     core.patch_namespaced_pod(name, namespace, {"metadata": {"finalizers": None}})
     wait_for(lambda: read_pod(core, namespace, name) is None, what="the pod to go")
     assert pool.live_processes() == []
+    wait_for(lambda: not Path(local).exists(), 10, "the emptyDir to be removed")
 
 
 def test_deleting_the_node_kills_its_processes_at_once(core, namespace, agents):

@@ -22,6 +22,7 @@ from e2e_steps import (
     free_port,
     preemptor_pod,
     running_gang,
+    status,
     wait_for,
     wait_succeeded,
 )
@@ -79,6 +80,9 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
             lambda: next((r for r in pool.records() if r.name == gang[0].metadata.name), None),
             what="the head to start",
         )
+        # The head turns Ready (its probe) once both Ray nodes joined and the driver runs.
+        wait_for(lambda: (status(api_client, namespace, JOB).get("ray") or {}).get("driver")
+                 == "Running", 120, "status.ray.driver to be Running")  # fmt: skip
         wait_for(lambda: last(STEP, head.log()) >= at, 180, f"the driver's step {at}")
         node = gang[victim].spec.node_name
         core.create_namespaced_pod(namespace, preemptor_pod("urgent", node, high, 1))

@@ -43,3 +43,26 @@ def test_a_pods_processes_are_found_and_killed_wherever_they_went():
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_readiness_probe_reports_each_change_after_its_thresholds(tmp_path):
+    """The real probe command, run as the agent runs it, against a file that comes and goes."""
+    from rljob_nodeagent.agent import ReadinessProber, _Prepared
+    from rljob_nodeagent.render import ReadinessProbe
+
+    marker = tmp_path / "driver-started"
+    probe = ReadinessProbe(["test", "-e", str(marker)], 0, 1, 2, 1)
+    prepared = _Prepared(["true"], dict(os.environ), tmp_path, tmp_path / "log", [], probe)
+    reports: list[bool] = []
+    prober = ReadinessProber(prepared, False, reports.append)
+
+    prober.tick()
+    assert reports == []  # not ready, and the probe agrees
+    marker.write_text("2\n")
+    prober.tick()
+    assert reports == [True]  # one success is enough
+    marker.unlink()
+    prober.tick()
+    assert reports == [True]  # one failure is not (failureThreshold 2)
+    prober.tick()
+    assert reports == [True, False]

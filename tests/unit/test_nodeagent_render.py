@@ -11,6 +11,7 @@ from rljob_nodeagent.render import (
     Exit,
     NodeShape,
     PodError,
+    ReadinessProbe,
     Rewriter,
     claim_dir,
     command_line,
@@ -25,6 +26,7 @@ from rljob_nodeagent.render import (
     node_manifest,
     pending_status,
     pod_address,
+    readiness_probe,
     resolve_env,
     running_status,
     terminated_status,
@@ -295,3 +297,38 @@ def test_the_node_is_a_gpu_node_that_kwok_leaves_alone():
     lease = lease_manifest("agent-0", "uid-0", "R")
     assert lease["metadata"]["namespace"] == "kube-node-lease"
     assert lease["metadata"]["ownerReferences"][0]["uid"] == "uid-0"
+
+
+def ray_head_pod() -> dict:
+    """Rank 0 of a verl job as the operator renders it: its readiness probe reads a file."""
+    spec = parse_spec({"image": "verl:1", "framework": "verl", "nnodes": 2,
+                       "command": ["python3", "-m", "verl.trainer.main_ppo"]})  # fmt: skip
+    pod = desired_pod(spec, JobRef("v", "team-a", "uid-1"), 0, 0, None)
+    pod["metadata"]["uid"] = "pod-uid"
+    return pod
+
+
+def test_an_exec_readiness_probe_is_rewritten_like_the_command():
+    container = ray_head_pod()["spec"]["containers"][0]
+    rewrite = Rewriter({"/tmp/ray": "/local/ray-tmp"})
+    probe = readiness_probe(container, {}, rewrite)
+    assert probe == ReadinessProbe(
+        ["test", "-e", "/local/ray-tmp/rljob-driver-started"], 5, 1, 1, 1
+    )
+    assert (
+        readiness_probe({"name": "c", "readinessProbe": {"httpGet": {"port": 80}}}, {}, rewrite)
+        is None
+    )
+
+
+def test_a_running_pod_that_is_not_ready_says_so():
+    status = running_status(ray_head_pod(), "T1", "id://1", "10.88.0.9", ready=False, now="T2")[
+        "status"
+    ]
+    ready = {c["type"]: c for c in status["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == (
+        "False",
+        "ContainersNotReady",
+        "T2",
+    )
+    assert status["containerStatuses"][0]["ready"] is False
