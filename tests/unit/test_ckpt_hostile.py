@@ -52,7 +52,8 @@ def test_a_progress_file_nested_too_deeply_is_no_progress(tmp_path, capsys):
 def test_output_file_takes_names_that_are_not_utf8(tmp_path, capsys):
     """The inspector pod's exact command, on a directory whose name is not UTF-8."""
     root = tmp_path / os.fsdecode(b"run\xed\xb3\xbf")
-    build_rljob(root, 3)
+    build_rljob(tmp_path / "run", 3)
+    (tmp_path / "run").rename(root)
     output = tmp_path / "termination-log"
 
     code, out, err = run(capsys, "latest", root, "--verify", "deep", "--json", "--output", output)

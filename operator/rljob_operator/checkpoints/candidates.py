@@ -16,6 +16,9 @@ from pathlib import Path
 from .errors import CheckpointInputError
 
 _NAME = re.compile(r"global_step_([0-9]+)")
+# A step must fit the int64 of a Kubernetes integer (status.resumeFrom.step); a folder named
+# with a larger one is no checkpoint of any trainer, and is passed over like any other name.
+MAX_STEP = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -32,9 +35,12 @@ class Candidate:
 
 
 def parse_step(name: str) -> int | None:
-    """The N of `global_step_N` (leading zeros allowed), or None for any other name."""
+    """The N of `global_step_N` (leading zeros allowed, N <= MAX_STEP), else None."""
     match = _NAME.fullmatch(name)
-    return int(match.group(1)) if match else None
+    if not match or len(match.group(1).lstrip("0")) > len(str(MAX_STEP)):
+        return None
+    step = int(match.group(1))
+    return step if step <= MAX_STEP else None
 
 
 def resolve_directory(directory: str | os.PathLike[str]) -> Path:
@@ -53,9 +59,9 @@ def scan(directory: str | os.PathLike[str]) -> list[Candidate]:
     try:
         with os.scandir(root) as entries:
             named = [
-                (int(match.group(1)), entry.name, entry)
+                (step, entry.name, entry)
                 for entry in entries
-                if (match := _NAME.fullmatch(entry.name))
+                if (step := parse_step(entry.name)) is not None
             ]
     except OSError as exc:
         raise CheckpointInputError(f"{directory}: cannot list: {exc.strerror}") from exc

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from . import untrusted
+
 MANIFEST_NAME = "rljob_manifest.json"
 LAYOUT_NAME = "rljob"
 LAYOUT_VERSION = 1
@@ -46,7 +48,7 @@ class Manifest:
     def from_json(cls, text: str) -> Manifest:
         """Parse a manifest; raise ValueError naming what is wrong with it."""
         try:
-            data = json.loads(text)
+            data = untrusted.loads(text)
             files = tuple(
                 ManifestEntry(path=str(f["path"]), size=int(f["size"]), sha256=str(f["sha256"]))
                 for f in data["files"]

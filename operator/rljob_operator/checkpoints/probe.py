@@ -7,12 +7,12 @@ Nothing here writes, renames or locks anything.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from . import untrusted
 from .safetensorscheck import safetensors_problem
 from .verdict import Corrupt, Incomplete
 from .zipcheck import zip_problem
@@ -97,10 +97,10 @@ def read_json(folder: Path, rel: str, *, written_atomically: bool) -> Any:
     if text is None:
         raise Incomplete(f"{rel} is missing")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        if written_atomically:
-            raise Corrupt(f"{rel} is not valid JSON: {exc.msg}") from exc
+        return untrusted.loads(text)
+    except untrusted.UntrustedJSONError as exc:
+        if written_atomically or str(exc) == "nested too deeply":
+            raise Corrupt(f"{rel} is not valid JSON: {exc}") from exc
         raise Incomplete(f"{rel} is not complete JSON yet: still being written?") from exc
 
 

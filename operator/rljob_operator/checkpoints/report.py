@@ -15,7 +15,9 @@ TERMINATION_LOG_LIMIT = 4096
 
 
 def dumps(payload: dict[str, Any]) -> str:
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON in plain ASCII: a name on the volume need not be UTF-8 (Python holds its
+    bytes as lone surrogates, which no UTF-8 writer takes), and escaped it still round-trips."""
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=True)
 
 
 def fit_json(payload: dict[str, Any], limit: int = TERMINATION_LOG_LIMIT) -> str:
