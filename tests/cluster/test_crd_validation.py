@@ -57,6 +57,16 @@ INVALID = [
     (with_spec(restartPolicy__failureBackoffSeconds=60, restartPolicy__maxFailureBackoffSeconds=10),
      "spec.restartPolicy.maxFailureBackoffSeconds"),
     (dict(VALID, metadata={"name": "x" * 49}), "metadata.name"),
+    # Bad input that used to be accepted and fail later (issue #17).
+    (with_spec(checkpoint__directory="../outside"), "spec.checkpoint.directory"),
+    (with_spec(checkpoint__directory="run/../../../../etc"), "spec.checkpoint.directory"),
+    (with_spec(checkpoint__resume="/checkpoints/../etc/global_step_1"), "spec.checkpoint.resume"),
+    (with_spec(checkpoint__mountPath="/"), "spec.checkpoint.mountPath"),
+    (with_spec(checkpoint__mountPath="/etc"), "spec.checkpoint.mountPath"),
+    (with_spec(checkpoint__mountPath="/tmp/ray"), "spec.checkpoint.mountPath"),
+    (with_spec(checkpoint__mountPath="/data/../etc"), "spec.checkpoint.mountPath"),
+    (with_spec(command=[""]), "spec.command[0]"),
+    (dict(VALID, metadata={"name": "my.job"}), "metadata.name"),
     # The Ray launcher (the default for rlinf and verl).
     (with_spec(launcher="mpirun"), "spec.launcher"),
     (with_spec(framework="verl", command=["python", "-m", "verl.trainer.main_ppo"], nprocPerNode=8), "spec.nprocPerNode"),
@@ -119,6 +129,25 @@ def test_fields_that_shape_the_gang_are_immutable(api_client, namespace, crd, ch
     # What may change, changes.
     api.patch_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "valid",
                                        {"spec": {"suspend": True, "restartPolicy": {"maxFailures": 5}}})  # fmt: skip
+
+
+def test_a_json_patch_cannot_remove_the_checkpoint_volume(kubeconfig, api_client, namespace, crd):
+    """Removal bypasses a rule on the field itself; the rule on its parent catches it."""
+    body = with_spec(checkpoint__volume={"persistentVolumeClaim": {"claimName": "ckpts"}})
+    create(api_client, namespace, body, dry_run=None)
+
+    for path in ("/spec/checkpoint/volume", "/spec/checkpoint"):
+        patched = subprocess.run(
+            [str(binaries.require("kubectl")), "--kubeconfig", str(kubeconfig), "-n", namespace,
+             "patch", "rltj", "valid", "--type", "json", "-p", json.dumps([{"op": "remove", "path": path}])],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert patched.returncode != 0
+        assert "spec.checkpoint.volume is immutable" in patched.stderr
+    job = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, "valid"
+    )
+    assert job["spec"]["checkpoint"]["volume"] == {"persistentVolumeClaim": {"claimName": "ckpts"}}
 
 
 def test_kubectl_explain_describes_the_checkpoint_fields(kubeconfig, crd):

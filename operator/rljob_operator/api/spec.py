@@ -168,8 +168,16 @@ def _check_launcher(spec: JobSpec) -> None:
         raise SpecError("spec.ray", f"the Ray ports and the rendezvous port must differ: {taken}")
 
 
+def _no_parent_segments(value: str, field: str) -> str:
+    if ".." in value.split("/"):
+        raise SpecError(field, f"must not contain '..' segments, got {value!r}")
+    return value
+
+
 def parse_checkpoint(data: dict[str, Any]) -> CheckpointSpec:
     path = "spec.checkpoint"
+    for key in ("mountPath", "directory", "resume"):
+        _no_parent_segments(str(data.get(key) or ""), f"{path}.{key}")
     resume = data.get("resume", "auto")
     if resume not in ("auto", "never") and not (isinstance(resume, str) and resume.startswith("/")):
         raise SpecError(f"{path}.resume", "must be 'auto', 'never' or an absolute path")

@@ -53,6 +53,14 @@ def resolve_directory(directory: str | os.PathLike[str]) -> Path:
     return path.resolve()
 
 
+def confine(directory: str | os.PathLike[str], within: str | os.PathLike[str]) -> None:
+    """Bad input unless `directory`, symlinks resolved, lies inside `within` (the volume):
+    a job may only read checkpoints from the volume it was given."""
+    resolved, root = Path(directory).resolve(), Path(within).resolve()
+    if not resolved.is_relative_to(root):
+        raise CheckpointInputError(f"{directory}: resolves to {resolved}, outside {root}")
+
+
 def scan(directory: str | os.PathLike[str]) -> list[Candidate]:
     """Every entry named `global_step_N` in `directory`, newest (highest N) first."""
     root = resolve_directory(directory)

@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         default=[],
         help="a global_step_N folder not to resume from, whatever it holds (repeatable)",
     )
+    latest.add_argument(
+        "--within", metavar="ROOT", help="refuse a DIR that resolves (symlinks too) outside ROOT"
+    )
     latest.set_defaults(handler=_latest)
     command("list", "every global_step_N with its verdict, newest first", "DIR").set_defaults(
         handler=_list
@@ -61,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
 
 
 def _latest(args: argparse.Namespace) -> int:
-    result = find_latest(args.path, args.layout, args.verify, exclude=args.exclude)
+    result = find_latest(
+        args.path, args.layout, args.verify, exclude=args.exclude, within=args.within
+    )
     payload = {**result.to_dict(), "progress_step": read_progress_step(args.path)}
     if args.output:
         _write(args.output, fit_json(payload))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .candidates import Candidate, candidate_for_folder, scan
+from .candidates import Candidate, candidate_for_folder, confine, scan
 from .detect import directory_layout, folder_layout
 from .errors import CheckpointInputError
 from .layouts import AUTO, LAYOUTS, Layout, get_layout
@@ -85,13 +85,17 @@ def find_latest(
     verify: str = "quick",
     *,
     exclude: Iterable[str | os.PathLike[str]] = (),
+    within: str | os.PathLike[str] | None = None,
 ) -> LatestResult:
     """The newest complete checkpoint in `directory` and why every newer one was rejected.
 
     `exclude` names folders the caller will not resume from whatever their files say
     (say, one a trainer already failed to load); they are rejected as "excluded".
+    `within`: refuse a `directory` that resolves outside it (the job's volume).
     """
     fixed, deep = _options(layout, verify)
+    if within is not None:
+        confine(directory, within)
     candidates = scan(directory)
     skip = {_normalise(p) for p in exclude}
     rejected = []

@@ -31,7 +31,7 @@ def desired_inspector(
         "rljob", "ckpt", "latest", spec.checkpoint.path,
         "--layout", spec.checkpoint.layout,
         "--verify", spec.checkpoint.verify,
-        "--json", "--output", TERMINATION_LOG,
+        "--within", spec.checkpoint.mount_path, "--json", "--output", TERMINATION_LOG,
     ]  # fmt: skip
     for path in exclude:
         command += ["--exclude", path]

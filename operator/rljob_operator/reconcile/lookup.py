@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import constants as c
 from ..api.spec import JobSpec, parse_spec
+from ..checkpoints.errors import CheckpointInputError
 from ..checkpoints.latest import find_latest
 from ..checkpoints.progress import read_progress_step
 from ..kube import Kube
@@ -72,25 +73,29 @@ class CheckpointFinder:
             os.environ.get(INSPECTOR_IMAGE_ENV, DEFAULT_INSPECTOR_IMAGE),
         )
 
-    def local_dir(self, spec: JobSpec) -> Path | None:
+    def local_volume(self, spec: JobSpec) -> Path | None:
+        """Where the operator itself reads the job's volume, if it can."""
         claim = ((spec.checkpoint.volume or {}).get("persistentVolumeClaim") or {}).get("claimName")
-        root = self.volumes.get(claim) if claim else None
-        if root is None:
-            return None
-        return root / spec.checkpoint.directory if spec.checkpoint.directory else root
+        return self.volumes.get(claim) if claim else None
 
     def lookup(self, job: dict[str, Any], exclude: tuple[str, ...] = ()) -> LookupResult:
         spec = parse_spec(job["spec"])
-        local = self.local_dir(spec)
-        if local is not None:
-            return self._read_locally(spec, local, exclude)
+        root = self.local_volume(spec)
+        if root is not None:
+            return self._read_locally(spec, root, exclude)
         return self._ask_inspector(spec, job, exclude)
 
-    def _read_locally(self, spec: JobSpec, local: Path, exclude: tuple[str, ...]) -> LookupResult:
+    def _read_locally(self, spec: JobSpec, root: Path, exclude: tuple[str, ...]) -> LookupResult:
+        local = root / spec.checkpoint.directory if spec.checkpoint.directory else root
         if not local.is_dir():
             return LookupResult(None, None, f"{spec.checkpoint.path} does not exist yet")
         skip = [local / PurePosixPath(p).relative_to(spec.checkpoint.path) for p in exclude]
-        result = find_latest(local, spec.checkpoint.layout, spec.checkpoint.verify, exclude=skip)
+        try:
+            result = find_latest(
+                local, spec.checkpoint.layout, spec.checkpoint.verify, exclude=skip, within=root
+            )
+        except CheckpointInputError as exc:
+            raise LookupFailed(f"{spec.checkpoint.path}: {exc}") from exc
         report = result.to_dict()
         report["progress_step"] = read_progress_step(local)
         if result.found:
