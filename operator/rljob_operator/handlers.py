@@ -17,7 +17,7 @@ from kubernetes import client, config
 
 from . import constants as c
 from .kube import Kube, KubeError
-from .reconcile.lookup import CheckpointFinder, LookupFailed, LookupPending
+from .reconcile.lookup import CheckpointFinder, LookupPending
 from .reconcile.run import reconcile
 
 log = logging.getLogger(__name__)
@@ -43,11 +43,6 @@ class Operator:
             plan = reconcile(self.kube, namespace, name, self.finder)
         except LookupPending as exc:
             log.debug("%s/%s: %s", namespace, name, exc)  # its pod's events bring us back
-            return
-        except LookupFailed as exc:
-            job = self.kube.get_job(namespace, name)
-            if job:
-                self.kube.post_event(job, "Warning", "CheckpointLookupFailed", str(exc))
             return
         except KubeError as exc:
             if exc.status == 403:

@@ -112,6 +112,11 @@ def env_of(pod):
     return {e.name: e.value for e in pod.spec.containers[0].env}
 
 
+def event_messages(core, namespace, reason):
+    events = [e for e in core.list_namespaced_event(namespace).items if e.reason == reason]
+    return [e.message for e in sorted(events, key=lambda e: e.metadata.creation_timestamp)]
+
+
 def resumed_gang(api_client, core, namespace, attempt=1):
     """The running gang of `attempt`, and the job once it has recorded that gang's creation."""
     pods = wait_for(
@@ -364,3 +369,48 @@ def test_inspector_pod_that_finds_nothing_gives_a_fresh_start(
         lambda: read_pod(core, namespace, "grpo-inspect-a0") is None,
         what="the inspector to be removed",
     )
+
+
+def test_inspector_pods_that_crash_or_never_end_back_off_and_say_why(
+    api_client, core, namespace, nodes, claim, operator
+):
+    """An inspector that never terminates (its deadline ends the pod with its container still
+    waiting), then two that exit 1 without a report: each is one failure, the next inspector
+    comes only after the back-off, the third failure sets a condition, and no gang starts
+    fresh meanwhile (the checkpoints may well be there)."""
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, job_body(nodes)
+    )
+    ends = [
+        {"phase": "Failed", "reason": "DeadlineExceeded", "message": "Pod was active on the node longer than the specified deadline",
+         "containerStatuses": [{"name": "inspector", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+                                "state": {"waiting": {"reason": "ContainerCreating"}}}]},
+        *[{"phase": "Failed", "containerStatuses": [{"name": "inspector", "image": "x", "imageID": "", "ready": False,
+           "restartCount": 0, "state": {"terminated": {"exitCode": 1, "message": ""}}}]}] * 2,
+    ]  # fmt: skip
+    retry_after = None
+    for failures, end in enumerate(ends, start=1):
+        inspector = wait_for(
+            lambda: read_pod(core, namespace, "grpo-inspect-a0"), 60, f"inspector {failures}"
+        )
+        if retry_after:  # the API server's own clock, to the second, on both sides
+            assert inspector.metadata.creation_timestamp >= retry_after
+        core.patch_namespaced_pod_status("grpo-inspect-a0", namespace, {"status": end})
+
+        def recorded(failures=failures):
+            status = get_job(api_client, namespace).get("status") or {}
+            return (status.get("checkpointLookup") or {}).get("failures") == failures and status
+
+        state = wait_for(recorded, 30, f"failure {failures} recorded")
+        retry_after = datetime.fromisoformat(state["checkpointLookup"]["retryAfter"])
+        wait_for(lambda: read_pod(core, namespace, "grpo-inspect-a0") is None, 30, "the pod gone")
+
+    assert "DeadlineExceeded" in event_messages(core, namespace, "CheckpointLookupFailed")[0]
+    condition = {x["type"]: x for x in state["conditions"]}["CheckpointLookupFailed"]
+    assert (
+        condition["status"] == "True"
+        and "3 checkpoint lookups in a row failed" in condition["message"]
+    )
+    assert state["phase"] == c.PENDING
+    assert trainer_pods(core, namespace) == []  # never a fresh start
+    assert len(event_messages(core, namespace, "CheckpointLookupFailed")) == 3

@@ -514,3 +514,44 @@ def test_ray_status_follows_the_head_from_waiting_for_nodes_to_running():
 def test_torchrun_job_has_no_ray_status():
     job = started(make_job())
     assert "ray" not in decide(job, pods_of(job), NODES, NOW).status
+
+
+# ------------------------------------------------------------------ failed checkpoint lookups
+def test_a_failed_lookup_backs_off_and_never_starts_fresh():
+    job = make_job()
+
+    plan = decide(job, [], NODES, NOW, LookupResult(None, failure="inspector exited 1"))
+
+    assert plan.create == [] and not plan.needs_checkpoint_lookup
+    assert plan.status["checkpointLookup"] == {
+        "failures": 1, "message": "inspector exited 1", "retryAfter": "2026-11-29T12:00:05Z",
+    }  # fmt: skip
+    assert plan.status["phase"] == c.PENDING and plan.requeue_after == 5
+    assert [e.reason for e in plan.events] == ["CheckpointLookupFailed"]
+    # Until the back-off ends, no pass looks again.
+    waiting = decide(with_status(job, plan.status), [], NODES, NOW + timedelta(seconds=3))
+    assert not waiting.needs_checkpoint_lookup and waiting.requeue_after == 2
+    due = decide(with_status(job, plan.status), [], NODES, NOW + timedelta(seconds=5))
+    assert due.needs_checkpoint_lookup
+
+
+def test_the_third_failed_lookup_in_a_row_sets_a_condition_that_a_success_clears():
+    job, now = make_job(), NOW
+    for failures in (1, 2, 3):
+        plan = decide(job, [], NODES, now, LookupResult(None, failure=f"try {failures}"))
+        job, now = with_status(job, plan.status), now + timedelta(seconds=600)
+    conditions = {x["type"]: x for x in plan.status["conditions"]}
+    assert conditions["CheckpointLookupFailed"]["status"] == "True"
+    assert (
+        "3 checkpoint lookups in a row failed; the last: try 3"
+        in conditions["CheckpointLookupFailed"]["message"]
+    )
+    assert plan.status["checkpointLookup"]["retryAfter"] == "2026-11-29T12:20:20Z"  # 5, 10, 20 s
+
+    found = decide(job, [], NODES, now, LookupResult(ResumeTarget("/checkpoints/global_step_4", 4)))
+
+    assert "checkpointLookup" not in found.status
+    assert {x["type"]: x["status"] for x in found.status["conditions"]}[
+        "CheckpointLookupFailed"
+    ] == "False"
+    assert found.status["resumeFrom"]["step"] == 4

@@ -25,6 +25,12 @@ from ..launcher.pods import JobRef, ResumeTarget, desired_pods, desired_service
 from ..preemption.classify import Outcome, PodEnd, classify_facts, facts
 
 MAX_RECOVERIES = 20
+# A checkpoint lookup that fails (an inspector pod that crashes or never ends) is retried
+# after a doubling back-off; from the third failure in a row the job says so in a condition.
+LOOKUP_BACKOFF_SECONDS = 5
+MAX_LOOKUP_BACKOFF_SECONDS = 300
+LOOKUP_FAILURES_BEFORE_CONDITION = 3
+LOOKUP_FAILED_CONDITION = "CheckpointLookupFailed"
 STEP_IN_PATH = re.compile(r"global_step_(\d+)$")
 
 # The condition types, one per phase that has one.
@@ -51,6 +57,7 @@ class LookupResult:
     target: ResumeTarget | None
     last_finished_step: int | None = None  # from the trainer's progress.json, if any
     detail: str = ""  # what was rejected, or why nothing was found
+    failure: str | None = None  # the look itself failed: nothing is known about the folders
 
 
 @dataclass
@@ -500,8 +507,13 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
         resume = ResumeTarget(wanted, int(match.group(1)) if match else 0)
     elif wanted != "never":
         if lookup is None:
-            p.plan.needs_checkpoint_lookup = True
+            if not _lookup_backing_off(p):
+                p.plan.needs_checkpoint_lookup = True
             return
+        if lookup.failure is not None:
+            _lookup_failed(p, lookup.failure)
+            return
+        _lookup_succeeded(p)
         suspect = _suspect_checkpoint(status, lookup)
         if suspect:
             status["badCheckpoints"] = [*status.get("badCheckpoints", []), suspect]
@@ -542,6 +554,47 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
     if not status.get("phase") or status.get("phase") == c.SUSPENDED:
         p.phase(c.PENDING, "GangCreated", f"attempt {attempt}: waiting for its pods to run")
     p.requeue(1)
+
+
+def _lookup_backing_off(p: _Pass) -> bool:
+    """Whether the last failed lookup's back-off still runs (then come back when it ends)."""
+    retry_after = (p.status.get("checkpointLookup") or {}).get("retryAfter")
+    if retry_after and p.now < parse_iso(retry_after):
+        p.requeue((parse_iso(retry_after) - p.now).total_seconds())
+        return True
+    return False
+
+
+def _lookup_failed(p: _Pass, message: str) -> None:
+    """Never start fresh on a failed look: the checkpoints may be there. Back off, and from
+    the third failure in a row say why in a condition."""
+    failures = (p.status.get("checkpointLookup") or {}).get("failures", 0) + 1
+    delay = min(LOOKUP_BACKOFF_SECONDS * 2 ** (failures - 1), MAX_LOOKUP_BACKOFF_SECONDS)
+    p.status["checkpointLookup"] = {
+        "failures": failures,
+        "message": message,
+        "retryAfter": iso(p.now + timedelta(seconds=delay)),
+    }
+    p.event("Warning", "CheckpointLookupFailed", f"{message} (failure {failures}; next try in "
+            f"{delay}s)")  # fmt: skip
+    if not p.status.get("phase"):
+        p.phase(c.PENDING, "CheckpointLookupFailed", f"looking for a checkpoint failed: {message}")
+    if failures >= LOOKUP_FAILURES_BEFORE_CONDITION:
+        p.status["conditions"], _ = set_condition(
+            p.status["conditions"], LOOKUP_FAILED_CONDITION, True, "LookupFailed",
+            f"{failures} checkpoint lookups in a row failed; the last: {message}",
+            iso(p.now), p.generation,
+        )  # fmt: skip
+    p.requeue(delay)
+
+
+def _lookup_succeeded(p: _Pass) -> None:
+    p.status.pop("checkpointLookup", None)
+    if any(x["type"] == LOOKUP_FAILED_CONDITION for x in p.status["conditions"]):
+        p.status["conditions"], _ = set_condition(
+            p.status["conditions"], LOOKUP_FAILED_CONDITION, False, "LookupSucceeded",
+            "the checkpoint directory was read", iso(p.now), p.generation,
+        )  # fmt: skip
 
 
 def _record_gang_creation(

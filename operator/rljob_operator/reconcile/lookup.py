@@ -116,8 +116,17 @@ class CheckpointFinder:
             self.kube.create(pod_body)
             raise LookupPending(f"inspector pod {name} started")
         terminated = _terminated(pod)
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        if terminated is None and phase in ("Succeeded", "Failed"):
+            # Ended without its container ending: activeDeadlineSeconds, an eviction, ...
+            self.kube.delete_pod(ref.namespace, name)
+            why = pod["status"].get("reason") or phase
+            raise LookupFailed(
+                f"inspector pod {name} ended {why} without a report: "
+                f"{(pod['status'].get('message') or '').strip()[:300]}"
+            )
         if terminated is None:
-            raise LookupPending(f"inspector pod {name} is {pod['status'].get('phase', 'Pending')}")
+            raise LookupPending(f"inspector pod {name} is {phase}")
         self.kube.delete_pod(ref.namespace, name)
         try:
             report = json.loads(terminated.get("message") or "")

@@ -17,7 +17,7 @@ from ..contract import CHECKPOINT_REQUEST_ANNOTATION
 from ..kube import Kube, KubeError
 from ..metrics import record_transition
 from .decide import LookupResult, Plan, decide, fail, iso, with_status
-from .lookup import inspector_pods_to_clean
+from .lookup import LookupFailed, inspector_pods_to_clean
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,11 @@ def plan_pass(
             break
         events += plan.events
         seen = with_status(job, plan.status)
-        plan = decide(seen, pods, nodes, now, finder.lookup(seen, plan.lookup_exclude))
+        try:
+            found = finder.lookup(seen, plan.lookup_exclude)
+        except LookupFailed as exc:
+            found = LookupResult(None, failure=str(exc))
+        plan = decide(seen, pods, nodes, now, found)
     plan.events = events + plan.events
     return plan
 
