@@ -45,7 +45,7 @@ class Operator:
             log.debug("%s/%s: %s", namespace, name, exc)  # its pod's events bring us back
             return
         except KubeError as exc:
-            if exc.status == 403:
+            if exc.status == 403 and not exc.refused_by_admission:
                 log.error("rljob lacks a permission it needs: %s", exc)
             raise
         if plan is None:

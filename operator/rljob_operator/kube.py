@@ -27,6 +27,16 @@ class KubeError(RuntimeError):
             detail = json.loads(exc.body).get("message", detail)
         super().__init__(f"{what}: {exc.status} {detail}")
         self.status = exc.status
+        self.detail = str(detail)
+
+    @property
+    def refused_by_admission(self) -> bool:
+        """A 403 from an admission plugin (Pod Security, a missing PriorityClass or
+        ServiceAccount), which retrying cannot fix, rather than from RBAC.
+
+        RBAC's refusals all say "<user> cannot <verb> resource ..."; admission's never do.
+        """
+        return self.status == 403 and " cannot " not in self.detail
 
 
 def _data(response: Any) -> Any:

@@ -6,6 +6,9 @@ their status.
 
 from __future__ import annotations
 
+import copy
+
+import pytest
 from kube_steps import wait_for
 from kubernetes import client
 from rljob_operator import constants as c
@@ -187,3 +190,31 @@ def test_operator_restarted_mid_run_neither_duplicates_nor_orphans_pods(
     for pod in trainer_pods(core, namespace):
         finish(core, namespace, pod.metadata.name, 0)
     wait_for(lambda: phase_is(api_client, namespace, c.SUCCEEDED), what="phase Succeeded")
+
+
+@pytest.mark.parametrize(
+    ("template_spec", "namespace_labels", "words"),
+    [
+        ({"priorityClassName": "does-not-exist"}, {}, "no PriorityClass with name does-not-exist"),
+        ({"serviceAccountName": "nobody"}, {}, 'serviceaccount "nobody" not found'),
+        ({"containerSecurityContext": {"privileged": True}},
+         {"pod-security.kubernetes.io/enforce": "baseline"}, 'violates PodSecurity "baseline'),
+    ],
+    ids=["priority-class", "service-account", "pod-security"],
+)  # fmt: skip
+def test_pods_refused_by_admission_fail_the_job_with_the_servers_message(
+    api_client, core, namespace, operator, template_spec, namespace_labels, words
+):
+    """A 403 from admission is no missing permission of rljob's: retrying cannot help."""
+    if namespace_labels:
+        core.patch_namespace(namespace, {"metadata": {"labels": namespace_labels}})
+    body = copy.deepcopy(JOB)
+    body["spec"]["template"] = {"spec": template_spec}
+    create_job(api_client, namespace, body)
+
+    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED), 30, "the job to fail")
+
+    failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "PodRejected" and words in failed["message"]
+    assert "PodRejected" in event_reasons(core, namespace)
+    assert trainer_pods(core, namespace) == []

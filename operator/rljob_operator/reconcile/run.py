@@ -120,7 +120,8 @@ def reconcile(
         try:
             apply(kube, job, plan)
         except KubeError as exc:
-            if exc.status not in (400, 422) or not plan.create:
+            refused = exc.status in (400, 422) or exc.refused_by_admission
+            if not refused or not plan.create:
                 raise
             # The API server refused a pod we rendered: retrying cannot help.
             plan = fail(job, moment, "PodRejected", f"the API server refused the job's pods: {exc}")
