@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import tracemalloc
 
 import pytest
-from ckpt_trees import build_rljob, build_verl_fsdp, snapshot, write_text
-from rljob_operator.checkpoints import find_latest
+from ckpt_trees import build_dcp, build_rljob, build_verl_fsdp, snapshot, write_text
+from rljob_operator.checkpoints import find_latest, verify_folder
 from rljob_operator.checkpoints.candidates import MAX_STEP, parse_step
+from rljob_operator.checkpoints.dcp import MAX_ARGUMENT_BYTES
 from rljob_operator.cli import main
 
 DEEP = "[" * 100_000
@@ -78,3 +80,24 @@ def test_a_step_beyond_int64_is_no_checkpoint(tmp_path, capsys):
     assert parse_step(f"global_step_{MAX_STEP}") == MAX_STEP
     assert parse_step(f"global_step_{MAX_STEP + 1}") is None
     assert snapshot(tmp_path) == before
+
+
+def test_a_huge_metadata_is_streamed_and_refused_within_the_inspectors_memory(tmp_path):
+    """512 MiB used to be read whole; now no read of it exceeds MAX_ARGUMENT_BYTES."""
+    folder = build_dcp(tmp_path, 4)
+    meta = folder / ".metadata"
+    size = 96 * 1024 * 1024
+    with meta.open("wb") as fh:  # a pickle whose one argument is 96 MiB of bytes
+        fh.write(b"\x80\x04\x8e" + size.to_bytes(8, "little"))
+        fh.truncate(3 + 8 + size)
+        fh.seek(0, 2)
+        fh.write(b".")
+    tracemalloc.start()
+    try:
+        verdict = verify_folder(folder, "dcp", "deep").verdict
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert verdict.status.value == "corrupt"
+    assert f"an opcode argument of {size} bytes" in verdict.reason
+    assert peak < 2 * MAX_ARGUMENT_BYTES

@@ -9,17 +9,21 @@ The deep check reads `.metadata` WITHOUT unpickling it: `pickletools.genops` onl
 disassembles the opcode stream, so nothing in the file is imported or executed. From the
 opcodes it collects every `_StorageInfo(relative_path, offset, length)` and checks that
 each named shard exists and is long enough to hold its byte range. A stream that ends
-before its STOP opcode is a truncated `.metadata`.
+before its STOP opcode is a truncated `.metadata`. The file is streamed, and no single
+opcode may carry more than MAX_ARGUMENT_BYTES, so a huge or hostile `.metadata` cannot
+exhaust the inspector pod's memory.
 """
 
 from __future__ import annotations
 
+import io
 import pickletools
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
-from .probe import join, names, nonempty_file, read_bytes, safe_relative, size_of
+from .probe import join, names, nonempty_file, open_binary, safe_relative, size_of
 from .verdict import Corrupt, Incomplete
 
 METADATA = ".metadata"
@@ -33,6 +37,8 @@ _MEMO_GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
 _IGNORED_OPS = {"FRAME", "PROTO"}
 _OPAQUE = object()  # anything that is not a plain string or integer
 _STORAGE_KEYS = ("relative_path", "offset", "length")
+# DCP's metadata holds many small strings and integers; one argument this large is not it.
+MAX_ARGUMENT_BYTES = 16 * 1024 * 1024
 
 
 def check_dcp(folder: Path, rel: str, deep: bool) -> None:
@@ -54,7 +60,8 @@ def check_references(folder: Path, rel: str) -> None:
     """Every byte range `.metadata` assigns to a shard file must exist in that file."""
     meta = join(rel, METADATA)
     try:
-        ends = storage_ends(read_bytes(folder, meta))
+        with open_binary(folder, meta) as stream:
+            ends = storage_ends(stream)
     except ValueError as exc:
         raise Corrupt(f"{meta} is not a whole pickle: {exc}") from exc
     if not ends:
@@ -68,7 +75,31 @@ def check_references(folder: Path, rel: str) -> None:
             raise Corrupt(f"{shard} is {size} bytes, {meta} needs {end}: truncated")
 
 
-def storage_ends(data: bytes) -> dict[str, int]:
+class _BoundedReads(io.RawIOBase):
+    """A stream whose single reads are refused past MAX_ARGUMENT_BYTES (ValueError)."""
+
+    def __init__(self, source: BinaryIO) -> None:
+        self.source = source
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.source.tell()
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0 or size > MAX_ARGUMENT_BYTES:
+            raise ValueError(f"an opcode argument of {size} bytes: not DCP metadata")
+        return self.source.read(size)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = self.source.readline(MAX_ARGUMENT_BYTES + 1)
+        if len(line) > MAX_ARGUMENT_BYTES:
+            raise ValueError("a line longer than any DCP metadata holds")
+        return line
+
+
+def storage_ends(data: bytes | BinaryIO) -> dict[str, int]:
     """For each shard file named in a DCP `.metadata`, the end of its last byte range."""
     ends: dict[str, int] = {}
     window: list[object] = []
@@ -83,12 +114,13 @@ def storage_ends(data: bytes) -> dict[str, int]:
     return ends
 
 
-def _scalars(data: bytes) -> Iterator[object]:
+def _scalars(data: bytes | BinaryIO) -> Iterator[object]:
     """The strings and integers a pickle pushes, in order, with memo references resolved;
     every other object is `_OPAQUE`. Raises ValueError if the stream is cut short."""
     memo: dict[int, object] = {}
     top: object = _OPAQUE  # the value the last opcode pushed, for MEMOIZE/PUT
-    for opcode, arg, _ in pickletools.genops(data):
+    stream = _BoundedReads(io.BytesIO(data) if isinstance(data, bytes) else data)
+    for opcode, arg, _ in pickletools.genops(stream):
         name = opcode.name
         if name in _IGNORED_OPS:
             continue

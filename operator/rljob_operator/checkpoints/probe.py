@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import untrusted
 from .safetensorscheck import safetensors_problem
@@ -86,8 +86,9 @@ def read_text(folder: Path, rel: str) -> str | None:
     return (folder / rel).read_text(encoding="utf-8", errors="replace")
 
 
-def read_bytes(folder: Path, rel: str) -> bytes:
-    return (folder / rel).read_bytes()
+def open_binary(folder: Path, rel: str) -> BinaryIO:
+    """The file for a streaming read: large files are never read whole."""
+    return (folder / rel).open("rb")
 
 
 def read_json(folder: Path, rel: str, *, written_atomically: bool) -> Any:
