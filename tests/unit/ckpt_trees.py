@@ -222,7 +222,9 @@ def _iteration(folder: Path) -> Path:
 
 RLINF_MEGATRON_TEARS: dict[str, Callable[[Path], None]] = {
     "no_tracker": lambda f: remove(f / "actor/latest_checkpointed_iteration.txt"),
-    "tracker_other_step": lambda f: write_text(f / "actor/latest_checkpointed_iteration.txt", "7"),
+    "tracker_other_step": lambda f: write_text(  # another step than the folder's, whatever it is
+        f / "actor/latest_checkpointed_iteration.txt", str(int(f.name.rsplit("_", 1)[1]) + 7)
+    ),
     "missing_mp_rank": lambda f: remove(_iteration(f) / "mp_rank_00_001"),
     "missing_distrib_optim": lambda f: remove(_iteration(f) / "mp_rank_01_000/distrib_optim.pt"),
     "empty_model_file": lambda f: (_iteration(f) / "mp_rank_01_001/model_optim_rng.pt").write_bytes(
@@ -392,7 +394,7 @@ TORN = {
     ),
     ("rlinf-fsdp-old", "truncated_safetensors"): (OK, BAD, "safetensors file is"),
     ("rlinf-megatron", "no_tracker"): (INC, INC, "latest_checkpointed_iteration.txt is missing"),
-    ("rlinf-megatron", "tracker_other_step"): (INC, INC, "says '7', not 40"),
+    ("rlinf-megatron", "tracker_other_step"): (INC, INC, "says '47', not 40"),
     ("rlinf-megatron", "missing_mp_rank"): (INC, INC, "mp_rank_00_001/ is missing"),
     ("rlinf-megatron", "missing_distrib_optim"): (
         INC,

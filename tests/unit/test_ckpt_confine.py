@@ -5,11 +5,13 @@ operator's own lookup and by the inspector's `--within`."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from builders import job_ref, make_job
 from ckpt_trees import build_rljob, snapshot
 from rljob_operator.api.spec import SpecError, parse_spec
+from rljob_operator.checkpoints import find_latest
 from rljob_operator.cli import main
 from rljob_operator.launcher.inspector import desired_inspector
 from rljob_operator.reconcile.lookup import CheckpointFinder, LookupFailed
@@ -91,3 +93,21 @@ def test_the_inspector_pod_confines_its_lookup_to_the_mounted_volume():
     command = pod["spec"]["containers"][0]["command"]
     assert command[2:4] == ["latest", "/ck/run"]
     assert command[command.index("--within") + 1] == "/ck"
+
+
+def test_a_symlink_inside_a_checkpoint_folder_that_leads_outside_is_not_followed(tmp_path):
+    """actor/ pointing at another run's shards: the folder is judged by its own files."""
+    elsewhere = build_rljob(tmp_path / "other-run", 9)
+    run = tmp_path / "run"
+    build_rljob(run, 8)
+    folder = build_rljob(run, 9)
+    shutil.rmtree(folder / "actor")
+    (folder / "actor").symlink_to(elsewhere / "actor")
+    before = snapshot(tmp_path)
+
+    result = find_latest(run, "rljob", "deep")
+
+    assert result.step == 8
+    assert result.rejected[0].verdict.status.value == "corrupt"
+    assert "symlink that leads outside the checkpoint folder" in result.rejected[0].verdict.reason
+    assert snapshot(tmp_path) == before

@@ -32,9 +32,18 @@ def safe_relative(rel: str) -> str:
     return rel
 
 
+def _inside(folder: Path, rel: str) -> Path:
+    """`folder / rel`, refused (corrupt) if a symlink on the way leads outside the folder:
+    a checkpoint is judged by its own files, never by what a link points at elsewhere."""
+    path = folder / rel
+    if rel and not path.resolve().is_relative_to(folder.resolve()):
+        raise Corrupt(f"{rel} is a symlink that leads outside the checkpoint folder")
+    return path
+
+
 def _stat(folder: Path, rel: str) -> os.stat_result | None:
     try:
-        return os.stat(folder / rel)
+        return os.stat(_inside(folder, rel))
     except (FileNotFoundError, NotADirectoryError):
         return None
 
@@ -46,7 +55,10 @@ def size_of(folder: Path, rel: str) -> int | None:
 
 
 def exists(folder: Path, rel: str) -> bool:
-    return _stat(folder, rel) is not None
+    try:
+        return _stat(folder, rel) is not None
+    except Corrupt:  # a link outside the folder is no part of it
+        return False
 
 
 def is_dir(folder: Path, rel: str) -> bool:
@@ -73,7 +85,7 @@ def names(folder: Path, rel: str) -> list[str]:
     """The entries of the directory `rel` ('' for the folder itself)."""
     if rel and not is_dir(folder, rel):
         raise Incomplete(f"{rel}/ is missing")
-    return os.listdir(folder / rel)
+    return os.listdir(_inside(folder, rel))
 
 
 def read_text(folder: Path, rel: str) -> str | None:
@@ -88,7 +100,7 @@ def read_text(folder: Path, rel: str) -> str | None:
 
 def open_binary(folder: Path, rel: str) -> BinaryIO:
     """The file for a streaming read: large files are never read whole."""
-    return (folder / rel).open("rb")
+    return _inside(folder, rel).open("rb")
 
 
 def read_json(folder: Path, rel: str, *, written_atomically: bool) -> Any:
