@@ -555,3 +555,28 @@ def test_the_third_failed_lookup_in_a_row_sets_a_condition_that_a_success_clears
         "CheckpointLookupFailed"
     ] == "False"
     assert found.status["resumeFrom"]["step"] == 4
+
+
+def test_env_entries_that_rljob_sets_itself_are_ignored_with_a_warning():
+    job = make_job(checkpoint={"resume": "never"}, env=[
+        {"name": "MASTER_PORT", "value": "1"}, {"name": "RLJOB_ATTEMPT", "value": "9"},
+        {"name": "WANDB_PROJECT", "value": "grpo"},
+    ])  # fmt: skip
+
+    plan = decide(job, [], NODES, NOW)
+
+    (warning,) = [e for e in plan.events if e.reason == "EnvIgnored"]
+    assert "MASTER_PORT, RLJOB_ATTEMPT" in warning.message and "WANDB" not in warning.message
+    env = {e["name"]: e.get("value") for e in plan.create[1]["spec"]["containers"][0]["env"]}
+    assert (env["MASTER_PORT"], env["RLJOB_ATTEMPT"], env["WANDB_PROJECT"]) == (
+        "29500",
+        "0",
+        "grpo",
+    )
+
+
+def test_env_without_collisions_gets_no_warning():
+    plan = decide(
+        make_job(checkpoint={"resume": "never"}, env=[{"name": "A", "value": "1"}]), [], NODES, NOW
+    )
+    assert "EnvIgnored" not in [e.reason for e in plan.events]

@@ -107,7 +107,10 @@ def _torchrun_env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     }
 
 
-def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None):
+def _own_env(
+    spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None
+) -> list[dict[str, Any]]:
+    """The variables rljob sets itself; they win over spec.env entries of the same name."""
     master = master_address(job)
     launcher_env = ray.env if spec.launcher == "ray" else _torchrun_env
     values: dict[str, str] = {
@@ -135,6 +138,21 @@ def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarg
             ("NODE_NAME", "spec.nodeName"),
         )
     ]
+    return ours
+
+
+def overridden_env(
+    spec: JobSpec, job: JobRef, attempt: int, resume: ResumeTarget | None
+) -> list[str]:
+    """The names in spec.env that rljob sets itself on some pod, and so ignores there."""
+    ours = {
+        e["name"] for rank in range(spec.nnodes) for e in _own_env(spec, job, attempt, rank, resume)
+    }
+    return sorted({e.get("name") for e in spec.env} & ours)
+
+
+def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None):
+    ours = _own_env(spec, job, attempt, rank, resume)
     taken = {e["name"] for e in ours}
     return [e for e in spec.env if e.get("name") not in taken] + ours
 

@@ -21,7 +21,13 @@ from .. import constants as c
 from ..api.spec import JobSpec, SpecError, parse_spec
 from ..api.status import set_condition
 from ..contract import CHECKPOINT_REQUEST_ANNOTATION
-from ..launcher.pods import JobRef, ResumeTarget, desired_pods, desired_service
+from ..launcher.pods import (
+    JobRef,
+    ResumeTarget,
+    desired_pods,
+    desired_service,
+    overridden_env,
+)
 from ..preemption.classify import Outcome, PodEnd, classify_facts, facts
 
 MAX_RECOVERIES = 20
@@ -551,6 +557,10 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
         }  # fmt: skip
     _record_gang_creation(status, attempt, resume, lookup, p.now)
     p.event("Normal", "GangCreated", f"attempt {attempt}: created {spec.nnodes} pods, {where}")
+    ignored = overridden_env(spec, p.ref, attempt, resume)
+    if ignored:
+        p.event("Warning", "EnvIgnored", f"spec.env sets {', '.join(ignored)}, which rljob sets "
+                "itself on the job's pods: those entries are ignored")  # fmt: skip
     if not status.get("phase") or status.get("phase") == c.SUSPENDED:
         p.phase(c.PENDING, "GangCreated", f"attempt {attempt}: waiting for its pods to run")
     p.requeue(1)
