@@ -50,7 +50,10 @@ def checkpoint_subdir(framework: str) -> str:
 
 
 def ray_job(name: str, framework: str, pool: str, port: int, priority_class: str) -> dict[str, Any]:
-    ray_ports = [free_port() for _ in range(2)]
+    ray_ports: list[int] = []  # apart from each other and the rendezvous port (admission checks)
+    while len(ray_ports) < 2:
+        if (candidate := free_port()) not in (port, *ray_ports):
+            ray_ports.append(candidate)
     return {
         "apiVersion": c.API_VERSION,
         "kind": c.KIND,

@@ -7,21 +7,13 @@ import json
 import os
 import tracemalloc
 
-import pytest
 from ckpt_trees import build_dcp, build_rljob, build_verl_fsdp, snapshot, write_text
 from rljob_operator.checkpoints import find_latest, verify_folder
 from rljob_operator.checkpoints.candidates import MAX_STEP, parse_step
 from rljob_operator.checkpoints.dcp import MAX_ARGUMENT_BYTES
-from rljob_operator.cli import main
+from test_ckpt_cli import run
 
 DEEP = "[" * 100_000
-
-
-def run(capsys, *argv):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["ckpt", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
 
 
 def test_a_manifest_nested_too_deeply_is_corrupt_not_a_crash(tmp_path, capsys):
