@@ -414,3 +414,42 @@ def test_inspector_pods_that_crash_or_never_end_back_off_and_say_why(
     assert state["phase"] == c.PENDING
     assert trainer_pods(core, namespace) == []  # never a fresh start
     assert len(event_messages(core, namespace, "CheckpointLookupFailed")) == 3
+
+
+def test_an_explicit_resume_folder_that_is_torn_fails_the_job_before_any_pod(
+    api_client, core, namespace, nodes, volume, recovering_operator
+):
+    write_checkpoint(volume, 15, complete=False)
+    body = job_body(nodes)
+    body["spec"]["checkpoint"]["resume"] = f"{CKPT_DIR}/global_step_15"
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, body
+    )
+
+    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED), 30, "the job to fail")
+
+    failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "InvalidResumeTarget"
+    assert f"{CKPT_DIR}/global_step_15, which is incomplete" in failed["message"]
+    assert trainer_pods(core, namespace) == []
+
+
+def test_the_inspector_verifies_an_explicit_resume_folder_before_the_gang_resumes_from_it(
+    api_client, core, namespace, nodes, claim, operator
+):
+    body = job_body(nodes)
+    body["spec"]["checkpoint"]["resume"] = f"{CKPT_DIR}/global_step_20"
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, body
+    )
+    inspector = wait_for(lambda: read_pod(core, namespace, "grpo-inspect-a0"), what="the inspector")
+    command = inspector.spec.containers[0].command
+    assert command[:4] == ["rljob", "ckpt", "verify", f"{CKPT_DIR}/global_step_20"]
+    report = {"step": 20, "path": f"{CKPT_DIR}/global_step_20", "verdict": "complete",
+              "reason": "manifest matches", "layout": "rljob", "verify": "quick"}  # fmt: skip
+    core.patch_namespaced_pod_status("grpo-inspect-a0", namespace, {"status": {"phase": "Succeeded", "containerStatuses": [{
+        "name": "inspector", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+        "state": {"terminated": {"exitCode": 0, "message": json.dumps(report)}}}]}})  # fmt: skip
+
+    pods = wait_for(lambda: running_pods(core, namespace, 2), what="the gang")
+    assert all(env_of(p)["RLJOB_RESUME_DIR"] == f"{CKPT_DIR}/global_step_20" for p in pods)

@@ -14,6 +14,7 @@ from rljob_operator.api.spec import SpecError, parse_spec
 from rljob_operator.checkpoints import find_latest
 from rljob_operator.cli import main
 from rljob_operator.launcher.inspector import desired_inspector
+from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.reconcile.lookup import CheckpointFinder, LookupFailed
 
 
@@ -111,3 +112,54 @@ def test_a_symlink_inside_a_checkpoint_folder_that_leads_outside_is_not_followed
     assert result.rejected[0].verdict.status.value == "corrupt"
     assert "symlink that leads outside the checkpoint folder" in result.rejected[0].verdict.reason
     assert snapshot(tmp_path) == before
+
+
+def named_job(resume: str, attempt: int = 0) -> dict:
+    job = make_job(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
+                               "directory": "run", "layout": "rljob", "resume": resume})  # fmt: skip
+    job["status"] = {"attempt": attempt}
+    return job
+
+
+def test_an_explicit_resume_folder_is_verified_on_the_volume(tmp_path):
+    volume = tmp_path / "volume"
+    build_rljob(volume / "run", 5)
+    build_rljob(volume / "run", 6, "no_manifest")
+    build_rljob(volume / "run", 8)
+    finder = CheckpointFinder(kube=None, volumes={"ckpts": volume}, inspector_image="unused")
+
+    whole = finder.lookup(named_job("/checkpoints/run/global_step_5"))
+    torn = finder.lookup(named_job("/checkpoints/run/global_step_6"))
+    later = finder.lookup(named_job("/checkpoints/run/global_step_5", attempt=1))
+
+    assert whole.target == ResumeTarget("/checkpoints/run/global_step_5", 5)
+    assert torn.target is None and torn.detail.startswith("incomplete (")
+    assert later.target.step == 8  # a later attempt resumes from the newest complete one
+    with pytest.raises(LookupFailed, match=r"global_step_7 cannot be read: .*no such directory"):
+        finder.lookup(named_job("/checkpoints/run/global_step_7"))
+
+
+def test_the_inspector_verifies_an_explicit_resume_folder_within_the_volume():
+    job = named_job("/checkpoints/run/global_step_5")
+    pod = desired_inspector(parse_spec(job["spec"]), job_ref(job), 0, "rljob-operator:1", (),
+                            "/checkpoints/run/global_step_5")  # fmt: skip
+    command = pod["spec"]["containers"][0]["command"]
+    assert command[:4] == ["rljob", "ckpt", "verify", "/checkpoints/run/global_step_5"]
+    assert command[command.index("--within") + 1] == "/checkpoints"
+    assert "--output" in command
+
+
+def test_verify_writes_its_verdict_for_the_inspector_and_refuses_outside_within(tmp_path, capsys):
+    volume, _ = escaping_volume(tmp_path)
+    build_rljob(volume / "ok", 3)
+    output = tmp_path / "out.json"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ckpt", "verify", str(volume / "ok" / "global_step_3"), "--within", str(volume),
+              "--json", "--output", str(output)])  # fmt: skip
+    assert exit_info.value.code == 0
+    assert json.loads(output.read_text())["verdict"] == "complete"
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ckpt", "verify", str(volume / "run" / "checkpoints" / "global_step_77"),
+              "--within", str(volume)])  # fmt: skip
+    assert exit_info.value.code == 2 and "outside" in capsys.readouterr().err

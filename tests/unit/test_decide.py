@@ -66,12 +66,34 @@ def test_auto_resume_injects_the_latest_checkpoint_into_every_pod():
     assert plan.status["resumeFrom"] == {"step": 150, "path": "/checkpoints/global_step_150"}
 
 
-def test_explicit_resume_path_is_used_for_the_first_attempt_without_lookup():
+def test_explicit_resume_path_is_checked_then_used_for_the_first_attempt():
     job = make_job(checkpoint={"resume": "/checkpoints/run1/global_step_40/"})
+    assert decide(job, [], NODES, NOW).needs_checkpoint_lookup  # the folder is looked at first
 
-    plan = decide(job, [], NODES, NOW)
+    target = ResumeTarget("/checkpoints/run1/global_step_40", 40)
+    plan = decide(job, [], NODES, NOW, LookupResult(target))
 
     assert plan.status["resumeFrom"] == {"step": 40, "path": "/checkpoints/run1/global_step_40"}
+    assert (
+        "runner.resume_dir=/checkpoints/run1/global_step_40"
+        in plan.create[1]["spec"]["containers"][0]["args"]
+    )
+
+
+def test_explicit_resume_path_that_is_not_complete_fails_before_any_pod():
+    job = make_job(checkpoint={"resume": "/checkpoints/run1/global_step_40"})
+
+    plan = decide(
+        job, [], NODES, NOW, LookupResult(None, detail="incomplete (no rljob_manifest.json)")
+    )
+
+    assert plan.create == [] and plan.status["phase"] == c.FAILED
+    failed = {x["type"]: x for x in plan.status["conditions"]}["Failed"]
+    assert failed["reason"] == "InvalidResumeTarget"
+    assert failed["message"] == (
+        "spec.checkpoint.resume names /checkpoints/run1/global_step_40, which is incomplete "
+        "(no rljob_manifest.json): no pod was created"
+    )
 
 
 def test_all_pods_running_makes_the_job_running():

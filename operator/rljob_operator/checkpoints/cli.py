@@ -41,25 +41,27 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
 
     latest = command("latest", "the newest complete checkpoint", "DIR")
     latest.add_argument(
-        "--output", metavar="FILE", help="also write the JSON to FILE, fitted to 4096 bytes"
-    )
-    latest.add_argument(
         "--exclude",
         metavar="FOLDER",
         action="append",
         default=[],
         help="a global_step_N folder not to resume from, whatever it holds (repeatable)",
     )
-    latest.add_argument(
-        "--within", metavar="ROOT", help="refuse a DIR that resolves (symlinks too) outside ROOT"
-    )
     latest.set_defaults(handler=_latest)
     command("list", "every global_step_N with its verdict, newest first", "DIR").set_defaults(
         handler=_list
     )
-    command("verify", "the verdict on one global_step_N folder", "FOLDER").set_defaults(
-        handler=_verify
-    )
+    verify = command("verify", "the verdict on one global_step_N folder", "FOLDER")
+    verify.set_defaults(handler=_verify)
+    for sub in (latest, verify):  # the inspector pod's options
+        sub.add_argument(
+            "--output", metavar="FILE", help="also write the JSON to FILE, fitted to 4096 bytes"
+        )
+        sub.add_argument(
+            "--within",
+            metavar="ROOT",
+            help="refuse a path that resolves (symlinks too) outside ROOT",
+        )
     return commands
 
 
@@ -92,9 +94,12 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    judged = verify_folder(args.path, args.layout, args.verify)
+    judged = verify_folder(args.path, args.layout, args.verify, within=args.within)
+    payload = dict(judged.to_dict(), verify=args.verify)
+    if args.output:
+        _write(args.output, fit_json(payload))
     if args.json:
-        print(dumps(dict(judged.to_dict(), verify=args.verify)))
+        print(dumps(payload))
     else:
         print(f"{judged.path}: {_how(judged)}: {judged.verdict.reason}")
     return 0 if judged.verdict.ok else 1

@@ -116,10 +116,19 @@ def list_checkpoints(
 
 
 def verify_folder(
-    folder: str | os.PathLike[str], layout: str = AUTO, verify: str = "quick"
+    folder: str | os.PathLike[str],
+    layout: str = AUTO,
+    verify: str = "quick",
+    *,
+    within: str | os.PathLike[str] | None = None,
 ) -> Judged:
-    """The verdict on one `global_step_N` folder, judged as `list` would judge it."""
+    """The verdict on one `global_step_N` folder, judged as `list` would judge it.
+
+    `within`: refuse a `folder` that resolves outside it (the job's volume).
+    """
     fixed, deep = _options(layout, verify)
+    if within is not None:
+        confine(folder, within)
     candidate = candidate_for_folder(folder)
     return next(_judge_each([candidate], lambda: _siblings(candidate), fixed, deep))
 

@@ -25,10 +25,16 @@ def inspector_name(job: str, attempt: int) -> str:
 
 
 def desired_inspector(
-    spec: JobSpec, job: JobRef, attempt: int, image: str, exclude: tuple[str, ...] = ()
+    spec: JobSpec,
+    job: JobRef,
+    attempt: int,
+    image: str,
+    exclude: tuple[str, ...] = (),
+    named: str | None = None,
 ) -> dict[str, Any]:
+    """`latest` over the job's directory, or `verify` of the one folder the job `named`."""
     command = [
-        "rljob", "ckpt", "latest", spec.checkpoint.path,
+        "rljob", "ckpt", "verify" if named else "latest", named or spec.checkpoint.path,
         "--layout", spec.checkpoint.layout,
         "--verify", spec.checkpoint.verify,
         "--within", spec.checkpoint.mount_path, "--json", "--output", TERMINATION_LOG,

@@ -12,7 +12,6 @@ never run at once.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,7 +36,6 @@ LOOKUP_BACKOFF_SECONDS = 5
 MAX_LOOKUP_BACKOFF_SECONDS = 300
 LOOKUP_FAILURES_BEFORE_CONDITION = 3
 LOOKUP_FAILED_CONDITION = "CheckpointLookupFailed"
-STEP_IN_PATH = re.compile(r"global_step_(\d+)$")
 
 # The condition types, one per phase that has one.
 CONDITION_FOR_PHASE = {
@@ -508,10 +506,7 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
     attempt = status["attempt"]
     wanted = spec.checkpoint.resume
     resume: ResumeTarget | None = None
-    if wanted != "never" and wanted != "auto" and attempt == 0:
-        match = STEP_IN_PATH.search(wanted)
-        resume = ResumeTarget(wanted, int(match.group(1)) if match else 0)
-    elif wanted != "never":
+    if wanted != "never":
         if lookup is None:
             if not _lookup_backing_off(p):
                 p.plan.needs_checkpoint_lookup = True
@@ -520,7 +515,14 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
             _lookup_failed(p, lookup.failure)
             return
         _lookup_succeeded(p)
-        suspect = _suspect_checkpoint(status, lookup)
+        named = explicit_resume(spec, attempt)
+        if named and lookup.target is None:
+            message = (f"spec.checkpoint.resume names {named}, which is {lookup.detail}: "
+                       "no pod was created")  # fmt: skip
+            p.phase(c.FAILED, "InvalidResumeTarget", message)
+            p.event("Warning", "InvalidResumeTarget", message)
+            return
+        suspect = None if named else _suspect_checkpoint(status, lookup)
         if suspect:
             status["badCheckpoints"] = [*status.get("badCheckpoints", []), suspect]
             p.event("Warning", "CheckpointMarkedBad", f"{suspect['path']}: {suspect['reason']}; "
@@ -564,6 +566,13 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
     if not status.get("phase") or status.get("phase") == c.SUSPENDED:
         p.phase(c.PENDING, "GangCreated", f"attempt {attempt}: waiting for its pods to run")
     p.requeue(1)
+
+
+def explicit_resume(spec: JobSpec, attempt: int) -> str | None:
+    """The folder spec.checkpoint.resume names, for the first attempt; every later one
+    resumes from the newest complete checkpoint, which that first one went on writing."""
+    wanted = spec.checkpoint.resume
+    return wanted if attempt == 0 and wanted not in ("auto", "never") else None
 
 
 def _lookup_backing_off(p: _Pass) -> bool:

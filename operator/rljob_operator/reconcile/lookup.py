@@ -17,12 +17,12 @@ from typing import Any
 from .. import constants as c
 from ..api.spec import JobSpec, parse_spec
 from ..checkpoints.errors import CheckpointInputError
-from ..checkpoints.latest import find_latest
+from ..checkpoints.latest import find_latest, verify_folder
 from ..checkpoints.progress import read_progress_step
 from ..kube import Kube
 from ..launcher.inspector import desired_inspector, inspector_name
 from ..launcher.pods import JobRef, ResumeTarget
-from .decide import LookupResult
+from .decide import LookupResult, explicit_resume
 
 VOLUMES_ENV = "RLJOB_CHECKPOINT_VOLUMES"
 INSPECTOR_IMAGE_ENV = "RLJOB_INSPECTOR_IMAGE"
@@ -59,6 +59,13 @@ def result_from_report(spec: JobSpec, report: dict[str, Any]) -> LookupResult:
     return LookupResult(ResumeTarget(report["path"], int(report["step"])), progress, detail)
 
 
+def result_for_folder(named: str, report: dict[str, Any]) -> LookupResult:
+    """Turn `rljob ckpt verify --json` output on the folder a job names into a result."""
+    if report.get("verdict") != "complete":
+        return LookupResult(None, detail=f"{report.get('verdict')} ({report.get('reason')})")
+    return LookupResult(ResumeTarget(named, int(report["step"])))
+
+
 @dataclass
 class CheckpointFinder:
     kube: Kube
@@ -80,10 +87,23 @@ class CheckpointFinder:
 
     def lookup(self, job: dict[str, Any], exclude: tuple[str, ...] = ()) -> LookupResult:
         spec = parse_spec(job["spec"])
+        named = explicit_resume(spec, (job.get("status") or {}).get("attempt", 0))
         root = self.local_volume(spec)
+        if root is not None and named:
+            return self._verify_locally(spec, root, named)
         if root is not None:
             return self._read_locally(spec, root, exclude)
-        return self._ask_inspector(spec, job, exclude)
+        return self._ask_inspector(spec, job, exclude, named)
+
+    def _verify_locally(self, spec: JobSpec, root: Path, named: str) -> LookupResult:
+        local = root / PurePosixPath(named).relative_to(spec.checkpoint.mount_path)
+        try:
+            judged = verify_folder(
+                local, spec.checkpoint.layout, spec.checkpoint.verify, within=root
+            )
+        except CheckpointInputError as exc:
+            raise LookupFailed(f"{named} cannot be read: {exc}") from exc
+        return result_for_folder(named, judged.to_dict())
 
     def _read_locally(self, spec: JobSpec, root: Path, exclude: tuple[str, ...]) -> LookupResult:
         local = root / spec.checkpoint.directory if spec.checkpoint.directory else root
@@ -104,7 +124,7 @@ class CheckpointFinder:
         return result_from_report(spec, report)
 
     def _ask_inspector(
-        self, spec: JobSpec, job: dict[str, Any], exclude: tuple[str, ...]
+        self, spec: JobSpec, job: dict[str, Any], exclude: tuple[str, ...], named: str | None
     ) -> LookupResult:
         meta = job["metadata"]
         ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
@@ -112,7 +132,7 @@ class CheckpointFinder:
         name = inspector_name(ref.name, attempt)
         pod = self.kube.get_pod(ref.namespace, name)
         if pod is None:
-            pod_body = desired_inspector(spec, ref, attempt, self.inspector_image, exclude)
+            pod_body = desired_inspector(spec, ref, attempt, self.inspector_image, exclude, named)
             self.kube.create(pod_body)
             raise LookupPending(f"inspector pod {name} started")
         terminated = _terminated(pod)
@@ -135,7 +155,7 @@ class CheckpointFinder:
                 f"inspector pod {name} exited {terminated.get('exitCode')} without a report: "
                 f"{(terminated.get('message') or '').strip()[:300]}"
             ) from exc
-        return result_from_report(spec, report)
+        return result_for_folder(named, report) if named else result_from_report(spec, report)
 
 
 def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
