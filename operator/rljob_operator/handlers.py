@@ -1,9 +1,9 @@
 """kopf handlers: thin doors into the one reconcile.
 
 The job's own events, its pods' events and a periodic sweep all lead to the same
-idempotent pass; none of them decides anything itself. The sweep is a plain
-thread rather than a kopf timer, because kopf puts a finalizer on every object
-with a timer, and a job should stay deletable while the operator is down.
+idempotent pass; none of them decides anything itself, and none keeps state on the job.
+The sweep is a plain thread rather than a kopf timer, because kopf puts a finalizer on
+every object with a timer, and a job should stay deletable while the operator is down.
 """
 
 from __future__ import annotations
@@ -92,11 +92,6 @@ def _reconcile(namespace: str, name: str) -> None:
 @kopf.on.startup()
 def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     global _operator
-    # The CRD's status is structural: keep kopf's own bookkeeping in annotations.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="rljob.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="rljob.io", key="last-handled-configuration"
-    )
     settings.posting.enabled = False  # we post our own, richer events
     settings.watching.server_timeout = 300
     _operator = Operator()
@@ -110,11 +105,13 @@ def stop(**_: Any) -> None:
         _operator.stopping.set()
 
 
-@kopf.on.resume(c.GROUP, c.VERSION, c.PLURAL)
-@kopf.on.create(c.GROUP, c.VERSION, c.PLURAL)
-@kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, field="spec")
-def job_changed(namespace: str, name: str, **_: Any) -> None:
-    _reconcile(namespace, name)
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
+def job_changed(namespace: str, name: str, type: str | None, **_: Any) -> None:
+    """Every change of a job, and every job at start-up, leads to one pass. Event handlers
+    keep no state on the job: a change handler would store the whole spec in an annotation
+    for diffing, which a large spec pushes past the API server's 256 KiB limit."""
+    if type != "DELETED":
+        _reconcile(namespace, name)
 
 
 @kopf.on.event(

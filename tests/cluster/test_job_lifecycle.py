@@ -218,3 +218,23 @@ def test_pods_refused_by_admission_fail_the_job_with_the_servers_message(
     assert failed["reason"] == "PodRejected" and words in failed["message"]
     assert "PodRejected" in event_reasons(core, namespace)
     assert trainer_pods(core, namespace) == []
+
+
+def test_a_spec_over_256_kib_runs_and_the_operator_keeps_no_state_on_the_job(
+    api_client, core, namespace, operator
+):
+    """Annotations may hold 256 KiB in all: the operator stores nothing on the job, so a
+    large spec (here 300 KB of env) is no trouble for it (issue #17)."""
+    body = copy.deepcopy(JOB)
+    body["spec"]["env"] = [{"name": f"BIG_{i}", "value": "x" * 3000} for i in range(100)]
+    create_job(api_client, namespace, body)
+
+    wait_for(lambda: running_pods(core, namespace, 2), 30, "the gang to run")
+    finish(core, namespace, "grpo-a0-n0", 0)
+    finish(core, namespace, "grpo-a0-n1", 0)
+    job = wait_for(lambda: phase_is(api_client, namespace, c.SUCCEEDED), 30, "the job to succeed")
+
+    assert not [
+        k for k in job["metadata"].get("annotations") or {} if "kopf" in k or "rljob.io" in k
+    ]
+    assert "Traceback" not in operator.log() and "422" not in operator.log()
