@@ -170,7 +170,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         (("",), ("namespaces",), ("list", "watch"), ()),
     ]
     assert rules(namespaced, "Role") == [
-        (("rljob.io",), ("rltrainingjobs",), ("get", "list", "watch", "patch", "delete"), ()),
+        (("rljob.io",), ("rltrainingjobs",), ("get", "list", "watch", "delete"), ()),
         (("rljob.io",), ("rltrainingjobs/status",), ("patch",), ()),
         (("rljob.io",), ("rltrainingjobs/finalizers",), ("update",), ()),
         (("",), ("pods",), ("get", "list", "watch", "create", "patch", "delete"), ()),

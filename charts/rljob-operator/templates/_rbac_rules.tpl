@@ -3,11 +3,11 @@ The operator's permissions, derived from its code (docs/install.md explains each
 "rljob.rules.jobs": what it does to jobs and their pods, in every namespace it watches.
 */}}
 {{- define "rljob.rules.jobs" -}}
-# Jobs: kopf lists and watches them; the reconcile reads one (get); kopf keeps its progress in
-# the job's annotations (patch); a finished job whose ttlSecondsAfterFinished ran out is deleted.
+# Jobs: kopf lists and watches them; the reconcile reads one (get); a finished job whose
+# ttlSecondsAfterFinished ran out is deleted. Nothing writes to a job but its status.
 - apiGroups: [rljob.io]
   resources: [rltrainingjobs]
-  verbs: [get, list, watch, patch, delete]
+  verbs: [get, list, watch, delete]
 # Every reconcile pass writes the job's status.
 - apiGroups: [rljob.io]
   resources: [rltrainingjobs/status]
