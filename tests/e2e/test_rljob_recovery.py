@@ -26,6 +26,7 @@ from e2e_steps import (
     running_gang,
     status,
     verify_rljob_run,
+    wait_for,
     wait_step,
     wait_succeeded,
 )
@@ -53,7 +54,10 @@ def test_two_node_gang_preempted_twice_by_the_scheduler_resumes_bit_exactly(
         gang = running_gang(core, namespace, 1, 2)
         assert victim not in {p.spec.node_name for p in gang}
         delete_pods(core, namespace, "app=preemptor")  # its node is free again
-        second = status(api_client, namespace, JOB)["resumeFrom"]["step"] + rng.randint(2, 5)
+        # The gang is created before its creation (and resume point) is recorded: wait for it.
+        resumed = wait_for(lambda: status(api_client, namespace, JOB).get("resumeFrom"), 30,
+                           "the resume point of attempt 1 in the status")  # fmt: skip
+        second = resumed["step"] + rng.randint(2, 5)
         wait_step(checkpoints, second, attempt=1)
         victim = rng.choice(gang).spec.node_name
         core.create_namespaced_pod(namespace, preemptor_pod("urgent-2", victim, high, 1))
