@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rljob_contract.manifest import MANIFEST_NAME, describe_folder
 from rljob_operator.checkpoints import find_latest, verify_folder
-from rljob_operator.checkpoints.manifest import MANIFEST_NAME, describe_folder
 
 
 def build_rljob(root: Path, step: int, sizes: dict[str, int], seal: bool = True) -> Path:

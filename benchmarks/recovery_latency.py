@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from kubernetes import client, config  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
+from rljob_contract.manifest import write_manifest  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
-from rljob_operator.checkpoints.manifest import write_manifest  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
 
 

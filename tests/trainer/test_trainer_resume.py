@@ -22,7 +22,7 @@ from helpers import (
     start,
     wait_for_step,
 )
-from rljob_operator.checkpoints.manifest import MANIFEST_NAME, read_manifest
+from rljob_contract.manifest import MANIFEST_NAME, read_manifest
 from rljob_trainer.checkpoint import ENV_TEST_KILL_BEFORE_MANIFEST, newest_complete
 from rljob_trainer.convert import convert
 from rljob_trainer.model import model_from_config_dict

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from helpers import metrics, run
-from rljob_operator.checkpoints.manifest import MANIFEST_NAME
-from rljob_operator.contract import (
+from rljob_contract import (
     CHECKPOINTED_ON_REQUEST_MESSAGE,
     ENV_CHECKPOINT_REQUEST_FILE,
     ENV_RESUME_DIR,
@@ -15,6 +14,7 @@ from rljob_operator.contract import (
     ENV_TERMINATION_LOG,
     EXIT_CHECKPOINTED_ON_REQUEST,
 )
+from rljob_contract.manifest import MANIFEST_NAME
 
 
 def test_reward_rises(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rljob_contract.manifest import MANIFEST_NAME, write_manifest
 from rljob_operator.checkpoints import Status
-from rljob_operator.checkpoints.manifest import MANIFEST_NAME, write_manifest
 
 WORLD = 2  # ranks in every built checkpoint
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
-from rljob_operator.checkpoints.manifest import MANIFEST_NAME, write_manifest
+from rljob_contract.manifest import MANIFEST_NAME, write_manifest
 from rljob_trainer.checkpoint import (
     choose_checkpoints_to_delete,
     incomplete_reason,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rljob_operator import contract
+import rljob_contract as contract
 from rljob_trainer.config import ConfigError, TrainerConfig, load_config
 
 

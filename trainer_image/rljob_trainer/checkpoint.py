@@ -31,8 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from rljob_operator.checkpoints.manifest import MANIFEST_NAME, read_manifest, write_manifest
-from rljob_operator.contract import STEP_DIR_PREFIX
+from rljob_contract import STEP_DIR_PREFIX
+from rljob_contract.manifest import MANIFEST_NAME, read_manifest, write_manifest
 from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

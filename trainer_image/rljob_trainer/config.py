@@ -1,7 +1,7 @@
 """The trainer's configuration: nested dataclasses loaded from YAML, env and `key=value` overrides.
 
 Precedence, lowest first: the dataclass defaults, the YAML file, the environment variables the
-operator injects (see `rljob_operator.contract`), then dotted command-line overrides such as
+operator injects (see `rljob_contract`), then dotted command-line overrides such as
 `runner.save_interval=50`. Every section validates itself in `__post_init__`, so a bad value
 fails at start-up with a message naming the key instead of hours into a run.
 """
@@ -18,8 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import rljob_contract as contract
 import yaml
-from rljob_operator import contract
 
 DEFAULT_CONFIG = "grpo_tiny.yaml"
 

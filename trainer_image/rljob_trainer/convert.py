@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from rljob_operator.checkpoints.manifest import MANIFEST_NAME
+from rljob_contract.manifest import MANIFEST_NAME
 
 MODEL_PREFIX = "model."
 CONFIG_KEY = "train_state.model_config"

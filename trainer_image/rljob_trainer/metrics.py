@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rljob_operator.checkpoints.manifest import write_atomically
-from rljob_operator.contract import PROGRESS_FILE_NAME
+from rljob_contract import PROGRESS_FILE_NAME
+from rljob_contract.manifest import write_atomically
 
 METRICS_FILE_NAME = "metrics.jsonl"
 

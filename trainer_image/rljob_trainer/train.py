@@ -14,9 +14,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import rljob_contract as contract
 import torch
 import torch.distributed as dist
-from rljob_operator import contract
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 

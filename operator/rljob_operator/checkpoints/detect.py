@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rljob_contract.manifest import MANIFEST_NAME
+
 from .candidates import Candidate
 from .layouts import _verl
-from .manifest import MANIFEST_NAME
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from . import untrusted
+from rljob_contract import untrusted
+
 from .safetensorscheck import safetensors_problem
 from .verdict import Corrupt, Incomplete
 from .zipcheck import zip_problem

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..contract import PROGRESS_FILE_NAME
-from . import untrusted
+from rljob_contract import PROGRESS_FILE_NAME, untrusted
 
 MAX_BYTES = 1024 * 1024  # the trainer writes a few hundred bytes
 

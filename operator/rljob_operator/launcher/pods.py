@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import rljob_contract as contract
+
 from .. import constants as c
-from .. import contract
 from ..api.spec import JobSpec
 from ..checkpoints.resume import resume_overrides
 from . import ray

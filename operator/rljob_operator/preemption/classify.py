@@ -14,8 +14,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+import rljob_contract as contract
+
 from .. import constants as c
-from .. import contract
 from ..api.spec import RestartPolicy
 
 # Taints that cloud providers and autoscalers put on a node that is about to go away.

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError, parse_spec
 from ..api.status import set_condition
-from ..contract import CHECKPOINT_REQUEST_ANNOTATION
 from ..launcher.pods import (
     JobRef,
     ResumeTarget,

@@ -12,8 +12,9 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+
 from .. import constants as c
-from ..contract import CHECKPOINT_REQUEST_ANNOTATION
 from ..kube import Kube, KubeError
 from ..metrics import record_transition
 from .decide import LookupResult, Plan, decide, fail, iso, with_status

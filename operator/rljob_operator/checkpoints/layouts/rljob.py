@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..manifest import LAYOUT_NAME, LAYOUT_VERSION, MANIFEST_NAME, read_manifest, sha256_of
+from rljob_contract.manifest import (
+    LAYOUT_NAME,
+    LAYOUT_VERSION,
+    MANIFEST_NAME,
+    read_manifest,
+    sha256_of,
+)
+
 from ..probe import safe_relative, size_of
 from ..verdict import Corrupt, Incomplete
 from .base import Layout

@@ -1,7 +1,10 @@
 """The contract between the operator and the trainer processes it launches.
 
-Both sides import these names, so that an environment variable, an annotation or
-an exit code is spelled in one place. Nothing here imports kopf, kubernetes or torch.
+The one package that both rljob_operator and rljob_trainer import, so that the trainer
+never imports the operator. It holds these names, `manifest` (the seal the rljob trainer
+writes last into every checkpoint and the operator checks) and `untrusted` (parsing JSON
+read from a checkpoint volume). An environment variable, an annotation or an exit code is
+spelled here once. Nothing here imports kopf, kubernetes or torch.
 """
 
 from __future__ import annotations
