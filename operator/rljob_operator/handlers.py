@@ -105,12 +105,24 @@ def stop(**_: Any) -> None:
         _operator.stopping.set()
 
 
+def needs_pass(event_type: str | None, job: dict[str, Any]) -> bool:
+    """Whether a watch event of a job calls for a pass: every job at start-up (no type) and
+    when added, and a change of its spec, which moves metadata.generation past the status's
+    observedGeneration. The operator's own status writes do not, nor does deletion (the
+    garbage collector removes the pods, whose events bring the last pass)."""
+    if event_type in (None, "ADDED"):
+        return True
+    observed = (job.get("status") or {}).get("observedGeneration")
+    return event_type == "MODIFIED" and (job.get("metadata") or {}).get("generation") != observed
+
+
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-def job_changed(namespace: str, name: str, type: str | None, **_: Any) -> None:
-    """Every change of a job, and every job at start-up, leads to one pass. Event handlers
-    keep no state on the job: a change handler would store the whole spec in an annotation
+def job_changed(
+    namespace: str, name: str, type: str | None, body: dict[str, Any], **_: Any
+) -> None:
+    """An event handler, not a change handler: those keep the whole spec in an annotation
     for diffing, which a large spec pushes past the API server's 256 KiB limit."""
-    if type != "DELETED":
+    if needs_pass(type, body):
         _reconcile(namespace, name)
 
 

@@ -168,10 +168,9 @@ def _check_launcher(spec: JobSpec) -> None:
         raise SpecError("spec.ray", f"the Ray ports and the rendezvous port must differ: {taken}")
 
 
-def _no_parent_segments(value: str, field: str) -> str:
+def _no_parent_segments(value: str, field: str) -> None:
     if ".." in value.split("/"):
         raise SpecError(field, f"must not contain '..' segments, got {value!r}")
-    return value
 
 
 def parse_checkpoint(data: dict[str, Any]) -> CheckpointSpec:
