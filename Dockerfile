@@ -6,9 +6,13 @@
 # user (65532:65532, the chart's runAsUser/runAsGroup), nothing written at runtime (the chart
 # mounts a read-only root filesystem and an emptyDir on /tmp), the entrypoint `rljob` with the
 # chart passing `operator ...` as arguments. For reproducible builds, pin the base image by digest
-# as well (FROM python:3.11.11-slim-bookworm@sha256:...).
+# as well (--build-arg BASE_IMAGE=python:3.11.11-slim-bookworm@sha256:...).
+#
+# BASE_IMAGE is any Debian-like image with python, pip and venv on PATH (`rljob testenv images`
+# builds on a local one, made with mmdebstrap, where no registry is reachable).
+ARG BASE_IMAGE=python:3.11.11-slim-bookworm
 
-FROM python:3.11.11-slim-bookworm AS build
+FROM ${BASE_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
@@ -17,20 +21,13 @@ COPY contract ./contract
 COPY operator ./operator
 COPY trainer_image ./trainer_image
 COPY devtools ./devtools
-# rljob itself, then every runtime dependency at the version the test suite ran with
-# (the dependencies of kopf, kubernetes, pyyaml and prometheus-client, resolved and pinned).
+COPY requirements/operator.lock ./requirements/
+# rljob itself, then every runtime dependency at the version in the lock file (`make lock`
+# resolves pyproject.toml's dependencies into it; the dev environment is constrained to it too).
 RUN pip wheel --no-deps --wheel-dir /wheels . \
- && pip wheel --no-deps --wheel-dir /wheels \
-      kopf==1.45.2 kubernetes==37.0.2 pyyaml==6.0.4 prometheus-client==0.26.0 \
-      aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiohttp-retry==2.9.1 aiosignal==1.4.0 \
-      annotated-types==0.8.0 attrs==26.1.0 certifi==2026.10.19.post1 charset-normalizer==3.5.3 \
-      click==8.5.1 durationpy==0.11 frozenlist==1.8.0 idna==3.20 iso8601==2.1.0 \
-      jsonpatch==1.48 jsonpointer==3.12 multidict==7.2.1 oauthlib==4.0.1 propcache==0.5.4 \
-      pydantic==2.14.4 pydantic-core==2.50.5 python-dateutil==4.0.0 python-json-logger==4.2.0 \
-      requests==2.34.2 requests-oauthlib==2.0.0 typing-extensions==4.16.0 \
-      typing-inspection==0.4.5 tzdata==2026.6 urllib3==2.8.0 websocket-client==1.9.2
+ && pip wheel --no-deps --wheel-dir /wheels -r requirements/operator.lock
 
-FROM python:3.11.11-slim-bookworm
+FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="rljob-operator" \
       org.opencontainers.image.description="Keeps RL training jobs running through preemption" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all demo test unit cluster-test lint fmt venv binaries cluster-up cluster-down clean chart-crds
+.PHONY: all demo test unit cluster-test lint fmt venv binaries host-deps lock cluster-up cluster-down clean chart-crds
 
 all: test
 
@@ -27,6 +27,21 @@ venv: $(STAMP)
 ## Kubernetes binaries (kube-apiserver, etcd, kwok, helm, ...), built once and cached.
 binaries: venv
 	$(BIN)/rljob testenv install
+
+## What the real test nodes need from Debian (root): the OCI runtime, CNI plugins, iptables,
+## catatonit (the pause image), and mmdebstrap and buildah to build the images without Docker.
+HOST_PACKAGES := runc containernetworking-plugins catatonit mmdebstrap buildah iptables conntrack
+host-deps:
+	@missing=$$(for p in $(HOST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+## The operator image's pinned dependencies, resolved from pyproject.toml.
+lock: venv
+	$(BIN)/uv pip compile pyproject.toml --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o requirements/operator.lock
 
 lint: venv
 	$(BIN)/ruff check .

@@ -8,6 +8,7 @@ and version, so a second run finds them and returns in well under a second.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -23,6 +24,10 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.22.0"
+# The real nodes' runtime (`testenv up --real-nodes`).
+CONTAINERD_VERSION = "v2.4.2"
+CRI_TOOLS_VERSION = "v1.37.0"
+COREDNS_VERSION = "v1.14.7"
 
 # Kubernetes' own go.mod points these at ./staging; a wrapper module must pin each
 # one to the published v0.X.Y that matches the release.
@@ -80,24 +85,23 @@ class GoComponent:
     commands: dict[str, str]  # binary name -> Go package path
     replaces: dict[str, str] = field(default_factory=dict)  # module -> version
     ldflags: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.name}-{self.version}"
 
 
-def _kubernetes() -> GoComponent:
+def _kubernetes(name: str, commands: tuple[str, ...]) -> GoComponent:
+    """Commands of the k8s.io/kubernetes release; the control plane and a node's are built apart."""
     minor = KUBERNETES_VERSION.split(".")[1]
     staging_version = "v0." + KUBERNETES_VERSION.removeprefix("v1.")
     version_pkg = "k8s.io/component-base/version"
     return GoComponent(
-        name="kubernetes",
+        name=name,
         module="k8s.io/kubernetes",
         version=KUBERNETES_VERSION,
-        commands={
-            name: f"k8s.io/kubernetes/cmd/{name}"
-            for name in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
-        },
+        commands={command: f"k8s.io/kubernetes/cmd/{command}" for command in commands},
         replaces={f"k8s.io/{m}": staging_version for m in KUBERNETES_STAGING_MODULES},
         ldflags=(
             f"-X {version_pkg}.gitVersion={KUBERNETES_VERSION}",
@@ -130,10 +134,64 @@ COMPONENTS: tuple[GoComponent, ...] = (
         commands={"helm": "helm.sh/helm/v3/cmd/helm"},
         ldflags=(f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",),
     ),
-    _kubernetes(),
+    _kubernetes(
+        "kubernetes", ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+    ),
+)
+
+# What a real node runs, built only for `testenv up --real-nodes` (`testenv install --real-nodes`).
+NODE_COMPONENTS: tuple[GoComponent, ...] = (
+    _kubernetes("kubernetes-node", ("kubelet", "kube-proxy")),
+    GoComponent(
+        name="containerd",
+        module="github.com/containerd/containerd/v2",
+        version=CONTAINERD_VERSION,
+        commands={
+            name: f"github.com/containerd/containerd/v2/cmd/{name}"
+            for name in ("containerd", "ctr", "containerd-shim-runc-v2")
+        },
+        ldflags=(f"-X github.com/containerd/containerd/v2/version.Version={CONTAINERD_VERSION}",),
+        # Storage drivers this machine has no use for, and whose C libraries it lacks.
+        tags=("no_btrfs", "no_devmapper", "no_zfs"),
+    ),
+    GoComponent(
+        name="cri-tools",
+        module="sigs.k8s.io/cri-tools",
+        version=CRI_TOOLS_VERSION,
+        commands={"crictl": "sigs.k8s.io/cri-tools/cmd/crictl"},
+    ),
+    GoComponent(
+        name="coredns",
+        module="github.com/coredns/coredns",
+        version=COREDNS_VERSION,
+        commands={"coredns": "github.com/coredns/coredns"},
+    ),
 )
 
 ALL_BINARIES: tuple[str, ...] = tuple(b for c in COMPONENTS for b in c.commands)
+NODE_BINARIES: tuple[str, ...] = tuple(b for c in NODE_COMPONENTS for b in c.commands)
+
+
+@dataclass(frozen=True)
+class LocalGoProgram:
+    """A Go program of this repository (its own module), cached by a hash of its sources."""
+
+    name: str
+    source: Path
+
+    @property
+    def key(self) -> str:
+        digest = hashlib.sha256()
+        for path in sorted(self.source.glob("*")):
+            if path.suffix == ".go" or path.name in ("go.mod", "go.sum"):
+                digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        return f"{self.name}-{digest.hexdigest()[:12]}"
+
+
+# The real nodes' device plugin, advertising nvidia.com/gpu to each kubelet.
+GPU_PLUGIN = LocalGoProgram(
+    "rljob-gpu-plugin", Path(__file__).resolve().parents[1] / "rljob_gpuplugin"
+)
 
 
 def cache_root() -> Path:
@@ -161,11 +219,15 @@ def locate(binary: str) -> Path | None:
     found = _preinstalled(binary)
     if found:
         return found
-    for component in COMPONENTS:
+    if binary == GPU_PLUGIN.name:
+        cached = cache_root() / "bin" / GPU_PLUGIN.key / binary
+        return cached if os.access(cached, os.X_OK) else None
+    for component in (*COMPONENTS, *NODE_COMPONENTS):
         if binary in component.commands:
             cached = component_dir(component) / binary
             return cached if os.access(cached, os.X_OK) else None
-    raise KeyError(f"unknown binary {binary!r}; known: {', '.join(ALL_BINARIES)}")
+    known = ", ".join((*ALL_BINARIES, *NODE_BINARIES, GPU_PLUGIN.name))
+    raise KeyError(f"unknown binary {binary!r}; known: {known}")
 
 
 def require(binary: str) -> Path:
@@ -246,6 +308,8 @@ def build(component: GoComponent, say: Callable[[str], None] = print) -> Path:
         staged.mkdir()
         cmd = [go, "build", "-v", "-trimpath", "-o", str(staged) + "/"]
         cmd += ["-ldflags", " ".join(("-s", "-w", *component.ldflags))]
+        if component.tags:
+            cmd += ["-tags", ",".join(component.tags)]
         packages = list(component.commands.values())
         say(f"  compiling {', '.join(component.commands)}")
         _run_with_heartbeat(cmd + packages, work, env, f"build {component.name}", say)
@@ -262,6 +326,30 @@ def build(component: GoComponent, say: Callable[[str], None] = print) -> Path:
     return target
 
 
+def build_local(program: LocalGoProgram, say: Callable[[str], None] = print) -> Path:
+    """Compile one of the repository's own Go programs into the cache."""
+    target = cache_root() / "bin" / program.key
+    if os.access(target / program.name, os.X_OK):
+        return target / program.name
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false", GOWORK="off")
+    say(f"  compiling {program.name} from {program.source}")
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    cmd = [
+        _go(),
+        "build",
+        "-v",
+        "-trimpath",
+        "-ldflags",
+        "-s -w",
+        "-o",
+        str(partial / program.name),
+    ]
+    _run_with_heartbeat([*cmd, "."], program.source, env, f"build {program.name}", say)
+    partial.rename(target)
+    return target / program.name
+
+
 def _go_binary_name(package: str) -> str:
     parts = package.split("/")
     last = parts[-1]
@@ -271,14 +359,21 @@ def _go_binary_name(package: str) -> str:
 
 
 def install(
-    names: Iterable[str] | None = None, say: Callable[[str], None] = print
+    names: Iterable[str] | None = None,
+    say: Callable[[str], None] = print,
+    real_nodes: bool = False,
 ) -> dict[str, Path]:
     """Make every binary available, building what is neither preinstalled nor cached."""
-    wanted = set(names or ALL_BINARIES)
-    unknown = wanted - set(ALL_BINARIES)
+    components = (*COMPONENTS, *NODE_COMPONENTS) if real_nodes else COMPONENTS
+    known = {b for c in components for b in c.commands}
+    if real_nodes:
+        build_local(GPU_PLUGIN, say)
+        known.add(GPU_PLUGIN.name)
+    wanted = set(names or known)
+    unknown = wanted - known
     if unknown:
         raise BinariesError(f"unknown binaries: {', '.join(sorted(unknown))}")
-    todo = [c for c in COMPONENTS if any(locate(b) is None for b in c.commands if b in wanted)]
+    todo = [c for c in components if any(locate(b) is None for b in c.commands if b in wanted)]
     for index, component in enumerate(todo, 1):
         started = time.monotonic()
         say(f"[{index}/{len(todo)}] building {component.name} {component.version} from source")

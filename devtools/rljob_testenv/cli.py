@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from . import binaries, cluster
+from . import binaries, cluster, images, pki, realnodes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,6 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     commands = parser.add_subparsers(dest="testenv_command", required=True)
 
     install = commands.add_parser("install", help="build or find the pinned Kubernetes binaries")
+    install.add_argument(
+        "--real-nodes", action="store_true", help="also what real nodes run (kubelet, containerd)"
+    )
     install.set_defaults(handler=_install)
 
     def named(cmd: str, help_text: str) -> argparse.ArgumentParser:
@@ -25,6 +29,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up = named("up", "start a cluster with kwok GPU nodes (installs binaries if needed)")
     up.add_argument("--nodes", type=int, default=3, help="number of kwok GPU nodes")
     up.add_argument("--gpus-per-node", type=int, default=8)
+    up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        help="also start this many real nodes: a kubelet and containerd each, running the "
+        "project's images (built with buildah on first use)",
+    )
+    up.add_argument("--gpus-per-real-node", type=int, default=1)
     up.set_defaults(handler=_up)
     named("down", "stop a cluster and remove its files").set_defaults(handler=_down)
     named("kubeconfig", "print the path of a cluster's kubeconfig").set_defaults(
@@ -38,15 +50,20 @@ def _say(message: str) -> None:
 
 
 def _install(args: argparse.Namespace) -> int:
-    for name, path in binaries.install(say=_say).items():
+    for name, path in binaries.install(say=_say, real_nodes=args.real_nodes).items():
         print(f"{name}\t{path}")
     return 0
 
 
 def _up(args: argparse.Namespace) -> int:
-    binaries.install(say=_say)
+    binaries.install(say=_say, real_nodes=bool(args.real_nodes))
     shape = cluster.NodeShape(gpus=args.gpus_per_node)
-    print(cluster.up(args.name, gpu_nodes=args.nodes, shape=shape, say=_say))
+    real = cluster.RealNodes()
+    if args.real_nodes:
+        repo = Path(__file__).resolve().parents[2]
+        archives = (images.pause_archive(_say), images.build(images.OPERATOR, repo, _say))
+        real = cluster.RealNodes(args.real_nodes, args.gpus_per_real_node, archives)
+    print(cluster.up(args.name, gpu_nodes=args.nodes, shape=shape, say=_say, real=real))
     return 0
 
 
@@ -70,4 +87,10 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-ERRORS = (binaries.BinariesError, cluster.ClusterError)
+ERRORS = (
+    binaries.BinariesError,
+    cluster.ClusterError,
+    realnodes.RealNodeError,
+    images.ImageError,
+    pki.PkiError,
+)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from . import binaries
+from . import binaries, nodeconfig, pki, realnodes
 
 DEFAULT_CLUSTER_NAME = "rljob"
 CLUSTER_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
@@ -184,14 +184,61 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+# kwok plays the kubelet only for nodes we mark as kwok nodes, so that tests (and the node
+# agent) can act as the kubelet of other nodes.
+KWOK_ARGS = (
+    ("kwok-controller", "manage-all-nodes", "false"),
+    ("kwok-controller", "manage-nodes-with-annotation-selector", f"{KWOK_NODE_ANNOTATION}=fake"),
+)
+REAL_NODE_ARGS = (
+    # The node controller notices a silent kubelet within seconds, not minutes.
+    ("kube-controller-manager", "node-monitor-period", "2s"),
+    ("kube-controller-manager", "node-monitor-grace-period", "20s"),
+    # `kubectl logs` and `exec` dial a node by its address: its name resolves nowhere.
+    ("kube-apiserver", "kubelet-preferred-address-types", "InternalIP"),
+)
+
+
+def extra_args(args: tuple[tuple[str, str, str], ...]) -> list[str]:
+    """kwokctl's --extra-args, each component's first one ahead of all the others.
+
+    kwokctl v0.8.0 files a component's later arguments under the patch whose index is
+    that of the component's first argument in the list; that is only right when the
+    first arguments of all components come first.
+    """
+    firsts, rest, seen = [], [], set()
+    for component, key, value in args:
+        (rest if component in seen else firsts).append(f"--extra-args={component}={key}={value}")
+        seen.add(component)
+    return firsts + rest
+
+
+@dataclass(frozen=True)
+class RealNodes:
+    """Real kubelets to add (see realnodes), and the image archives each node imports."""
+
+    count: int = 0
+    gpus: int = 1
+    images: tuple[Path, ...] = ()
+
+
+def _real_node_api_ips() -> tuple[str, ...]:
+    """Where pods and kubelets reach the API server: the Service ClusterIP, every bridge."""
+    bridges = [nodeconfig.NetworkPlan(i).gateway for i in range(nodeconfig.MAX_NETWORKS)]
+    return (nodeconfig.KUBERNETES_SERVICE_IP, *bridges)
+
+
 def up(
     name: str = DEFAULT_CLUSTER_NAME,
     gpu_nodes: int = 3,
     shape: NodeShape = NodeShape(),
     say: Callable[[str], None] = print,
+    real: RealNodes = RealNodes(),
 ) -> Path:
     """Start a cluster (or reuse a healthy one of that name) and return its kubeconfig path."""
     validate_name(name)
+    if real.count:
+        realnodes.check_host()
     if exists(name) and _healthy(name):
         say(f"cluster {name!r} is already running")
     else:
@@ -202,6 +249,10 @@ def up(
             f"starting cluster {name!r} (kube-apiserver, etcd, scheduler, controller-manager, kwok)"
         )
         started = time.monotonic()
+        args = KWOK_ARGS
+        if real.count:
+            pki.create_control_plane_pki(cluster_dir(name) / "pki", _real_node_api_ips())
+            args += REAL_NODE_ARGS
         result = _kwokctl(
             [
                 "create", "cluster",
@@ -212,11 +263,7 @@ def up(
                 "--kubeconfig=",
                 "--wait=120s",
                 "--quiet-pull",
-                # kwok plays the kubelet only for nodes we mark as kwok nodes, so that
-                # tests (and the node agent) can act as the kubelet of other nodes.
-                "--extra-args=kwok-controller=manage-all-nodes=false",
-                "--extra-args=kwok-controller=manage-nodes-with-annotation-selector="
-                f"{KWOK_NODE_ANNOTATION}=fake",
+                *extra_args(args),
             ]
         )  # fmt: skip
         if result.returncode != 0:
@@ -231,6 +278,18 @@ def up(
     existing = {n for n in _ready_nodes(name) if n.startswith("gpu-node-")}
     if len(existing) < gpu_nodes:
         add_gpu_nodes(name, gpu_nodes, shape)
+    if real.count:
+        say(f"adding {real.count} real nodes (kubelet + containerd each)")
+        plans = realnodes.up(
+            name, cluster_dir(name), kubeconfig_path(name), real.count, real.gpus,
+            list(real.images), say,
+        )  # fmt: skip
+        names = [p.name for p in plans]
+        _wait(
+            lambda: _ready_nodes(name) >= set(names),
+            timeout=120,
+            what=f"real nodes {', '.join(names)} to become Ready",
+        )
     return kubeconfig_path(name)
 
 
@@ -285,6 +344,7 @@ def down(name: str = DEFAULT_CLUSTER_NAME, say: Callable[[str], None] = print) -
     if not cluster_dir(name).exists():
         say(f"cluster {name!r} does not exist")
         return
+    realnodes.down(name, cluster_dir(name), say)
     pids = _pids(name)
     result = _kwokctl(["delete", "cluster", "--name", name], timeout=120)
     for pid in pids:  # kwokctl stops them; make sure, so that nothing outlives `down`.

@@ -1,0 +1,180 @@
+"""The project's images, built from its own Dockerfiles with buildah, for the real test nodes.
+
+No container registry is reachable here, so nothing is pulled: the base image is a
+Debian bookworm made locally with mmdebstrap (python3 with a venv at /usr/local, so
+that `python` and `pip` are on PATH as in the official python images), the pause image
+is Debian's static catatonit, and each Dockerfile builds with `--pull=never` on that
+base through its BASE_IMAGE argument. Every image is saved as a docker-archive under
+the cache, keyed by a hash of what went into it, and imported into each node's
+containerd by `realnodes`.
+
+buildah runs its RUN steps with runc (crun refuses this machine's hybrid cgroups) and
+with the host's CA bundle mounted, which is how they reach PyPI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import binaries, nodeconfig
+
+BASE_IMAGE = "localhost/rljob-base/python:3.11-bookworm"
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# Files and folders a Dockerfile of this repository may copy (the rest is in .dockerignore).
+CONTEXT_PATHS = ("pyproject.toml", "README.md", "requirements", "contract", "operator",
+                 "trainer_image", "devtools")  # fmt: skip
+HOST_PROGRAMS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
+
+
+class ImageError(RuntimeError):
+    """An image could not be built; the message carries the builder's output."""
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """One of the repository's Dockerfiles, built for the test nodes."""
+
+    tag: str
+    dockerfile: str  # relative to the repository root, which is the build context
+    build_args: dict[str, str] = field(default_factory=dict)
+
+    def key(self, repo: Path) -> str:
+        digest = hashlib.sha256()
+        digest.update(repr((self.tag, self.dockerfile, sorted(self.build_args.items()))).encode())
+        for path in _context_files(repo, (self.dockerfile, *CONTEXT_PATHS)):
+            digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes())
+        return digest.hexdigest()[:16]
+
+
+OPERATOR = ImageBuild("localhost/rljob-operator:dev", "Dockerfile", {"BASE_IMAGE": BASE_IMAGE})
+
+
+def _context_files(repo: Path, roots: Iterable[str]) -> list[Path]:
+    files = []
+    for root in roots:
+        path = repo / root
+        candidates = [path] if path.is_file() else sorted(path.rglob("*"))
+        files += [p for p in candidates if p.is_file() and "__pycache__" not in p.parts]
+    return files
+
+
+def images_dir() -> Path:
+    return binaries.cache_root() / "images"
+
+
+def missing_host_programs() -> list[str]:
+    return sorted({pkg for prog, pkg in HOST_PROGRAMS.items() if not shutil.which(prog)})
+
+
+def _run(cmd: list[str], what: str, timeout: float = 3600) -> str:
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise ImageError(f"{what} did not finish in {timeout:.0f}s") from exc
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-25:])
+        raise ImageError(f"{what} failed (exit {result.returncode}):\n{tail}")
+    return result.stdout
+
+
+def _has_image(ref: str) -> bool:
+    result = subprocess.run(
+        ["buildah", "inspect", "--type", "image", ref], capture_output=True, check=False
+    )
+    return result.returncode == 0
+
+
+def _save(ref: str, archive: Path) -> Path:
+    partial = archive.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    _run(["buildah", "push", "--quiet", ref, f"docker-archive:{partial}:{ref}"], f"saving {ref}")
+    partial.rename(archive)
+    return archive
+
+
+def base_image(say: Callable[[str], None] = print) -> str:
+    """The local python base in buildah's store, made with mmdebstrap if it is not there."""
+    if _has_image(BASE_IMAGE):
+        return BASE_IMAGE
+    images_dir().mkdir(parents=True, exist_ok=True)
+    rootfs = images_dir() / "base-rootfs.tar"
+    started = time.monotonic()
+    say(f"  making the base image {BASE_IMAGE} with mmdebstrap (Debian bookworm)")
+    _run(
+        [
+            "mmdebstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
+            "--customize-hook=chroot \"$1\" python3 -m venv /usr/local",
+            "--customize-hook=rm -rf \"$1\"/var/lib/apt/lists/* \"$1\"/var/cache/apt/*.bin",
+            "bookworm", str(rootfs),
+        ],
+        "mmdebstrap",
+    )  # fmt: skip
+    container = _run(["buildah", "from", "scratch"], "buildah from scratch").strip()
+    try:
+        _run(["buildah", "add", "--quiet", container, str(rootfs), "/"], "adding the root fs")
+        _run(
+            [
+                "buildah", "config",
+                "--env", "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "--env", "LANG=C.UTF-8", "--cmd", "python3", container,
+            ],
+            "configuring the base image",
+        )  # fmt: skip
+        _run(["buildah", "commit", "--quiet", container, BASE_IMAGE], "committing the base image")
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+        rootfs.unlink(missing_ok=True)
+    say(f"  base image made in {time.monotonic() - started:.0f}s")
+    return BASE_IMAGE
+
+
+def pause_archive(say: Callable[[str], None] = print) -> Path:
+    """The sandbox ("pause") image: Debian's static catatonit in pause mode, and nothing else."""
+    archive = images_dir() / "pause-catatonit.tar"
+    if archive.exists():
+        return archive
+    images_dir().mkdir(parents=True, exist_ok=True)
+    say(f"  making the pause image {nodeconfig.PAUSE_IMAGE} from catatonit")
+    container = _run(["buildah", "from", "scratch"], "buildah from scratch").strip()
+    try:
+        catatonit = shutil.which("catatonit") or "/usr/bin/catatonit"
+        _run(["buildah", "copy", "--quiet", container, catatonit, "/pause"], "copying catatonit")
+        _run(
+            ["buildah", "config", "--entrypoint", '["/pause", "-P"]', container],
+            "configuring the pause image",
+        )
+        _run(
+            ["buildah", "commit", "--quiet", container, nodeconfig.PAUSE_IMAGE],
+            "committing the pause image",
+        )
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+    return _save(nodeconfig.PAUSE_IMAGE, archive)
+
+
+def build(image: ImageBuild, repo: Path, say: Callable[[str], None] = print) -> Path:
+    """Build one Dockerfile of the repository (if its inputs changed) and return its archive."""
+    slug = image.tag.rsplit("/", 1)[-1].replace(":", "-")
+    archive = images_dir() / f"{slug}-{image.key(repo)}.tar"
+    if archive.exists():
+        return archive
+    base_image(say)
+    started = time.monotonic()
+    say(f"  building {image.tag} from {image.dockerfile}")
+    cmd = ["buildah", "build", "--pull=never", "--runtime", "runc", "--layers", "--quiet"]
+    cmd += ["--volume", "/etc/ssl/certs:/etc/ssl/certs:ro"]
+    for key, value in sorted(image.build_args.items()):
+        cmd += ["--build-arg", f"{key}={value}"]
+    cmd += ["--file", str(repo / image.dockerfile), "--tag", image.tag, str(repo)]
+    _run(cmd, f"building {image.dockerfile}")
+    for stale in images_dir().glob(f"{slug}-*.tar"):
+        stale.unlink()
+    _save(image.tag, archive)
+    say(f"  {image.tag} built in {time.monotonic() - started:.0f}s")
+    return archive

@@ -1,0 +1,85 @@
+"""The test cluster's certificates, made with openssl before kwokctl starts the control plane.
+
+kwokctl keeps a cluster's `pki/` when it finds one, so a cluster that takes real nodes
+gets its CA from here: its API server certificate then also names the addresses that
+pods and kubelets dial (the `kubernetes` Service's ClusterIP and the host's address on
+the nodes' bridge), and every node and kube-proxy gets a client certificate signed by
+the same CA, which is how the API server knows who they are.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+# What kwokctl's own serving certificate names, kept so that nothing it dials breaks.
+KWOK_DNS_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+    "localhost",
+)
+
+
+class PkiError(RuntimeError):
+    """openssl failed; the message carries its output."""
+
+
+def _openssl(*args: str) -> None:
+    result = subprocess.run(["openssl", *args], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise PkiError(f"openssl {args[0]} failed: {result.stderr.strip()}")
+
+
+def create_ca(pki: Path) -> None:
+    pki.mkdir(parents=True, exist_ok=True)
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
+        "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
+        "-subj", "/CN=rljob-testenv-ca",
+    )  # fmt: skip
+
+
+def issue(
+    pki: Path,
+    name: str,
+    subject: str,
+    ips: tuple[str, ...] = (),
+    dns: tuple[str, ...] = (),
+    server: bool = False,
+) -> tuple[Path, Path]:
+    """A key and certificate `<name>.crt` signed by the CA; a client certificate unless `server`."""
+    key, cert = pki / f"{name}.key", pki / f"{name}.crt"
+    usage = "serverAuth,clientAuth" if server else "clientAuth"
+    ext = [f"extendedKeyUsage={usage}"]
+    sans = [f"DNS:{d}" for d in dns] + [f"IP:{ip}" for ip in ips]
+    if sans:
+        ext.append("subjectAltName=" + ",".join(sans))
+    with tempfile.TemporaryDirectory() as tmp:
+        csr, extfile = Path(tmp) / "req.csr", Path(tmp) / "ext.cnf"
+        extfile.write_text("\n".join(ext) + "\n")
+        _openssl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr),
+            "-subj", subject,
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"),
+            "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "3650",
+            "-out", str(cert), "-extfile", str(extfile),
+        )  # fmt: skip
+    return cert, key
+
+
+def create_control_plane_pki(pki: Path, api_ips: tuple[str, ...]) -> None:
+    """The CA and kwokctl's `admin` certificate (the API server's, and the admin user's)."""
+    create_ca(pki)
+    issue(
+        pki,
+        "admin",
+        "/O=system:masters/CN=kwok-admin",
+        ips=("127.0.0.1", *api_ips),
+        dns=KWOK_DNS_NAMES,
+        server=True,
+    )
