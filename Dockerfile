@@ -20,7 +20,6 @@ COPY pyproject.toml README.md ./
 COPY contract ./contract
 COPY operator ./operator
 COPY trainer_image ./trainer_image
-COPY devtools ./devtools
 COPY requirements/operator.lock ./requirements/
 # rljob itself, then every runtime dependency at the version in the lock file (`make lock`
 # resolves pyproject.toml's dependencies into it; the dev environment is constrained to it too).

@@ -5,17 +5,17 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Reinstall whenever pyproject.toml changes.
-STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devtools/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 .PHONY: all demo test unit cluster-test lint fmt venv binaries host-deps lock cluster-up cluster-down clean chart-crds
 
 all: test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml devtools/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --progress-bar off -e '.[dev]'
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev]' -e ./devtools
 	@# RLinf declares its whole toolchain (ruff, pre-commit, uv, gsutil, swanlab, ...) as runtime
 	@# dependencies; the e2e tests need only its FSDP checkpoint code, whose imports torch and
 	@# verl's dependencies cover.

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from rljob_operator.cli import CommandError
+
 from . import binaries, cluster, images, pki, realnodes
+
+Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     install.add_argument(
         "--real-nodes", action="store_true", help="also what real nodes run (kubelet, containerd)"
     )
-    install.set_defaults(handler=_install)
+    install.set_defaults(handler=_reported(_install))
 
     def named(cmd: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(cmd, help=help_text)
@@ -37,12 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "project's images (built with buildah on first use)",
     )
     up.add_argument("--gpus-per-real-node", type=int, default=1)
-    up.set_defaults(handler=_up)
-    named("down", "stop a cluster and remove its files").set_defaults(handler=_down)
+    up.set_defaults(handler=_reported(_up))
+    named("down", "stop a cluster and remove its files").set_defaults(handler=_reported(_down))
     named("kubeconfig", "print the path of a cluster's kubeconfig").set_defaults(
-        handler=_kubeconfig
+        handler=_reported(_kubeconfig)
     )
-    commands.add_parser("list", help="list local clusters").set_defaults(handler=_list)
+    commands.add_parser("list", help="list local clusters").set_defaults(handler=_reported(_list))
 
 
 def _say(message: str) -> None:
@@ -94,3 +100,16 @@ ERRORS = (
     images.ImageError,
     pki.PkiError,
 )
+
+
+def _reported(handler: Handler) -> Handler:
+    """The test environment's own errors end the command as `rljob: error: <message>`."""
+
+    @functools.wraps(handler)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except ERRORS as exc:
+            raise CommandError(str(exc)) from exc
+
+    return run

@@ -28,7 +28,7 @@ BASE_IMAGE = "localhost/rljob-base/python:3.11-bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 # Files and folders a Dockerfile of this repository may copy (the rest is in .dockerignore).
 CONTEXT_PATHS = ("pyproject.toml", "README.md", "requirements", "contract", "operator",
-                 "trainer_image", "devtools")  # fmt: skip
+                 "trainer_image")  # fmt: skip
 HOST_PROGRAMS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
 
 

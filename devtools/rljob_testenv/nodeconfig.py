@@ -175,7 +175,7 @@ def kubelet_config(node: NodePlan) -> dict:
         "clusterDomain": CLUSTER_DOMAIN,
         "clusterDNS": [node.network.gateway],
         "resolvConf": str(node.path("resolv.conf")),
-        "podLogsDirectory": str(node.path("pod-logs")),
+        "podLogsDir": str(node.path("pod-logs")),
         "failSwapOn": False,
         "maxPods": 110,
         # Report often, so that a lost node is noticed within seconds rather than minutes.

@@ -1,14 +1,21 @@
-"""The `rljob` command: the operator, the checkpoint tools and the local test environment."""
+"""The `rljob` command: the operator and the checkpoint tools, plus installed plugin commands.
+
+A distribution adds a subcommand through the `rljob.commands` entry-point group, a
+function that takes the subparsers; the test tooling (rljob-devtools) adds `testenv`
+that way, so that the product never imports it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
+
+PLUGIN_GROUP = "rljob.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from rljob_testenv import cli as testenv_cli
     from rljob_trainer.convert import register_convert
 
     from . import operator_cli
@@ -20,14 +27,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     operator_cli.register(subparsers)
-    testenv_cli.register(subparsers)
+    for plugin in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        plugin.load()(subparsers)
     register_convert(ckpt_cli.register(subparsers))  # convert needs torch only when it runs
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    from rljob_testenv.cli import ERRORS
+class CommandError(RuntimeError):
+    """What a plugin command raises (or subclasses) to end with `rljob: error: <message>`."""
 
+
+def main(argv: Sequence[str] | None = None) -> None:
     from .checkpoints.cli import ERRORS as CKPT_ERRORS
 
     args = build_parser().parse_args(argv)
@@ -36,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     except CKPT_ERRORS as exc:  # bad input: exit 2, as argparse does
         print(f"rljob: error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except ERRORS as exc:
+    except CommandError as exc:
         sys.exit(f"rljob: error: {exc}")
     except KeyboardInterrupt:
         sys.exit(130)
