@@ -602,3 +602,48 @@ def test_env_without_collisions_gets_no_warning():
         make_job(checkpoint={"resume": "never"}, env=[{"name": "A", "value": "1"}]), [], NODES, NOW
     )
     assert "EnvIgnored" not in [e.reason for e in plan.events]
+
+
+def _waiting(pod, reason, message):
+    pod["status"]["containerStatuses"] = [
+        {"name": c.TRAINER_CONTAINER, "state": {"waiting": {"reason": reason, "message": message}}}
+    ]
+    return pod
+
+
+def test_an_image_that_cannot_be_pulled_is_a_condition_and_one_event_not_a_failure():
+    job = started(make_job())
+    pods = [
+        _waiting(make_pod(job, 0, 0, phase="Pending"), "ErrImagePull", "not found: trainer:1"),
+        make_pod(job, 0, 1, phase="Pending", node="gpu-node-1"),
+    ]
+
+    plan = decide(job, pods, NODES, NOW)
+
+    cond = next(x for x in plan.status["conditions"] if x["type"] == "ContainersNotStarting")
+    assert cond["status"] == "True" and cond["reason"] == "ErrImagePull"
+    assert "grpo-a0-n0" in cond["message"] and "not found: trainer:1" in cond["message"]
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "ErrImagePull")]
+    assert plan.status["phase"] == c.PENDING and plan.status["failures"] == 0
+    assert plan.create == [] and plan.delete == []
+
+    # The kubelet backs off: the same reason again is no new Event; a new reason is.
+    again = decide(with_status(job, plan.status), pods, NODES, NOW + timedelta(seconds=10))
+    assert again.events == []
+    _waiting(pods[0], "ImagePullBackOff", "Back-off pulling image")
+    backoff = decide(with_status(job, again.status), pods, NODES, NOW + timedelta(seconds=20))
+    assert [e.reason for e in backoff.events] == ["ImagePullBackOff"]
+    assert backoff.status["failures"] == 0
+
+
+def test_the_condition_clears_once_the_containers_start():
+    job = started(make_job())
+    stuck = [_waiting(make_pod(job, 0, r, phase="Pending"), "ErrImageNeverPull", "no image")
+             for r in range(2)]  # fmt: skip
+    first = decide(job, stuck, NODES, NOW)
+
+    plan = decide(with_status(job, first.status), pods_of(job), NODES, NOW + timedelta(seconds=5))
+
+    cond = next(x for x in plan.status["conditions"] if x["type"] == "ContainersNotStarting")
+    assert cond["status"] == "False" and cond["reason"] == "ContainersStarted"
+    assert plan.status["phase"] == c.RUNNING

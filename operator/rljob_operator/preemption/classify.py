@@ -32,6 +32,19 @@ TERMINATION_TAINTS = frozenset(
     }
 )
 SIGNAL_EXIT_CODES = frozenset({137, 143})  # 128 + SIGKILL, 128 + SIGTERM
+# Why the kubelet cannot start a container: it retries these by itself, so the pod stays
+# Pending and nothing ends; the job reports them instead of waiting in silence.
+NOT_STARTING_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "CrashLoopBackOff",
+    }
+)
 
 
 class Outcome(StrEnum):
@@ -67,6 +80,7 @@ class PodFacts:
     node_termination_taint: str | None
     node_not_ready_seconds: float | None
     ready: bool = False  # the pod's Ready condition (its readiness probe, if it has one)
+    not_starting: tuple[str, str] | None = None  # (kubelet reason, message) of a stuck container
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -79,6 +93,17 @@ def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
     for status in pod.get("status", {}).get("containerStatuses") or []:
         if status.get("name") == c.TRAINER_CONTAINER:
             return (status.get("state") or {}).get("terminated")
+    return None
+
+
+def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
+    """The first container (init containers first) that the kubelet cannot start, and why."""
+    for container in [*(status.get("initContainerStatuses") or []),
+                      *(status.get("containerStatuses") or [])]:  # fmt: skip
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in NOT_STARTING_REASONS:
+            message = waiting.get("message") or waiting["reason"]
+            return waiting["reason"], f"container {container.get('name')}: {message}"
     return None
 
 
@@ -123,6 +148,7 @@ def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> Po
             cond.get("type") == "Ready" and cond.get("status") == "True"
             for cond in status.get("conditions") or []
         ),
+        not_starting=_not_starting(status),
     )
 
 

@@ -37,6 +37,9 @@ LOOKUP_BACKOFF_SECONDS = 5
 MAX_LOOKUP_BACKOFF_SECONDS = 300
 LOOKUP_FAILURES_BEFORE_CONDITION = 3
 LOOKUP_FAILED_CONDITION = "CheckpointLookupFailed"
+# True while the kubelet cannot start a container of the gang (a missing image, a bad
+# volume or env reference, a container that crashes before the trainer runs).
+NOT_STARTING_CONDITION = "ContainersNotStarting"
 
 # The condition types, one per phase that has one.
 CONDITION_FOR_PHASE = {
@@ -95,6 +98,7 @@ class Observed:
     warned: tuple[str, ...] = ()  # active pods whose node carries a termination taint
     unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
     ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
+    not_starting: tuple[tuple[str, str, str], ...] = ()  # (pod, kubelet reason, message)
 
     @property
     def disruptions(self) -> list[PodEnd]:
@@ -153,6 +157,7 @@ def observe(
     warned: list[str] = []
     unrequested: list[str] = []
     ready: set[int] = set()
+    not_starting: list[tuple[str, str, str]] = []
     for pod in pods:
         meta = pod["metadata"]
         labels = meta.get("labels", {})
@@ -166,6 +171,8 @@ def observe(
         current[rank] = end
         if pod_facts.ready:
             ready.add(rank)
+        if end.outcome is Outcome.ACTIVE and pod_facts.not_starting:
+            not_starting.append((meta["name"], *pod_facts.not_starting))
         if end.outcome is Outcome.ACTIVE and pod_facts.node_termination_taint:
             warned.append(meta["name"])
         requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
@@ -183,7 +190,7 @@ def observe(
     )
     return Observed(
         current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested),
-        frozenset(ready),
+        frozenset(ready), tuple(sorted(not_starting)),
     )  # fmt: skip
 
 
@@ -658,6 +665,32 @@ def _progress(p: _Pass, spec: JobSpec, seen: Observed) -> None:
     if status.get("phase") != phase and phase == c.RUNNING:
         p.event("Normal", "Running", message)
     p.phase(phase, reason, message)
+    _report_not_starting(p, seen)
+
+
+def _report_not_starting(p: _Pass, seen: Observed) -> None:
+    """Say so, in a condition and once in an Event, while the kubelet cannot start a container.
+
+    The kubelet keeps retrying (an image pull backs off up to 5 minutes): nothing has ended,
+    so no failure is counted; the user fixes the image or the reference and the pod starts.
+    """
+    conditions = p.status["conditions"]
+    stamp = (iso(p.now), p.generation)
+    if seen.not_starting:
+        pod, reason, message = seen.not_starting[0]
+        text = f"pod {pod}: {message}"
+        current = next((x for x in conditions if x["type"] == NOT_STARTING_CONDITION), None)
+        fresh = current is None or current["status"] != "True" or current["reason"] != reason
+        p.status["conditions"], _ = set_condition(
+            conditions, NOT_STARTING_CONDITION, True, reason, text, *stamp
+        )
+        if fresh:
+            p.event("Warning", reason, text)
+    elif any(x["type"] == NOT_STARTING_CONDITION and x["status"] == "True" for x in conditions):
+        p.status["conditions"], _ = set_condition(
+            conditions, NOT_STARTING_CONDITION, False, "ContainersStarted",
+            "every container of the gang has started", *stamp,
+        )  # fmt: skip
 
 
 def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
