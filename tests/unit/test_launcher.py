@@ -122,3 +122,12 @@ def test_service_is_headless_and_publishes_not_ready_addresses():
 
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["publishNotReadyAddresses"] is True
+
+
+@pytest.mark.parametrize(("grace", "timeout"), [(None, "290"), (60, "50"), (30, "23"), (2, "2")])
+def test_torchrun_waits_for_a_save_on_sigterm_for_nearly_the_whole_grace_period(grace, timeout):
+    template = {"spec": {"terminationGracePeriodSeconds": grace}} if grace else {}
+    pod = render(template=template) if template else render()
+
+    assert env_of(pod)["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == timeout
+    assert pod["spec"]["terminationGracePeriodSeconds"] == (grace or 300)

@@ -51,6 +51,9 @@ CONFIG_NAME = "config.json"
 # Fault injection for tests: rank 0 SIGKILLs itself after the shards of this step are written
 # and before the manifest, leaving exactly the torn folder a preemption would leave.
 ENV_TEST_KILL_BEFORE_MANIFEST = "RLJOB_TRAINER_TEST_KILL_BEFORE_MANIFEST"
+# Test hook: rank 0 sleeps this many seconds before sealing a save made on a stop request,
+# to stand for a large model whose save outlasts torchrun's default 30 s shutdown timeout.
+ENV_TEST_SLOW_STOP_SAVE = "RLJOB_TRAINER_TEST_SLOW_STOP_SAVE_SECONDS"
 
 _STEP_DIR = re.compile(re.escape(STEP_DIR_PREFIX) + r"(\d+)")
 

@@ -21,7 +21,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from rljob_trainer import grpo
-from rljob_trainer.checkpoint import CheckpointError, CheckpointManager
+from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE, CheckpointError, CheckpointManager
 from rljob_trainer.config import TrainerConfig
 from rljob_trainer.data import PromptSampler
 from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, write_progress
@@ -297,6 +297,12 @@ class Trainer:
 
     def _end(self, step: int, status: str) -> None:
         """Seal the last checkpoint and record the outcome before any rank may exit."""
+        slow = float(os.environ.get(ENV_TEST_SLOW_STOP_SAVE) or 0)
+        if status == "checkpointed_on_request" and slow and self.env.rank == 0:
+            log.warning(
+                "test hook %s: the save on stop takes %.0f s more", ENV_TEST_SLOW_STOP_SAVE, slow
+            )
+            time.sleep(slow)
         self.checkpoints.wait()
         if self.env.rank == 0:
             write_progress(self.checkpoint_dir, step, self.attempt, status)

@@ -93,8 +93,29 @@ def resume_arguments(spec: JobSpec, target: ResumeTarget) -> list[str]:
     return resume_overrides(spec.framework, target.path, custom_template=template)
 
 
+DEFAULT_GRACE_SECONDS = 300
+
+
+def grace_period(spec: JobSpec) -> int:
+    """The pods' terminationGracePeriodSeconds: the time a trainer has to save on SIGTERM."""
+    return int(spec.template_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
+
+
+def torchrun_shutdown_timeout(grace: int) -> int:
+    """How long torchrun waits for its workers after SIGTERM before it SIGKILLs them.
+
+    Its default is 30 s, whatever the pod's grace period: a save on SIGTERM that takes
+    longer is killed half-written. Wait for nearly the whole grace period instead, and
+    keep a little of it (10 s, or a quarter of a short one) for torchrun to exit and
+    report before the kubelet's own SIGKILL.
+    """
+    return max(1, grace - min(10, grace // 4))
+
+
 def _torchrun_env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     return {
+        # Read by torchrun since torch 2.11 (its --shutdown-timeout); older ones ignore it.
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(torchrun_shutdown_timeout(grace_period(spec))),
         "MASTER_ADDR": master,
         "MASTER_PORT": str(spec.rendezvous_port),
         "NNODES": str(spec.nnodes),
@@ -253,7 +274,7 @@ def desired_pod(
         restartPolicy="Never",
         hostname=host_name(job.name, rank),
         subdomain=service_name(job.name),
-        terminationGracePeriodSeconds=spec.template_spec.get("terminationGracePeriodSeconds", 300),
+        terminationGracePeriodSeconds=grace_period(spec),
         containers=[container],
         volumes=volumes,
     )
