@@ -4,7 +4,7 @@ No container registry is reachable here, so nothing is pulled: the base image is
 Debian bookworm made locally with mmdebstrap (python3 with a venv at /usr/local, so
 that `python` and `pip` are on PATH as in the official python images), the pause image
 is Debian's static catatonit, and each Dockerfile builds with `--pull=never` on that
-base through its BASE_IMAGE argument. Every image is saved as a docker-archive under
+base through its BASE_IMAGE argument. Every image is saved as an OCI archive under
 the cache, keyed by a hash of what went into it, and imported into each node's
 containerd by `realnodes`.
 
@@ -53,6 +53,13 @@ class ImageBuild:
 
 
 OPERATOR = ImageBuild("localhost/rljob-operator:dev", "Dockerfile", {"BASE_IMAGE": BASE_IMAGE})
+# The trainer's CPU variant: torch from PyPI (a CUDA build, which runs on the CPU with gloo).
+TORCH_REQUIREMENT = "torch==2.15.0"
+TRAINER = ImageBuild(
+    "localhost/rljob-trainer:cpu",
+    "trainer_image/Dockerfile",
+    {"BASE_IMAGE": BASE_IMAGE, "TORCH_REQUIREMENT": TORCH_REQUIREMENT},
+)
 
 
 def _context_files(repo: Path, roots: Iterable[str]) -> list[Path]:
@@ -91,9 +98,14 @@ def _has_image(ref: str) -> bool:
 
 
 def _save(ref: str, archive: Path) -> Path:
+    """An OCI archive with zstd layers: half the size of plain ones, in each node's store too."""
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    _run(["buildah", "push", "--quiet", ref, f"docker-archive:{partial}:{ref}"], f"saving {ref}")
+    _run(
+        ["buildah", "push", "--quiet", "--compression-format", "zstd", ref,
+         f"oci-archive:{partial}:{ref}"],
+        f"saving {ref}",
+    )  # fmt: skip
     partial.rename(archive)
     return archive
 
@@ -173,6 +185,7 @@ def build(image: ImageBuild, repo: Path, say: Callable[[str], None] = print) -> 
         cmd += ["--build-arg", f"{key}={value}"]
     cmd += ["--file", str(repo / image.dockerfile), "--tag", image.tag, str(repo)]
     _run(cmd, f"building {image.dockerfile}")
+    subprocess.run(["buildah", "rmi", "--prune"], capture_output=True, check=False)
     for stale in images_dir().glob(f"{slug}-*.tar"):
         stale.unlink()
     _save(image.tag, archive)

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -232,7 +233,8 @@ def _write_node_files(node: NodePlan) -> None:
     node.path("resolv.conf").write_text("")
 
 
-def _start_node(node: NodePlan, images: list[Path], say: Callable[[str], None]) -> None:
+def _start_runtime(node: NodePlan) -> int:
+    """The node's mount namespace and its containerd; returns the namespace holder's pid."""
     HOST_DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
     bind = f"mount --bind {node.device_plugin_dir} {HOST_DEVICE_PLUGIN_DIR}"
     holder = _spawn(
@@ -265,9 +267,16 @@ def _start_node(node: NodePlan, images: list[Path], say: Callable[[str], None]) 
         f"{node.name}'s containerd",
         node.path("logs", "containerd.log"),
     )
+    return holder
+
+
+def _import_images(node: NodePlan, images: list[Path]) -> None:
     for archive in images:
-        say(f"  {node.name}: importing {archive.name}")
-        _run(*ctr(node), "images", "import", "--no-unpack=false", str(archive))
+        _run(*ctr(node), "images", "import", str(archive))
+
+
+def _start_kubelet(node: NodePlan, holder: int) -> None:
+    """The kubelet, the device plugin and kube-proxy, once the node's images are in."""
     labels = ",".join(f"{k}={v}" for k, v in REAL_NODE_LABELS.items())
     _spawn(
         node.root,
@@ -339,15 +348,22 @@ def up(
     server = f"https://{net.gateway}:{port}"
     _setup_bridge(net)
     _start_coredns(cluster_dir, net)
+    holders = {}
     for node in plans:
-        started = time.monotonic()
         say(f"  starting {node.name} ({node.ip}, pods {node.pod_cidr})")
         _setup_node_network(node)
         _make_cgroups(node)
         _issue_node_certs(cluster_dir / "pki", node, server)
         _write_node_files(node)
-        _start_node(node, images, say)
-        say(f"  {node.name} started in {time.monotonic() - started:.1f}s")
+        holders[node.name] = _start_runtime(node)
+    started = time.monotonic()
+    names = ", ".join(a.name for a in images)
+    say(f"  importing {names} into {len(plans)} containerds")
+    with ThreadPoolExecutor(len(plans)) as pool:
+        list(pool.map(lambda node: _import_images(node, images), plans))
+    say(f"  images imported in {time.monotonic() - started:.0f}s")
+    for node in plans:
+        _start_kubelet(node, holders[node.name])
     return plans
 
 

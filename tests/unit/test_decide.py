@@ -647,3 +647,28 @@ def test_the_condition_clears_once_the_containers_start():
     cond = next(x for x in plan.status["conditions"] if x["type"] == "ContainersNotStarting")
     assert cond["status"] == "False" and cond["reason"] == "ContainersStarted"
     assert plan.status["phase"] == c.RUNNING
+
+
+def test_pods_on_a_node_not_ready_past_the_tolerance_are_deleted_without_grace():
+    job = started(make_job(restartPolicy={"nodeNotReadyToleranceSeconds": 30}), phase=c.RUNNING)
+    since = NOW - timedelta(seconds=45)
+    nodes = {"gpu-node-0": make_node("gpu-node-0", ready=False, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
+             "gpu-node-1": make_node("gpu-node-1")}  # fmt: skip
+
+    plan = decide(job, pods_of(job), nodes, NOW)
+
+    # The dead kubelet would never end its pod: it goes at once; the live node's pod keeps
+    # its grace period to save.
+    assert plan.force_delete == ["grpo-a0-n0"]
+    assert plan.delete == ["grpo-a0-n1"]
+
+
+def test_pods_on_a_node_not_ready_within_the_tolerance_are_left_alone():
+    job = started(make_job(restartPolicy={"nodeNotReadyToleranceSeconds": 60}), phase=c.RUNNING)
+    since = NOW - timedelta(seconds=45)
+    nodes = {"gpu-node-0": make_node("gpu-node-0", ready=False, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
+             "gpu-node-1": make_node("gpu-node-1")}  # fmt: skip
+
+    plan = decide(job, pods_of(job), nodes, NOW)
+
+    assert plan.force_delete == [] and plan.delete == []

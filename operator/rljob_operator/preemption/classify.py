@@ -107,6 +107,18 @@ def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def not_ready_seconds(node: dict[str, Any], now: datetime) -> float | None:
+    """How long the node has not been Ready (None while it is)."""
+    ready = next(
+        (x for x in node.get("status", {}).get("conditions") or [] if x.get("type") == "Ready"),
+        None,
+    )
+    if not ready or ready.get("status") == "True":
+        return None
+    since = _parse_time(ready.get("lastTransitionTime"))
+    return (now - since).total_seconds() if since else 0.0
+
+
 def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> PodFacts:
     meta, status = pod.get("metadata", {}), pod.get("status", {})
     node_name = pod.get("spec", {}).get("nodeName")
@@ -120,17 +132,10 @@ def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> Po
     )
     terminated = _trainer_termination(pod)
     taint = None
-    not_ready_for = None
     if node is not None:
         taints = node.get("spec", {}).get("taints") or []
         taint = next((t["key"] for t in taints if t.get("key") in TERMINATION_TAINTS), None)
-        ready = next(
-            (x for x in node.get("status", {}).get("conditions") or [] if x.get("type") == "Ready"),
-            None,
-        )
-        if ready and ready.get("status") != "True":
-            since = _parse_time(ready.get("lastTransitionTime"))
-            not_ready_for = (now - since).total_seconds() if since else 0.0
+    not_ready_for = not_ready_seconds(node, now) if node is not None else None
     return PodFacts(
         name=meta.get("name", ""),
         node_name=node_name,

@@ -19,7 +19,7 @@ from typing import Any
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 
 from .. import constants as c
-from ..api.spec import JobSpec, SpecError, parse_spec
+from ..api.spec import JobSpec, RestartPolicy, SpecError, parse_spec
 from ..api.status import set_condition
 from ..launcher.pods import (
     JobRef,
@@ -28,7 +28,7 @@ from ..launcher.pods import (
     desired_service,
     overridden_env,
 )
-from ..preemption.classify import Outcome, PodEnd, classify_facts, facts
+from ..preemption.classify import Outcome, PodEnd, classify_facts, facts, not_ready_seconds
 
 MAX_RECOVERIES = 20
 # A checkpoint lookup that fails (an inspector pod that crashes or never ends) is retried
@@ -209,6 +209,7 @@ class _Pass:
         status.setdefault("conditions", [])
         status["observedGeneration"] = self.generation
         self.plan = Plan(status=status)
+        self.not_ready_tolerance: float = RestartPolicy().node_not_ready_tolerance_seconds
 
     @property
     def status(self) -> dict[str, Any]:
@@ -258,20 +259,38 @@ def decide(
     ]
     _decide(p, job, pods, nodes, lookup)
     p.plan.release = _ends_recorded(p, pods)
-    _no_grace_for_lost_nodes(p.plan, pods, nodes)
+    _no_grace_for_lost_nodes(p.plan, pods, nodes, now, p.not_ready_tolerance)
     return p.plan
 
 
 def _no_grace_for_lost_nodes(
-    plan: Plan, pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any] | None]
+    plan: Plan,
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+    now: datetime,
+    tolerance: float,
 ) -> None:
-    """A pod whose Node object is gone has no kubelet to end it: it would wait for the pod
-    garbage collector (40 s and more). Delete it at once, as that collector would."""
+    """A pod whose node is gone, or NotReady for longer than the job tolerates, has no
+    kubelet to end it: deleted with a grace period it would stay Terminating until the
+    pod garbage collector (a gone node) or forever (a dead kubelet), and the next gang
+    waits for it. Delete it at once, as that collector would.
+
+    A NotReady node may only be cut off rather than down; its pods then go on until its
+    kubelet returns and ends them. Set restartPolicy.nodeNotReadyToleranceSeconds above
+    the partitions your network has.
+    """
+
+    def unreachable(node_name: str | None) -> bool:
+        if node_name not in nodes:
+            return False
+        node = nodes[node_name]
+        waited = not_ready_seconds(node, now) if node is not None else None
+        return node is None or (waited is not None and waited > tolerance)
+
     lost = {
         pod["metadata"]["name"]
         for pod in pods
-        if pod.get("spec", {}).get("nodeName") in nodes
-        and nodes[pod["spec"]["nodeName"]] is None
+        if unreachable(pod.get("spec", {}).get("nodeName"))
         and (pod["metadata"]["name"] in plan.delete or pod["metadata"].get("deletionTimestamp"))
     }
     plan.delete = [name for name in plan.delete if name not in lost]
@@ -287,6 +306,7 @@ def _decide(
 ) -> None:
     try:
         spec = parse_spec(job.get("spec") or {})
+        p.not_ready_tolerance = spec.restart_policy.node_not_ready_tolerance_seconds
     except SpecError as exc:
         if p.status.get("phase") != c.FAILED:
             p.phase(c.FAILED, "InvalidSpec", str(exc))

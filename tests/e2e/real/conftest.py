@@ -1,0 +1,161 @@
+"""Real nodes for the tests in this folder: kubelets and containerds running the project's
+images, with the operator installed by its Helm chart.
+
+One cluster per session (`rljob testenv up --real-nodes 2`; RLJOB_REAL_CLUSTER names one to
+reuse). The chart installs the operator into a namespace under the "restricted" Pod
+Security Standard, watching the jobs' namespace; checkpoints live on a hostPath
+PersistentVolume, ReadWriteMany, bound to the claim the jobs name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from chart_helpers import CHART, helm
+from e2e_steps import CLAIM
+from kube_steps import wait_for
+from kubernetes import client
+
+REAL_NODES = 2
+OPERATOR_NAMESPACE = "rljob-system"
+RELEASE = "rljob"
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[str]:
+    from rljob_testenv import binaries, cluster, images, realnodes
+
+    say = lambda msg: print(msg, flush=True)  # noqa: E731
+    name = os.environ.get("RLJOB_REAL_CLUSTER") or f"real-{os.getpid()}"
+    reuse = bool(os.environ.get("RLJOB_REAL_CLUSTER")) and cluster.exists(name)
+    try:
+        binaries.install(say=say, real_nodes=True)
+        repo = Path(__file__).resolve().parents[3]
+        archives = (
+            images.pause_archive(say),
+            images.build(images.OPERATOR, repo, say),
+            images.build(images.TRAINER, repo, say),
+        )
+        cluster.up(name, gpu_nodes=0, say=say, real=cluster.RealNodes(REAL_NODES, 1, archives))
+    except (binaries.BinariesError, cluster.ClusterError, realnodes.RealNodeError,
+            images.ImageError) as exc:  # fmt: skip
+        pytest.fail(f"the real nodes could not start: {exc}", pytrace=False)
+    yield name
+    if not reuse:
+        cluster.down(name, say=say)
+
+
+@pytest.fixture(scope="session")
+def real_api(real_cluster: str):
+    from kubernetes import config
+    from rljob_testenv import cluster
+
+    configuration = client.Configuration()
+    config.load_kube_config(
+        config_file=str(cluster.kubeconfig_path(real_cluster)), client_configuration=configuration
+    )
+    with client.ApiClient(configuration) as api:
+        yield api
+
+
+@pytest.fixture
+def real_core(real_api) -> client.CoreV1Api:
+    return client.CoreV1Api(real_api)
+
+
+@pytest.fixture(scope="session")
+def jobs_namespace(real_api) -> Iterator[str]:
+    """Where the tests' jobs run: a namespace the chart's operator watches."""
+    core = client.CoreV1Api(real_api)
+    name = f"jobs-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def chart_operator(real_cluster: str, real_api, jobs_namespace: str) -> Iterator[client.V1Pod]:
+    """`helm install` of charts/rljob-operator with the image built from the Dockerfile."""
+    core = client.CoreV1Api(real_api)
+    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
+    if not _exists(core, OPERATOR_NAMESPACE):
+        core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE, labels=labels))
+        )
+    helm(
+        real_cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace",
+        OPERATOR_NAMESPACE, "--set", "image.repository=localhost/rljob-operator",
+        "--set", "image.tag=dev", "--set", "image.pullPolicy=Never",
+        "--set", f"watchNamespaces={{{jobs_namespace}}}", "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    pod = wait_for(lambda: _ready_operator_pod(core), 60, "the operator pod to be Ready")
+    yield pod
+    helm(real_cluster, "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait")
+
+
+def _exists(core: client.CoreV1Api, namespace: str) -> bool:
+    return any(n.metadata.name == namespace for n in core.list_namespace().items)
+
+
+def _ready_operator_pod(core: client.CoreV1Api) -> client.V1Pod | None:
+    pods = core.list_namespaced_pod(
+        OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=rljob-operator"
+    ).items
+    for pod in pods:
+        if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
+            return pod
+    return None
+
+
+@pytest.fixture
+def real_claim(real_core: client.CoreV1Api, jobs_namespace: str) -> Iterator[Path]:
+    """The claim the jobs name, bound to a fresh hostPath volume (ReadWriteMany); its folder.
+
+    Every real node is a process tree on this machine, so one host folder is a volume
+    that both nodes see, as an NFS or Lustre mount would be on a real cluster.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="rljob-real-pv-"))
+    folder.chmod(0o777)  # the trainer image runs as uid 65532
+    pv_name = f"ckpts-{uuid.uuid4().hex[:6]}"
+    real_core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=pv_name),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "10Gi"},
+                access_modes=["ReadWriteMany"],
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=str(folder), type="Directory"),
+            ),
+        )
+    )
+    real_core.create_namespaced_persistent_volume_claim(
+        jobs_namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=CLAIM),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                volume_name=pv_name,
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
+            ),
+        ),
+    )
+    wait_for(
+        lambda: (
+            real_core.read_namespaced_persistent_volume_claim(CLAIM, jobs_namespace).status.phase
+            == "Bound"
+        ),
+        60,
+        "the checkpoint claim to bind",
+    )
+    yield folder
+    real_core.delete_namespaced_persistent_volume_claim(CLAIM, jobs_namespace)
+    real_core.delete_persistent_volume(pv_name)
+    shutil.rmtree(folder, ignore_errors=True)
