@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-CLUSTER_DIRS = ("cluster", "e2e")
+CLUSTER_DIRS = ("cluster", "e2e", "real")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -24,7 +24,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if Path(item.path).parent.name in CLUSTER_DIRS:
             item.add_marker(pytest.mark.cluster)
-        if Path(item.path).parent.name == "e2e":
+        if Path(item.path).parent.name in ("e2e", "real"):
             item.add_marker(pytest.mark.e2e)
 
 

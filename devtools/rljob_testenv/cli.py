@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "project's images (built with buildah on first use)",
     )
     up.add_argument("--gpus-per-real-node", type=int, default=1)
+    up.add_argument(
+        "--without-trainer-image",
+        action="store_true",
+        help="real nodes get only the operator image (the trainer's is 6 GB: torch from PyPI)",
+    )
     up.set_defaults(handler=_reported(_up))
     named("down", "stop a cluster and remove its files").set_defaults(handler=_reported(_down))
     named("kubeconfig", "print the path of a cluster's kubeconfig").set_defaults(
@@ -68,6 +73,8 @@ def _up(args: argparse.Namespace) -> int:
     if args.real_nodes:
         repo = Path(__file__).resolve().parents[2]
         archives = (images.pause_archive(_say), images.build(images.OPERATOR, repo, _say))
+        if not args.without_trainer_image:
+            archives += (images.build(images.TRAINER, repo, _say),)
         real = cluster.RealNodes(args.real_nodes, args.gpus_per_real_node, archives)
     print(cluster.up(args.name, gpu_nodes=args.nodes, shape=shape, say=_say, real=real))
     return 0

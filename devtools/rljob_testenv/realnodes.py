@@ -413,9 +413,10 @@ def _cgroup_pids(plans: list[NodePlan]) -> list[int]:
     return sorted(pids)
 
 
-def _kill_all(pids: list[int]) -> None:
-    """SIGTERM, a few seconds to exit, then SIGKILL whatever is left."""
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
+def _kill_all(pids: list[int], gentle: bool = True) -> None:
+    """SIGTERM, a few seconds to exit, then SIGKILL what is left; only SIGKILL if not gentle."""
+    steps = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)) if gentle else ((signal.SIGKILL, 2.0),)
+    for sig, grace in steps:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
@@ -440,6 +441,25 @@ def _remove_cgroups(plans: list[NodePlan]) -> None:
             for path in sorted(top.glob("**/"), key=lambda p: len(p.parts), reverse=True):
                 with contextlib.suppress(OSError):
                     path.rmdir()
+
+
+def power_off(cluster: str, cluster_dir: Path, node_name: str) -> None:
+    """Stop one node as a power cut would: its kubelet, containerd, kube-proxy and device
+    plugin, by PID, and every process of its pods. Its network namespace stays, dead."""
+    state = read_state(cluster_dir)
+    plans = [p for p in (state.plans(cluster_dir, cluster) if state else []) if p.name == node_name]
+    if not plans:
+        raise RealNodeError(f"no real node {node_name!r} in cluster {cluster!r}")
+    node = plans[0]
+    daemons = [
+        int((node.root / "pids" / f"{name}.pid").read_text())
+        for name in ("kubelet", "kube-proxy", "gpu-plugin", "containerd")
+        if (node.root / "pids" / f"{name}.pid").exists()
+    ]
+    _kill_all(daemons, gentle=False)
+    _kill_all(_shim_pids(plans), gentle=False)
+    for _ in range(3):
+        _kill_all(_cgroup_pids(plans), gentle=False)
 
 
 def down(cluster: str, cluster_dir: Path, say: Callable[[str], None] = print) -> None:

@@ -66,6 +66,20 @@ def test_no_checkpoint_text_says_so(tmp_path, capsys):
     assert (code, out.splitlines()[0]) == (1, f"no complete checkpoint in {tmp_path.resolve()}")
 
 
+def test_with_missing_ok_a_directory_not_made_yet_is_no_checkpoint_not_an_error(tmp_path, capsys):
+    out_file = tmp_path / "report.json"
+    code, out, err = run(capsys, "latest", tmp_path / "not-yet", "--missing-ok", "--json",
+                         "--output", out_file)  # fmt: skip
+    assert (code, err) == (1, "")
+    report = json.loads(out)
+    assert report["found"] is False and report["missing"] is True
+    assert json.loads(out_file.read_text()) == report
+    # A file where the directory should be is still bad input.
+    write_text(tmp_path / "file", "x")
+    code, _, err = run(capsys, "latest", tmp_path / "file", "--missing-ok")
+    assert code == 2 and "not a directory" in err
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [

@@ -94,6 +94,7 @@ def test_the_inspector_pod_confines_its_lookup_to_the_mounted_volume():
     command = pod["spec"]["containers"][0]["command"]
     assert command[2:4] == ["latest", "/ck/run"]
     assert command[command.index("--within") + 1] == "/ck"
+    assert "--missing-ok" in command  # a job that never saved has no directory yet
 
 
 def test_a_symlink_inside_a_checkpoint_folder_that_leads_outside_is_not_followed(tmp_path):
@@ -146,7 +147,7 @@ def test_the_inspector_verifies_an_explicit_resume_folder_within_the_volume():
     command = pod["spec"]["containers"][0]["command"]
     assert command[:4] == ["rljob", "ckpt", "verify", "/checkpoints/run/global_step_5"]
     assert command[command.index("--within") + 1] == "/checkpoints"
-    assert "--output" in command
+    assert "--output" in command and "--missing-ok" not in command  # named: it must exist
 
 
 def test_verify_writes_its_verdict_for_the_inspector_and_refuses_outside_within(tmp_path, capsys):

@@ -7,10 +7,18 @@ CheckpointInputError and turned into a one-line error by `rljob_operator.cli.mai
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from .errors import CheckpointInputError
-from .latest import VERIFY_MODES, Judged, find_latest, list_checkpoints, verify_folder
+from .latest import (
+    VERIFY_MODES,
+    Judged,
+    LatestResult,
+    find_latest,
+    list_checkpoints,
+    verify_folder,
+)
 from .layouts import AUTO, CHOICES
 from .progress import read_progress_step
 from .report import dumps, fit_json
@@ -47,6 +55,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         default=[],
         help="a global_step_N folder not to resume from, whatever it holds (repeatable)",
     )
+    latest.add_argument(
+        "--missing-ok",
+        action="store_true",
+        help="a DIR that does not exist is no checkpoint yet (exit 1), not an error: what a "
+        "job that never saved has (the inspector pod passes it)",
+    )
     latest.set_defaults(handler=_latest)
     command("list", "every global_step_N with its verdict, newest first", "DIR").set_defaults(
         handler=_list
@@ -66,6 +80,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
 
 
 def _latest(args: argparse.Namespace) -> int:
+    if args.missing_ok and not os.path.lexists(args.path):
+        payload = {**LatestResult(args.verify, None, ()).to_dict(), "missing": True}
+        if args.output:
+            _write(args.output, fit_json(payload))
+        print(dumps(payload) if args.json else f"{args.path} does not exist yet")
+        return 1
     result = find_latest(
         args.path, args.layout, args.verify, exclude=args.exclude, within=args.within
     )

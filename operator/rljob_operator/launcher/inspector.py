@@ -39,6 +39,8 @@ def desired_inspector(
         "--verify", spec.checkpoint.verify,
         "--within", spec.checkpoint.mount_path, "--json", "--output", TERMINATION_LOG,
     ]  # fmt: skip
+    if not named:
+        command.append("--missing-ok")  # a job that never saved yet has no directory yet
     for path in exclude:
         command += ["--exclude", path]
     source = spec.checkpoint.volume or {"emptyDir": {}}

@@ -214,7 +214,19 @@ def _exit(f: PodFacts, policy: RestartPolicy):
         return Outcome.FAILED, "OOMKilled", "the trainer ran out of memory (OOMKilled)"
     if code is None:
         return Outcome.FAILED, f.status_reason or "PodFailed", "the pod failed without an exit code"
-    return Outcome.FAILED, "ExitCode", f"the trainer exited with code {code}"
+    said = _last_line(f.termination_message)
+    reason = "StartError" if f.termination_reason == "StartError" else "ExitCode"
+    return (
+        Outcome.FAILED,
+        reason,
+        f"the trainer exited with code {code}" + (f": {said}" if said else ""),
+    )
+
+
+def _last_line(message: str, limit: int = 300) -> str:
+    """The end of the termination message (or of the log, the kubelet's fallback): the error."""
+    lines = [line.strip() for line in message.splitlines() if any(ch.isalnum() for ch in line)]
+    return lines[-1][-limit:] if lines else ""
 
 
 RULES: tuple[Rule, ...] = (

@@ -53,6 +53,8 @@ def result_from_report(spec: JobSpec, report: dict[str, Any]) -> LookupResult:
     rejected = report.get("rejected") or []
     detail = "; ".join(f"step {r['step']}: {r['verdict']} ({r['reason']})" for r in rejected[:3])
     progress = report.get("progress_step")
+    if report.get("missing"):
+        return LookupResult(None, None, f"{spec.checkpoint.path} does not exist yet")
     if not report.get("found"):
         where = spec.checkpoint.path
         return LookupResult(None, progress, f"no complete checkpoint in {where}. {detail}".strip())

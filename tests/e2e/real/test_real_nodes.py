@@ -1,0 +1,341 @@
+"""On real nodes: the chart-installed operator, the trainer image in containers, real kubelets.
+
+What these show that kwok and the node agent cannot: the kubelet's SIGTERM and grace
+period on a preemption or an eviction, torchrun as a container's PID 1 waiting for a save
+longer than its default 30 s, the inspector pod reading the volume on a node, image pull
+and start errors as the kubelet reports them, the OOM killer, and a node that dies.
+Each job is checked the way a user would: its status, conditions, Events, and for the
+training runs, weights bitwise equal to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from e2e_steps import (
+    MAX_STEPS,
+    SAVE_INTERVAL,
+    assert_bitwise_equal,
+    create_job,
+    delete_pods,
+    evict,
+    experiment_path,
+    free_port,
+    get_job,
+    load_weights,
+    read_metrics,
+    rljob_job,
+    running_gang,
+    status,
+    wait_step,
+    wait_succeeded,
+)
+from kube_steps import wait_for
+from kubernetes import client
+from rljob_operator import constants as c
+from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE
+from tiny_trainer import EXACT_METRICS
+
+TRAINER_IMAGE = "localhost/rljob-trainer:cpu"
+OPERATOR_IMAGE = "localhost/rljob-operator:dev"
+IMAGE_CONFIG = "/app/configs/grpo_tiny.yaml"  # where the trainer image keeps its configs
+REAL = {"rljob.io/testenv": "real"}
+
+
+def real_job(name: str, nnodes: int, nproc: int, **overrides: Any) -> dict[str, Any]:
+    """The e2e GRPO job, in the trainer image, on the real nodes."""
+    body = rljob_job(name, nnodes, nproc, free_port(), pool="unused", max_failures=1)
+    spec = body["spec"]
+    spec["image"] = TRAINER_IMAGE
+    spec["args"] = [IMAGE_CONFIG if a.endswith("grpo_tiny.yaml") else a for a in spec["args"]]
+    spec["template"]["spec"]["nodeSelector"] = REAL
+    for key, value in overrides.items():
+        if key == "template_spec":
+            spec["template"]["spec"].update(value)
+        else:
+            spec[key] = value
+    return body
+
+
+def custom_job(name: str, command: list[str], image: str = OPERATOR_IMAGE, **spec: Any):
+    """A one-node job of the `custom` framework: the command itself, no torchrun."""
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "framework": "custom",
+            "launcher": "torchrun",
+            "image": image,
+            "nnodes": 1,
+            "command": command,
+            "restartPolicy": {"maxFailures": 0, "failureBackoffSeconds": 0},
+            "template": {"spec": {"nodeSelector": REAL, "terminationGracePeriodSeconds": 5}},
+            **spec,
+        },
+    }
+
+
+def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[client.CoreV1Event]:
+    selector = f"involvedObject.name={name},involvedObject.kind={c.KIND}"
+    return core.list_namespaced_event(namespace, field_selector=selector).items
+
+
+def condition(job: dict[str, Any], cond_type: str) -> dict[str, Any] | None:
+    return next(
+        (x for x in (job.get("status") or {}).get("conditions", []) if x["type"] == cond_type),
+        None,
+    )
+
+
+def delete_job(real_api, namespace: str, name: str) -> None:
+    client.CustomObjectsApi(real_api).delete_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, name
+    )
+    core = client.CoreV1Api(real_api)
+    wait_for(
+        lambda: (
+            not core.list_namespaced_pod(namespace, label_selector=f"{c.LABEL_JOB}={name}").items
+            or None
+        ),
+        120,
+        f"the pods of {name} to go",
+    )
+
+
+def assert_same_run_as_reference(checkpoints: Path, reference: Path) -> None:
+    """Weights bitwise equal to the uninterrupted run, and the same metrics at every step."""
+    assert_bitwise_equal(load_weights(checkpoints, MAX_STEPS), load_weights(reference, MAX_STEPS))
+    ours = {m["step"]: m for m in read_metrics(checkpoints.parent / "metrics.jsonl")}
+    theirs = {m["step"]: m for m in read_metrics(reference.parent / "metrics.jsonl")}
+    assert sorted(ours) == sorted(theirs) == list(range(1, MAX_STEPS + 1))
+    for step, entry in theirs.items():
+        assert {k: ours[step][k] for k in EXACT_METRICS} == {k: entry[k] for k in EXACT_METRICS}
+
+
+# --------------------------------------------------------------------------- the operator
+
+
+def test_the_chart_runs_the_operator_image_restricted_with_metrics_and_health(chart_operator):
+    pod = chart_operator
+    assert pod.spec.containers[0].image == f"{OPERATOR_IMAGE}"
+    assert pod.spec.service_account_name == "rljob-operator"
+    assert pod.spec.node_name.startswith("real-node-")
+    assert pod.spec.security_context.run_as_non_root is True
+    ip = pod.status.pod_ip
+    with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=10) as response:
+        assert b"rljob_" in response.read()
+    with urllib.request.urlopen(f"http://{ip}:8081/healthz", timeout=10) as response:
+        assert response.status == 200
+
+
+# --------------------------------------------------------------------------- disruptions
+
+
+def test_scheduler_preemption_sigterm_save_and_resume_are_bit_exact(
+    real_api, real_core, jobs_namespace, chart_operator, real_claim, reference, rng
+):
+    """The scheduler preempts one pod of a 2-node gang; its kubelet sends SIGTERM; the
+    trainer saves at the next step boundary; the gang resumes from that save."""
+    scheduling = client.SchedulingV1Api(real_api)
+    for name, value in (("rljob-low", 100), ("rljob-high", 1000)):
+        scheduling.create_priority_class(
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
+        )
+    job_name = "preempted"
+    checkpoints = real_claim / experiment_path(job_name) / "checkpoints"
+    at = rng.choice([s for s in range(5, 12) if s % SAVE_INTERVAL])  # not an interval save
+    create_job(real_api, jobs_namespace,
+               real_job(job_name, 2, 1, template_spec={"priorityClassName": "rljob-low"}))  # fmt: skip
+    try:
+        gang = running_gang(real_core, jobs_namespace, 0, 2, timeout=240)
+        wait_step(checkpoints, at, attempt=0, timeout=300)
+        victim = rng.choice(gang).spec.node_name
+        real_core.create_namespaced_pod(jobs_namespace, preemptor(victim, "rljob-high"))
+        # The new gang needs the victim's GPUs back: free them once it is created.
+        wait_for(lambda: [p for p in trainer_pods(real_core, jobs_namespace, 1)] or None, 180,
+                 "the gang of attempt 1")  # fmt: skip
+        delete_pods(real_core, jobs_namespace, "app=preemptor")
+        job = wait_succeeded(real_api, jobs_namespace, job_name, timeout=600)
+    finally:
+        delete_pods(real_core, jobs_namespace, "app=preemptor")
+        for name in ("rljob-low", "rljob-high"):
+            scheduling.delete_priority_class(name)
+    recovery = job["status"]["recoveries"][0]
+    assert recovery["reason"] == "PreemptionByScheduler", recovery
+    # The save on SIGTERM is the resume point: nothing after step `at` is lost but the step
+    # in flight (an interval save would be at most step `at` rounded down to 4).
+    assert recovery["resumedFromStep"] >= at, recovery
+    assert job["status"]["preemptions"] == 1 and job["status"]["failures"] == 0
+    assert_same_run_as_reference(checkpoints, reference)
+    reasons = {e.reason for e in events_of(real_core, jobs_namespace, job_name)}
+    assert {"Preempted", "Succeeded"} <= reasons, reasons
+    delete_job(real_api, jobs_namespace, job_name)
+
+
+def test_eviction_with_a_save_slower_than_torchruns_default_30s_still_resumes_from_it(
+    real_api, real_core, jobs_namespace, chart_operator, real_claim, reference, rng
+):
+    """torchrun is the container's PID 1; on SIGTERM it gives its workers
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT (from the grace period), not 30 s: a 40 s save ends."""
+    job_name = "slow-save"
+    checkpoints = real_claim / experiment_path(job_name) / "checkpoints"
+    at = rng.choice([s for s in range(5, 12) if s % SAVE_INTERVAL])
+    body = real_job(job_name, 1, 2, template_spec={"terminationGracePeriodSeconds": 90},
+                    env=[{"name": ENV_TEST_SLOW_STOP_SAVE, "value": "40"}])  # fmt: skip
+    create_job(real_api, jobs_namespace, body)
+    gang = running_gang(real_core, jobs_namespace, 0, 1, timeout=240)
+    wait_step(checkpoints, at, attempt=0, timeout=300)
+    evicted_at = time.monotonic()
+    evict(real_core, jobs_namespace, gang[0].metadata.name)
+    job = wait_succeeded(real_api, jobs_namespace, job_name, timeout=600)
+
+    recovery = job["status"]["recoveries"][0]
+    assert recovery["reason"] == "EvictionByEvictionAPI", recovery
+    assert recovery["resumedFromStep"] >= at, recovery  # the slow save was sealed, and used
+    assert time.monotonic() - evicted_at > 40  # the save really took its 40 s
+    assert_same_run_as_reference(checkpoints, reference)
+    delete_job(real_api, jobs_namespace, job_name)
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_an_image_that_does_not_exist_is_a_condition_and_an_event_not_a_retry_loop(
+    real_api, real_core, jobs_namespace, chart_operator
+):
+    name = "no-image"
+    create_job(real_api, jobs_namespace,
+               custom_job(name, ["python", "-c", "pass"], image="localhost/rljob-nope:1"))  # fmt: skip
+    stuck = wait_for(
+        lambda: (lambda cond: cond if cond and cond["status"] == "True" else None)(
+            condition(get_job(real_api, jobs_namespace, name), "ContainersNotStarting")
+        ),
+        120,
+        "the ContainersNotStarting condition",
+    )
+    assert stuck["reason"] in {"ErrImagePull", "ImagePullBackOff"}, stuck
+    assert "localhost/rljob-nope:1" in stuck["message"]
+    time.sleep(15)  # the kubelet retries the pull; the job must not count that as failures
+    job = get_job(real_api, jobs_namespace, name)
+    assert job["status"]["phase"] == c.PENDING and job["status"]["failures"] == 0
+    assert job["status"]["attempt"] == 0
+    warnings = [e for e in events_of(real_core, jobs_namespace, name) if e.type == "Warning"]
+    assert {e.reason for e in warnings} & {"ErrImagePull", "ImagePullBackOff"}, warnings
+    delete_job(real_api, jobs_namespace, name)
+
+
+def test_a_command_the_image_does_not_have_is_a_clear_failure(
+    real_api, real_core, jobs_namespace, chart_operator
+):
+    """The operator image has no torchrun: the container cannot start (runc's StartError,
+    exit 128), and the job says which executable is missing."""
+    name = "no-command"
+    create_job(real_api, jobs_namespace, custom_job(name, ["python", "-c", "pass"]))
+    job = wait_for(
+        lambda: (lambda j: j if status_phase(j) == c.FAILED else None)(
+            get_job(real_api, jobs_namespace, name)
+        ),
+        120,
+        "the job to fail",
+    )
+    failed = condition(job, "Failed")
+    assert "StartError" in failed["message"], failed
+    assert 'exec: "torchrun": executable file not found' in failed["message"], failed
+    assert job["status"]["failures"] == 1 and job["status"]["preemptions"] == 0
+    delete_job(real_api, jobs_namespace, name)
+
+
+def test_a_container_killed_by_the_oom_killer_is_a_failure_not_a_disruption(
+    real_api, real_core, jobs_namespace, chart_operator
+):
+    name = "oom"
+    hog = ["python", "-c", "b = []\nwhile True: b.append(bytearray(8 << 20))"]
+    create_job(real_api, jobs_namespace,
+               custom_job(name, hog, resources={"limits": {"memory": "64Mi"}}))  # fmt: skip
+    job = wait_for(
+        lambda: (lambda j: j if status_phase(j) == c.FAILED else None)(
+            get_job(real_api, jobs_namespace, name)
+        ),
+        120,
+        "the job to fail",
+    )
+    failed = condition(job, "Failed")
+    assert "OOMKilled" in failed["reason"] + failed["message"], failed
+    assert job["status"]["preemptions"] == 0
+    delete_job(real_api, jobs_namespace, name)
+
+
+def status_phase(job: dict[str, Any]) -> str | None:
+    return (job.get("status") or {}).get("phase")
+
+
+def trainer_pods(core: client.CoreV1Api, namespace: str, attempt: int) -> list[client.V1Pod]:
+    selector = f"{c.LABEL_ROLE}={c.ROLE_TRAINER},{c.LABEL_ATTEMPT}={attempt}"
+    return core.list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def preemptor(node: str, priority_class: str) -> dict[str, Any]:
+    """A higher-priority pod that needs every GPU of the node, and runs there."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "urgent", "labels": {"app": "preemptor"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "priorityClassName": priority_class,
+            "terminationGracePeriodSeconds": 0,
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "urgent", "image": OPERATOR_IMAGE, "imagePullPolicy": "Never",
+                "command": ["python", "-c", "import time; time.sleep(3600)"],
+                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+            }],
+        },
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- a node dies
+
+
+# Last in this file, which pytest keeps in order: the node stays dead for the session.
+def test_a_node_that_dies_goes_not_ready_and_the_gang_recovers_on_the_other_node(
+    real_cluster, real_api, real_core, jobs_namespace, chart_operator, real_claim
+):
+    """Its kubelet, containerd and pods are killed by PID; it goes NotReady; past the job's
+    tolerance its pod is deleted without grace and the gang runs on the other node."""
+    from rljob_testenv import cluster, realnodes
+
+    name = "node-dies"
+    body = real_job(name, 1, 1, restartPolicy={"maxFailures": 1, "failureBackoffSeconds": 0,
+                                                "nodeNotReadyToleranceSeconds": 10})  # fmt: skip
+    body["spec"]["args"] = [a.replace(f"max_steps={MAX_STEPS}", "max_steps=400")
+                            for a in body["spec"]["args"]]  # fmt: skip
+    operator_node = chart_operator.spec.node_name
+    other = next(f"real-node-{i}" for i in range(2) if f"real-node-{i}" != operator_node)
+    body["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": other}
+    create_job(real_api, jobs_namespace, body)
+    running_gang(real_core, jobs_namespace, 0, 1, timeout=240)
+    wait_step(real_claim / experiment_path(name) / "checkpoints", SAVE_INTERVAL + 1, 0, 300)
+    # Move the job to the operator's node before its own dies: the gang has somewhere to go.
+    realnodes.power_off(real_cluster, cluster.cluster_dir(real_cluster), other)
+    patch = {"spec": {"template": {"spec": {"nodeSelector": REAL}}}}
+    client.CustomObjectsApi(real_api).patch_namespaced_custom_object(
+        c.GROUP, c.VERSION, jobs_namespace, c.PLURAL, name, patch
+    )
+    wait_for(lambda: _not_ready(real_core, other), 90, f"{other} to go NotReady")
+    gang = running_gang(real_core, jobs_namespace, 1, 1, timeout=240)
+    assert gang[0].spec.node_name == operator_node
+    st = status(real_api, jobs_namespace, name)
+    assert st["recoveries"][0]["reason"] == "NodeNotReady", st["recoveries"]
+    assert st["recoveries"][0]["resumedFromStep"] == SAVE_INTERVAL
+    assert st["failures"] == 0
+    delete_job(real_api, jobs_namespace, name)
+
+
+def _not_ready(core: client.CoreV1Api, node: str) -> bool:
+    conditions = core.read_node(node).status.conditions or []
+    return any(x.type == "Ready" and x.status != "True" for x in conditions)
