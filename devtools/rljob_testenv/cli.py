@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="real nodes get only the operator image (the trainer's is 6 GB: torch from PyPI)",
     )
     up.set_defaults(handler=_reported(_up))
+    load = named("load", "rebuild the project's images and import them into the real nodes")
+    load.add_argument("--without-trainer-image", action="store_true")
+    load.set_defaults(handler=_reported(_load))
     named("down", "stop a cluster and remove its files").set_defaults(handler=_reported(_down))
     named("kubeconfig", "print the path of a cluster's kubeconfig").set_defaults(
         handler=_reported(_kubeconfig)
@@ -66,17 +69,29 @@ def _install(args: argparse.Namespace) -> int:
     return 0
 
 
+def _archives(with_trainer: bool) -> tuple[Path, ...]:
+    """The images real nodes run, built from the repository's Dockerfiles where they changed."""
+    repo = Path(__file__).resolve().parents[2]
+    archives = (images.pause_archive(_say), images.build(images.OPERATOR, repo, _say))
+    if with_trainer:
+        archives += (images.build(images.TRAINER, repo, _say),)
+    return archives
+
+
 def _up(args: argparse.Namespace) -> int:
     binaries.install(say=_say, real_nodes=bool(args.real_nodes))
     shape = cluster.NodeShape(gpus=args.gpus_per_node)
     real = cluster.RealNodes()
     if args.real_nodes:
-        repo = Path(__file__).resolve().parents[2]
-        archives = (images.pause_archive(_say), images.build(images.OPERATOR, repo, _say))
-        if not args.without_trainer_image:
-            archives += (images.build(images.TRAINER, repo, _say),)
+        archives = _archives(not args.without_trainer_image)
         real = cluster.RealNodes(args.real_nodes, args.gpus_per_real_node, archives)
     print(cluster.up(args.name, gpu_nodes=args.nodes, shape=shape, say=_say, real=real))
+    return 0
+
+
+def _load(args: argparse.Namespace) -> int:
+    archives = _archives(not args.without_trainer_image)
+    realnodes.load_images(args.name, cluster.cluster_dir(args.name), list(archives))
     return 0
 
 

@@ -189,6 +189,10 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 KWOK_ARGS = (
     ("kwok-controller", "manage-all-nodes", "false"),
     ("kwok-controller", "manage-nodes-with-annotation-selector", f"{KWOK_NODE_ANNOTATION}=fake"),
+    # One of each, so no leader election: on a loaded machine a lease renewal that times out
+    # would make the controller-manager or the scheduler exit, and nothing restarts them.
+    ("kube-controller-manager", "leader-elect", "false"),
+    ("kube-scheduler", "leader-elect", "false"),
 )
 REAL_NODE_ARGS = (
     # The node controller notices a silent kubelet within seconds, not minutes.

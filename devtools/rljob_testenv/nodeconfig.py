@@ -122,6 +122,9 @@ def containerd_config(node: NodePlan) -> str:
     """containerd's config (version 3): every path and socket the node's own."""
     cri_runtime = {
         "restrict_oom_score_adj": True,
+        # Pod network namespaces under the node's state dir, not /run/netns: they are mounted
+        # in the node's mount namespace and would leave dead files in the host's folder.
+        "netns_mounts_under_state_dir": True,
         "cni": {"bin_dirs": [CNI_BIN_DIR], "conf_dir": str(node.path("cni", "net.d"))},
         "containerd": {
             "default_runtime_name": "runc",

@@ -359,8 +359,7 @@ def up(
     started = time.monotonic()
     names = ", ".join(a.name for a in images)
     say(f"  importing {names} into {len(plans)} containerds")
-    with ThreadPoolExecutor(len(plans)) as pool:
-        list(pool.map(lambda node: _import_images(node, images), plans))
+    load_images(cluster, cluster_dir, images)
     say(f"  images imported in {time.monotonic() - started:.0f}s")
     for node in plans:
         _start_kubelet(node, holders[node.name])
@@ -441,6 +440,16 @@ def _remove_cgroups(plans: list[NodePlan]) -> None:
             for path in sorted(top.glob("**/"), key=lambda p: len(p.parts), reverse=True):
                 with contextlib.suppress(OSError):
                     path.rmdir()
+
+
+def load_images(cluster: str, cluster_dir: Path, images: list[Path]) -> None:
+    """Import images into every running real node (after a rebuild), all nodes at once."""
+    state = read_state(cluster_dir)
+    if state is None:
+        raise RealNodeError(f"cluster {cluster!r} has no real nodes")
+    plans = state.plans(cluster_dir, cluster)
+    with ThreadPoolExecutor(len(plans)) as pool:
+        list(pool.map(lambda node: _import_images(node, images), plans))
 
 
 def power_off(cluster: str, cluster_dir: Path, node_name: str) -> None:

@@ -46,6 +46,7 @@ def test_containerd_config_is_the_nodes_own_and_fits_this_machine() -> None:
     assert runtime["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
     assert runtime["cni"]["conf_dir"].startswith(str(node.root))
     assert "io.containerd.nri.v1.nri" in config["disabled_plugins"]  # a fixed, shared socket
+    assert runtime["netns_mounts_under_state_dir"] is True  # not the host's /run/netns
 
 
 def test_kubelet_config_fits_cgroup_v1_without_cap_sys_resource() -> None:

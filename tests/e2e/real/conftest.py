@@ -159,3 +159,28 @@ def real_claim(real_core: client.CoreV1Api, jobs_namespace: str) -> Iterator[Pat
     real_core.delete_namespaced_persistent_volume_claim(CLAIM, jobs_namespace)
     real_core.delete_persistent_volume(pv_name)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.rljob_failed = report.failed
+    return report
+
+
+@pytest.fixture(autouse=True)
+def what_the_cluster_showed(request, real_cluster: str, jobs_namespace: str) -> Iterator[None]:
+    """On a failure, print what a user would look at: jobs, pods, events, the operator's log."""
+    yield
+    if not getattr(request.node, "rljob_failed", False):
+        return
+    from rljob_testenv import cluster
+
+    for args in (
+        ("get", "rltj,pods", "-o", "wide", "-n", jobs_namespace),
+        ("get", "events", "-n", jobs_namespace),
+        ("get", "nodes", "-o", "wide"),
+        ("logs", "-n", OPERATOR_NAMESPACE, "deploy/rljob-operator", "--tail=60"),
+    ):
+        print(f"\n$ kubectl {' '.join(args)}\n" + cluster.kubectl(real_cluster, *args, check=False))
