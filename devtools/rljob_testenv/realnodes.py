@@ -254,6 +254,7 @@ def _start_runtime(node: NodePlan) -> int:
         node.path("logs", "namespace.log"),
     )
     containerd = binaries.require("containerd")
+    node.containerd_socket.unlink(missing_ok=True)  # a stopped node's, left behind
     env_path = f"{containerd.parent}:{os.environ.get('PATH', '')}"  # the shim sits beside it
     _spawn(
         node.root,
@@ -339,7 +340,12 @@ def up(
     check_host()
     existing = read_state(cluster_dir)
     if existing:
-        return existing.plans(cluster_dir, cluster)
+        plans = existing.plans(cluster_dir, cluster)
+        for node in plans:
+            if not _alive(_recorded_pid(node, "kubelet")):
+                say(f"  {node.name} is down: starting it again")
+                _start_again(node)
+        return plans
     state = State(network=_free_network_index(cluster_dir.parent), nodes=count, gpus=gpus)
     (cluster_dir / STATE_FILE).write_text(json.dumps(state.__dict__))
     plans = state.plans(cluster_dir, cluster)
@@ -379,25 +385,28 @@ def _start_coredns(cluster_dir: Path, net: NetworkPlan) -> None:
 
 
 def _pids_under(root: Path) -> list[int]:
+    """The pids recorded in root/pids and root/*/pids (never a walk of containerd's store)."""
     pids = []
-    for pidfile in root.glob("**/pids/*.pid"):
+    for pidfile in [*root.glob("pids/*.pid"), *root.glob("*/pids/*.pid")]:
         with contextlib.suppress(OSError, ValueError):
             pids.append(int(pidfile.read_text()))
     return pids
 
 
-def _shim_pids(plans: list[NodePlan]) -> list[int]:
-    """containerd's shims detach from it; find ours by the address they were started with."""
-    sockets = {str(p.containerd_socket) for p in plans}
+def _processes_of(plans: list[NodePlan]) -> list[int]:
+    """Every process started for these nodes, found by the node folders in their command
+    lines: the daemons (also one whose pid file was lost) and containerd's shims, which
+    detach from it and name its socket."""
+    roots = tuple(str(p.root) + "/" for p in plans)
     found = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if any(a.decode(errors="replace") in sockets for a in argv) and b"shim" in argv[0]:
+        if any(root in arg for arg in argv for root in roots):
             found.append(int(proc.name))
     return found
 
@@ -442,6 +451,39 @@ def _remove_cgroups(plans: list[NodePlan]) -> None:
                     path.rmdir()
 
 
+def _recorded_pid(node: NodePlan, name: str) -> int:
+    try:
+        return int((node.root / "pids" / f"{name}.pid").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+NODE_DAEMONS = ("kubelet", "kube-proxy", "gpu-plugin", "containerd", "namespace")
+
+
+def _stop_daemons(node: NodePlan) -> None:
+    pids = [_recorded_pid(node, name) for name in NODE_DAEMONS]
+    _kill_all([pid for pid in pids if pid] + _processes_of([node]), gentle=False)
+
+
+def _start_again(node: NodePlan) -> None:
+    _stop_daemons(node)  # whatever is left of it: its containerd holds the store's lock
+    _start_kubelet(node, _start_runtime(node))
+
+
+def node_plan(cluster: str, cluster_dir: Path, node_name: str) -> NodePlan:
+    state = read_state(cluster_dir)
+    plans = [p for p in (state.plans(cluster_dir, cluster) if state else []) if p.name == node_name]
+    if not plans:
+        raise RealNodeError(f"no real node {node_name!r} in cluster {cluster!r}")
+    return plans[0]
+
+
+def power_on(cluster: str, cluster_dir: Path, node_name: str) -> None:
+    """Start a node that was stopped (power_off) again: its images are still in its store."""
+    _start_again(node_plan(cluster, cluster_dir, node_name))
+
+
 def load_images(cluster: str, cluster_dir: Path, images: list[Path]) -> None:
     """Import images into every running real node (after a rebuild), all nodes at once."""
     state = read_state(cluster_dir)
@@ -455,18 +497,9 @@ def load_images(cluster: str, cluster_dir: Path, images: list[Path]) -> None:
 def power_off(cluster: str, cluster_dir: Path, node_name: str) -> None:
     """Stop one node as a power cut would: its kubelet, containerd, kube-proxy and device
     plugin, by PID, and every process of its pods. Its network namespace stays, dead."""
-    state = read_state(cluster_dir)
-    plans = [p for p in (state.plans(cluster_dir, cluster) if state else []) if p.name == node_name]
-    if not plans:
-        raise RealNodeError(f"no real node {node_name!r} in cluster {cluster!r}")
-    node = plans[0]
-    daemons = [
-        int((node.root / "pids" / f"{name}.pid").read_text())
-        for name in ("kubelet", "kube-proxy", "gpu-plugin", "containerd")
-        if (node.root / "pids" / f"{name}.pid").exists()
-    ]
-    _kill_all(daemons, gentle=False)
-    _kill_all(_shim_pids(plans), gentle=False)
+    node = node_plan(cluster, cluster_dir, node_name)
+    plans = [node]
+    _stop_daemons(node)
     for _ in range(3):
         _kill_all(_cgroup_pids(plans), gentle=False)
 
@@ -478,7 +511,7 @@ def down(cluster: str, cluster_dir: Path, say: Callable[[str], None] = print) ->
         return
     plans = state.plans(cluster_dir, cluster)
     _kill_all(_pids_under(cluster_dir / "nodes") + _pids_under(cluster_dir / "coredns"))
-    _kill_all(_shim_pids(plans))
+    _kill_all(_processes_of(plans))
     for _ in range(3):  # a pod's processes may fork while we kill them
         _kill_all(_cgroup_pids(plans))
     _remove_cgroups(plans)

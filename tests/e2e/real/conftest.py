@@ -23,6 +23,7 @@ from kube_steps import wait_for
 from kubernetes import client
 
 REAL_NODES = 2
+GPUS_PER_NODE = 2  # a 1-node job of 2 ranks fits one node; a 2-node job leaves room
 OPERATOR_NAMESPACE = "rljob-system"
 RELEASE = "rljob"
 
@@ -42,7 +43,9 @@ def real_cluster() -> Iterator[str]:
             images.build(images.OPERATOR, repo, say),
             images.build(images.TRAINER, repo, say),
         )
-        cluster.up(name, gpu_nodes=0, say=say, real=cluster.RealNodes(REAL_NODES, 1, archives))
+        cluster.up(
+            name, gpu_nodes=0, say=say, real=cluster.RealNodes(REAL_NODES, GPUS_PER_NODE, archives)
+        )
     except (binaries.BinariesError, cluster.ClusterError, realnodes.RealNodeError,
             images.ImageError) as exc:  # fmt: skip
         pytest.fail(f"the real nodes could not start: {exc}", pytrace=False)
@@ -179,8 +182,10 @@ def what_the_cluster_showed(request, real_cluster: str, jobs_namespace: str) -> 
 
     for args in (
         ("get", "rltj,pods", "-o", "wide", "-n", jobs_namespace),
-        ("get", "events", "-n", jobs_namespace),
+        ("events", "-n", jobs_namespace),
         ("get", "nodes", "-o", "wide"),
-        ("logs", "-n", OPERATOR_NAMESPACE, "deploy/rljob-operator", "--tail=60"),
+        ("logs", "-n", OPERATOR_NAMESPACE, "deploy/rljob-operator", "--tail=400"),
     ):
-        print(f"\n$ kubectl {' '.join(args)}\n" + cluster.kubectl(real_cluster, *args, check=False))
+        out = cluster.kubectl(real_cluster, *args, check=False).splitlines()
+        out = [line for line in out if "GET /healthz" not in line and "succeeded." not in line]
+        print(f"\n$ kubectl {' '.join(args)}\n" + "\n".join(out[-40:]))

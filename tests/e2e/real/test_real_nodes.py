@@ -27,6 +27,7 @@ from e2e_steps import (
     get_job,
     load_weights,
     read_metrics,
+    read_progress,
     rljob_job,
     running_gang,
     status,
@@ -255,7 +256,7 @@ def test_a_container_killed_by_the_oom_killer_is_a_failure_not_a_disruption(
     name = "oom"
     hog = ["python", "-c", "b = []\nwhile True: b.append(bytearray(8 << 20))"]
     create_job(real_api, jobs_namespace,
-               custom_job(name, hog, resources={"limits": {"memory": "64Mi"}}))  # fmt: skip
+               custom_job(name, hog, image=TRAINER_IMAGE, resources={"limits": {"memory": "256Mi"}}))  # fmt: skip
     job = wait_for(
         lambda: (lambda j: j if status_phase(j) == c.FAILED else None)(
             get_job(real_api, jobs_namespace, name)
@@ -280,6 +281,8 @@ def trainer_pods(core: client.CoreV1Api, namespace: str, attempt: int) -> list[c
 
 def preemptor(node: str, priority_class: str) -> dict[str, Any]:
     """A higher-priority pod that needs every GPU of the node, and runs there."""
+    from conftest import GPUS_PER_NODE
+
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -292,7 +295,7 @@ def preemptor(node: str, priority_class: str) -> dict[str, Any]:
             "containers": [{
                 "name": "urgent", "image": OPERATOR_IMAGE, "imagePullPolicy": "Never",
                 "command": ["python", "-c", "import time; time.sleep(3600)"],
-                "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_NODE)}},
             }],
         },
     }  # fmt: skip
@@ -314,25 +317,36 @@ def test_a_node_that_dies_goes_not_ready_and_the_gang_recovers_on_the_other_node
                                                 "nodeNotReadyToleranceSeconds": 10})  # fmt: skip
     body["spec"]["args"] = [a.replace(f"max_steps={MAX_STEPS}", "max_steps=400")
                             for a in body["spec"]["args"]]  # fmt: skip
-    operator_node = chart_operator.spec.node_name
-    other = next(f"real-node-{i}" for i in range(2) if f"real-node-{i}" != operator_node)
-    body["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": other}
+    survivor = chart_operator.spec.node_name  # the operator must outlive the node
+    doomed = next(f"real-node-{i}" for i in range(2) if f"real-node-{i}" != survivor)
+    body["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": doomed}
     create_job(real_api, jobs_namespace, body)
     running_gang(real_core, jobs_namespace, 0, 1, timeout=240)
-    wait_step(real_claim / experiment_path(name) / "checkpoints", SAVE_INTERVAL + 1, 0, 300)
-    # Move the job to the operator's node before its own dies: the gang has somewhere to go.
-    realnodes.power_off(real_cluster, cluster.cluster_dir(real_cluster), other)
-    patch = {"spec": {"template": {"spec": {"nodeSelector": REAL}}}}
-    client.CustomObjectsApi(real_api).patch_namespaced_custom_object(
-        c.GROUP, c.VERSION, jobs_namespace, c.PLURAL, name, patch
-    )
-    wait_for(lambda: _not_ready(real_core, other), 90, f"{other} to go NotReady")
-    gang = running_gang(real_core, jobs_namespace, 1, 1, timeout=240)
-    assert gang[0].spec.node_name == operator_node
-    st = status(real_api, jobs_namespace, name)
-    assert st["recoveries"][0]["reason"] == "NodeNotReady", st["recoveries"]
-    assert st["recoveries"][0]["resumedFromStep"] == SAVE_INTERVAL
-    assert st["failures"] == 0
+    checkpoints = real_claim / experiment_path(name) / "checkpoints"
+    wait_step(checkpoints, SAVE_INTERVAL + 1, 0, 300)
+    where = cluster.cluster_dir(real_cluster)
+    realnodes.power_off(real_cluster, where, doomed)
+    last_step = read_progress(checkpoints)["step"]  # nothing of the node runs any more
+    try:
+        # Let the job go to the other node (a merge patch: None drops the key).
+        selector = {"kubernetes.io/hostname": None, **REAL}
+        client.CustomObjectsApi(real_api).patch_namespaced_custom_object(
+            c.GROUP, c.VERSION, jobs_namespace, c.PLURAL, name,
+            {"spec": {"template": {"spec": {"nodeSelector": selector}}}},
+        )  # fmt: skip
+        wait_for(lambda: _not_ready(real_core, doomed), 90, f"{doomed} to go NotReady")
+        gang = running_gang(real_core, jobs_namespace, 1, 1, timeout=240)
+        assert gang[0].spec.node_name == survivor
+        st = status(real_api, jobs_namespace, name)
+        assert st["recoveries"][0]["reason"] == "NodeNotReady", st["recoveries"]
+        # No save on SIGTERM from a dead node: the newest interval save (the one at the last
+        # step may have been cut short by the kill, and is then passed over).
+        newest = last_step // SAVE_INTERVAL * SAVE_INTERVAL
+        assert st["recoveries"][0]["resumedFromStep"] in (newest, newest - SAVE_INTERVAL), st
+        assert st["failures"] == 0
+    finally:
+        realnodes.power_on(real_cluster, where, doomed)
+        wait_for(lambda: not _not_ready(real_core, doomed), 120, f"{doomed} to be Ready again")
     delete_job(real_api, jobs_namespace, name)
 
 
