@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml devtools/pyproject.toml
 
 venv: $(STAMP)
 
-## Kubernetes binaries (kube-apiserver, etcd, kwok, helm, ...), built once and cached.
+## Kubernetes binaries (kube-apiserver, etcd, kwok, helm, and for the real nodes kubelet,
+## kube-proxy, containerd, crictl, CoreDNS and the device plugin), built once and cached.
 binaries: venv
-	$(BIN)/rljob testenv install
+	$(BIN)/rljob testenv install --real-nodes
 
 ## What the real test nodes need from Debian (root): the OCI runtime, CNI plugins, iptables,
 ## catatonit (the pause image), and mmdebstrap and buildah to build the images without Docker.
@@ -56,8 +57,10 @@ fmt: venv
 unit: venv
 	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
 
-## The whole suite: lint, unit tests and tests on a real local control plane.
-test: venv binaries lint
+## The whole suite: lint, unit tests, tests on a local control plane with kwok nodes and node
+## agents, and tests on real nodes (kubelet + containerd, the images built from the Dockerfiles,
+## the operator installed by the chart). The real nodes need root, host-deps and ~30 GB of disk.
+test: venv host-deps binaries lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## The main job: start a local cluster and run the demo.

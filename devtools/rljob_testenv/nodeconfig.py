@@ -193,7 +193,6 @@ def kubelet_config(node: NodePlan) -> dict:
         "imageMinimumGCAge": "876000h",
         "serializeImagePulls": False,
         "staticPodPath": "",
-        "syncFrequency": "10s",
         "shutdownGracePeriod": "0s",
     }
 

@@ -107,6 +107,17 @@ def _free_network_index(cluster_root: Path) -> int:
     raise RealNodeError("no free network for real nodes: run `rljob testenv down` on old clusters")
 
 
+def _check_disk(cluster_dir: Path, images: list[Path], count: int) -> None:
+    """Each node keeps an image's compressed layers and their unpacked copy (about 3x)."""
+    need = sum(a.stat().st_size for a in images) * 3 * count + (2 << 30)
+    free = shutil.disk_usage(cluster_dir).free
+    if free < need:
+        raise RealNodeError(
+            f"{count} real nodes need about {need / 2**30:.0f} GiB free under {cluster_dir} for "
+            f"their images, and {free / 2**30:.0f} GiB are"
+        )
+
+
 def read_state(cluster_dir: Path) -> State | None:
     try:
         return State(**json.loads((cluster_dir / STATE_FILE).read_text()))
@@ -346,6 +357,7 @@ def up(
                 say(f"  {node.name} is down: starting it again")
                 _start_again(node)
         return plans
+    _check_disk(cluster_dir, images, count)
     state = State(network=_free_network_index(cluster_dir.parent), nodes=count, gpus=gpus)
     (cluster_dir / STATE_FILE).write_text(json.dumps(state.__dict__))
     plans = state.plans(cluster_dir, cluster)

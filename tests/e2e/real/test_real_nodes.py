@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from e2e_steps import (
     MAX_STEPS,
+    REPORTS,
     SAVE_INTERVAL,
     assert_bitwise_equal,
     create_job,
@@ -107,6 +109,26 @@ def delete_job(real_api, namespace: str, name: str) -> None:
     )
 
 
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def report_recovery(title: str, job: dict[str, Any], checkpoints: Path) -> None:
+    """Detection -> new gang created -> Running -> first training step, for the session summary."""
+    recovery = job["status"]["recoveries"][0]
+    detected = _epoch(recovery["detectedAt"])
+    steps = [m for m in read_metrics(checkpoints.parent / "metrics.jsonl")
+             if m.get("attempt") == recovery["attempt"]]  # fmt: skip
+    marks = [
+        ("gang created", _epoch(recovery["gangCreatedAt"])),
+        ("Running", _epoch(recovery["firstRunningAt"])),
+        ("first step", steps[0]["time"] if steps else float("nan")),
+    ]
+    line = ", ".join(f"{what} +{at - detected:.1f}s" for what, at in marks)
+    REPORTS.append(f"real nodes, {title}: {recovery['reason']}, resumed from step "
+                   f"{recovery['resumedFromStep']}; after detection: {line}")  # fmt: skip
+
+
 def assert_same_run_as_reference(checkpoints: Path, reference: Path) -> None:
     """Weights bitwise equal to the uninterrupted run, and the same metrics at every step."""
     assert_bitwise_equal(load_weights(checkpoints, MAX_STEPS), load_weights(reference, MAX_STEPS))
@@ -172,6 +194,7 @@ def test_scheduler_preemption_sigterm_save_and_resume_are_bit_exact(
     assert recovery["resumedFromStep"] >= at, recovery
     assert job["status"]["preemptions"] == 1 and job["status"]["failures"] == 0
     assert_same_run_as_reference(checkpoints, reference)
+    report_recovery(f"2 nodes x 1 process preempted after step {at}", job, checkpoints)
     reasons = {e.reason for e in events_of(real_core, jobs_namespace, job_name)}
     assert {"Preempted", "Succeeded"} <= reasons, reasons
     delete_job(real_api, jobs_namespace, job_name)
@@ -199,6 +222,7 @@ def test_eviction_with_a_save_slower_than_torchruns_default_30s_still_resumes_fr
     assert recovery["resumedFromStep"] >= at, recovery  # the slow save was sealed, and used
     assert time.monotonic() - evicted_at > 40  # the save really took its 40 s
     assert_same_run_as_reference(checkpoints, reference)
+    report_recovery(f"1 node x 2 processes evicted after step {at}, a 40 s save", job, checkpoints)
     delete_job(real_api, jobs_namespace, job_name)
 
 
@@ -344,6 +368,10 @@ def test_a_node_that_dies_goes_not_ready_and_the_gang_recovers_on_the_other_node
         newest = last_step // SAVE_INTERVAL * SAVE_INTERVAL
         assert st["recoveries"][0]["resumedFromStep"] in (newest, newest - SAVE_INTERVAL), st
         assert st["failures"] == 0
+        wait_step(checkpoints, st["recoveries"][0]["resumedFromStep"] + 1, 1, 120)
+        report_recovery(
+            "its node powered off", get_job(real_api, jobs_namespace, name), checkpoints
+        )
     finally:
         realnodes.power_on(real_cluster, where, doomed)
         wait_for(lambda: not _not_ready(real_core, doomed), 120, f"{doomed} to be Ready again")

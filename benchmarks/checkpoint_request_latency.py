@@ -1,0 +1,108 @@
+"""How long the checkpoint request takes on a real kubelet: the annotation to the file.
+
+rljob asks a trainer to save now by annotating its pod; a downward-API volume turns the
+annotation into the file the trainer polls. The kubelet rewrites that file only when it
+syncs the pod, so the delay is the kubelet's, not rljob's. This measures it on the test
+environment's real nodes: a pod polls the file every 50 ms and prints when it changes;
+the script annotates it N times and prints the delays (median, p90, max).
+
+    .venv/bin/python benchmarks/checkpoint_request_latency.py --cluster rtest --samples 10
+
+The cluster must have real nodes (`rljob testenv up --real-nodes 1 --without-trainer-image`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import uuid
+
+from kubernetes import client, config
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+from rljob_testenv import cluster
+
+POLLER = """
+import sys, time
+path, last = '/podinfo/request', None
+while True:
+    try:
+        value = open(path).read()
+    except OSError:
+        value = None
+    if value != last:
+        print(f'{time.time():.3f} {value!r}', flush=True)
+        last = value
+    time.sleep(0.05)
+"""
+
+
+def poller_pod(name: str) -> dict:
+    field = f"metadata.annotations['{CHECKPOINT_REQUEST_ANNOTATION}']"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"rljob.io/testenv": "real"},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "poll", "image": "localhost/rljob-operator:dev",
+                "imagePullPolicy": "Never", "command": ["python", "-c", POLLER],
+                "volumeMounts": [{"name": "podinfo", "mountPath": "/podinfo"}],
+            }],
+            "volumes": [{"name": "podinfo", "downwardAPI": {"items": [{
+                "path": "request", "fieldRef": {"fieldPath": field},
+            }]}}],
+        },
+    }  # fmt: skip
+
+
+def seen_at(core: client.CoreV1Api, name: str, value: str, timeout: float) -> float | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in core.read_namespaced_pod_log(name, "default").splitlines():
+            stamp, _, shown = line.partition(" ")
+            if value in shown:
+                return float(stamp)
+        time.sleep(0.2)
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster", required=True)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=180)
+    args = parser.parse_args()
+    config.load_kube_config(config_file=str(cluster.kubeconfig_path(args.cluster)))
+    core = client.CoreV1Api()
+    name = f"latency-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod("default", poller_pod(name))
+    try:
+        while core.read_namespaced_pod(name, "default").status.phase != "Running":
+            time.sleep(0.5)
+        delays = []
+        for i in range(args.samples):
+            value = json.dumps({"reason": "benchmark", "n": i})
+            patch = {"metadata": {"annotations": {CHECKPOINT_REQUEST_ANNOTATION: value}}}
+            sent = time.time()
+            core.patch_namespaced_pod(name, "default", patch)
+            seen = seen_at(core, name, f'"n": {i}', args.timeout)
+            delay = (seen - sent) if seen else float("inf")
+            delays.append(delay)
+            print(f"request {i}: the file changed {delay:.1f} s after the annotation", flush=True)
+    finally:
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    finite = sorted(d for d in delays if d != float("inf"))
+    print(
+        f"checkpoint request latency over {len(delays)} requests: "
+        f"median {statistics.median(delays):.1f} s, "
+        f"p90 {finite[int(0.9 * (len(finite) - 1))]:.1f} s, max {max(delays):.1f} s "
+        f"({len(delays) - len(finite)} not seen within {args.timeout:.0f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
