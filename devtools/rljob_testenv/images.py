@@ -75,8 +75,14 @@ def images_dir() -> Path:
     return binaries.cache_root() / "images"
 
 
-def missing_host_programs() -> list[str]:
-    return sorted({pkg for prog, pkg in HOST_PROGRAMS.items() if not shutil.which(prog)})
+def check_host() -> None:
+    missing = sorted({pkg for prog, pkg in HOST_PROGRAMS.items() if not shutil.which(prog)})
+    if missing:
+        raise ImageError(
+            "building the images needs these Debian packages: "
+            + " ".join(missing)
+            + " (run `make host-deps`)"
+        )
 
 
 def _run(cmd: list[str], what: str, timeout: float = 3600) -> str:
@@ -151,6 +157,7 @@ def pause_archive(say: Callable[[str], None] = print) -> Path:
     archive = images_dir() / "pause-catatonit.tar"
     if archive.exists():
         return archive
+    check_host()
     images_dir().mkdir(parents=True, exist_ok=True)
     say(f"  making the pause image {nodeconfig.PAUSE_IMAGE} from catatonit")
     container = _run(["buildah", "from", "scratch"], "buildah from scratch").strip()
@@ -176,6 +183,7 @@ def build(image: ImageBuild, repo: Path, say: Callable[[str], None] = print) -> 
     archive = images_dir() / f"{slug}-{image.key(repo)}.tar"
     if archive.exists():
         return archive
+    check_host()
     base_image(say)
     started = time.monotonic()
     say(f"  building {image.tag} from {image.dockerfile}")

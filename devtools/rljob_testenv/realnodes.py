@@ -147,12 +147,12 @@ def _setup_node_network(node: NodePlan) -> None:
     _run("ip", "-n", ns, "link", "set", "eth0", "up")
     _run("ip", "-n", ns, "route", "add", "default", "via", node.network.gateway)
     _run("ip", "route", "replace", node.pod_cidr, "via", node.ip)
-    for sysctl, value in (
-        ("net/ipv4/ip_forward", "1"),
-        ("net/bridge/bridge-nf-call-iptables", "1"),
-        ("net/ipv4/conf/all/route_localnet", "1"),
-    ):
-        _run("nsenter", f"--net=/run/netns/{ns}", "sh", "-c", f"echo {value} > /proc/sys/{sysctl}")
+    # Forwarding is needed; bridged traffic through iptables only helps (kube-proxy's
+    # masqueradeAll covers a kernel without br_netfilter).
+    for sysctl, required in (("net/ipv4/ip_forward", True),
+                             ("net/bridge/bridge-nf-call-iptables", False)):  # fmt: skip
+        _run("nsenter", f"--net=/run/netns/{ns}", "sh", "-c",
+             f"echo 1 > /proc/sys/{sysctl}", check=required)  # fmt: skip
 
 
 def _teardown_network(plans: list[NodePlan], net: NetworkPlan) -> None:

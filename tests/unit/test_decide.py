@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from builders import NOW, make_job, make_node, make_pod
 from rljob_operator import constants as c
 from rljob_operator.launcher.pods import ResumeTarget
@@ -649,26 +650,25 @@ def test_the_condition_clears_once_the_containers_start():
     assert plan.status["phase"] == c.RUNNING
 
 
-def test_pods_on_a_node_not_ready_past_the_tolerance_are_deleted_without_grace():
-    job = started(make_job(restartPolicy={"nodeNotReadyToleranceSeconds": 30}), phase=c.RUNNING)
-    since = NOW - timedelta(seconds=45)
-    nodes = {"gpu-node-0": make_node("gpu-node-0", ready=False, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
+@pytest.mark.parametrize(
+    ("tolerance", "force_delete", "delete"),
+    [
+        # The dead kubelet would never end its pod: it goes at once; the live node's pod keeps
+        # its grace period to save.
+        (30, ["grpo-a0-n0"], ["grpo-a0-n1"]),
+        (60, [], []),  # within the tolerance: nothing yet
+    ],
+)
+def test_pods_on_a_node_not_ready_past_the_tolerance_are_deleted_without_grace(
+    tolerance, force_delete, delete
+):
+    job = started(
+        make_job(restartPolicy={"nodeNotReadyToleranceSeconds": tolerance}), phase=c.RUNNING
+    )
+    since = (NOW - timedelta(seconds=45)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    nodes = {"gpu-node-0": make_node("gpu-node-0", ready=False, since=since),
              "gpu-node-1": make_node("gpu-node-1")}  # fmt: skip
 
     plan = decide(job, pods_of(job), nodes, NOW)
 
-    # The dead kubelet would never end its pod: it goes at once; the live node's pod keeps
-    # its grace period to save.
-    assert plan.force_delete == ["grpo-a0-n0"]
-    assert plan.delete == ["grpo-a0-n1"]
-
-
-def test_pods_on_a_node_not_ready_within_the_tolerance_are_left_alone():
-    job = started(make_job(restartPolicy={"nodeNotReadyToleranceSeconds": 60}), phase=c.RUNNING)
-    since = NOW - timedelta(seconds=45)
-    nodes = {"gpu-node-0": make_node("gpu-node-0", ready=False, since=since.strftime("%Y-%m-%dT%H:%M:%SZ")),
-             "gpu-node-1": make_node("gpu-node-1")}  # fmt: skip
-
-    plan = decide(job, pods_of(job), nodes, NOW)
-
-    assert plan.force_delete == [] and plan.delete == []
+    assert (plan.force_delete, plan.delete) == (force_delete, delete)

@@ -114,7 +114,7 @@ def torchrun_shutdown_timeout(grace: int) -> int:
 
 def _torchrun_env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     return {
-        # Read by torchrun since torch 2.11 (its --shutdown-timeout); older ones ignore it.
+        # Read by recent torchrun (its --shutdown-timeout; torch 2.15 has it, 2.7 has not).
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(torchrun_shutdown_timeout(grace_period(spec))),
         "MASTER_ADDR": master,
         "MASTER_PORT": str(spec.rendezvous_port),

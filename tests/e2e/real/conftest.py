@@ -161,7 +161,14 @@ def real_claim(real_core: client.CoreV1Api, jobs_namespace: str) -> Iterator[Pat
     yield folder
     real_core.delete_namespaced_persistent_volume_claim(CLAIM, jobs_namespace)
     real_core.delete_persistent_volume(pv_name)
+    # The next test makes a claim of the same name: wait out pvc-protection's finalizer.
+    wait_for(lambda: not _claim_exists(real_core, jobs_namespace), 120, "the claim to be deleted")
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _claim_exists(core: client.CoreV1Api, namespace: str) -> bool:
+    return any(c.metadata.name == CLAIM
+               for c in core.list_namespaced_persistent_volume_claim(namespace).items)  # fmt: skip
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -260,13 +260,7 @@ def test_a_command_the_image_does_not_have_is_a_clear_failure(
     exit 128), and the job says which executable is missing."""
     name = "no-command"
     create_job(real_api, jobs_namespace, custom_job(name, ["python", "-c", "pass"]))
-    job = wait_for(
-        lambda: (lambda j: j if status_phase(j) == c.FAILED else None)(
-            get_job(real_api, jobs_namespace, name)
-        ),
-        120,
-        "the job to fail",
-    )
+    job = wait_failed(real_api, jobs_namespace, name)
     failed = condition(job, "Failed")
     assert "StartError" in failed["message"], failed
     assert 'exec: "torchrun": executable file not found' in failed["message"], failed
@@ -281,21 +275,19 @@ def test_a_container_killed_by_the_oom_killer_is_a_failure_not_a_disruption(
     hog = ["python", "-c", "b = []\nwhile True: b.append(bytearray(8 << 20))"]
     create_job(real_api, jobs_namespace,
                custom_job(name, hog, image=TRAINER_IMAGE, resources={"limits": {"memory": "256Mi"}}))  # fmt: skip
-    job = wait_for(
-        lambda: (lambda j: j if status_phase(j) == c.FAILED else None)(
-            get_job(real_api, jobs_namespace, name)
-        ),
-        120,
-        "the job to fail",
-    )
+    job = wait_failed(real_api, jobs_namespace, name)
     failed = condition(job, "Failed")
     assert "OOMKilled" in failed["reason"] + failed["message"], failed
     assert job["status"]["preemptions"] == 0
     delete_job(real_api, jobs_namespace, name)
 
 
-def status_phase(job: dict[str, Any]) -> str | None:
-    return (job.get("status") or {}).get("phase")
+def wait_failed(real_api, namespace: str, name: str) -> dict[str, Any]:
+    def failed() -> dict[str, Any] | None:
+        job = get_job(real_api, namespace, name)
+        return job if (job.get("status") or {}).get("phase") == c.FAILED else None
+
+    return wait_for(failed, 120, f"{name} to fail")
 
 
 def trainer_pods(core: client.CoreV1Api, namespace: str, attempt: int) -> list[client.V1Pod]:
