@@ -64,7 +64,8 @@ def real_job(name: str, nnodes: int, nproc: int, **overrides: Any) -> dict[str, 
 
 
 def custom_job(name: str, command: list[str], image: str = OPERATOR_IMAGE, **spec: Any):
-    """A one-node job of the `custom` framework: the command itself, no torchrun."""
+    """A one-node job of the `custom` framework: its command, which the operator runs under
+    torchrun (`torchrun --no-python <command>`), as for every job of the torchrun launcher."""
     return {
         "apiVersion": c.API_VERSION,
         "kind": c.KIND,
@@ -144,7 +145,7 @@ def assert_same_run_as_reference(checkpoints: Path, reference: Path) -> None:
 
 def test_the_chart_runs_the_operator_image_restricted_with_metrics_and_health(chart_operator):
     pod = chart_operator
-    assert pod.spec.containers[0].image == f"{OPERATOR_IMAGE}"
+    assert pod.spec.containers[0].image == OPERATOR_IMAGE
     assert pod.spec.service_account_name == "rljob-operator"
     assert pod.spec.node_name.startswith("real-node-")
     assert pod.spec.security_context.run_as_non_root is True
