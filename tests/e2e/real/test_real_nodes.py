@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from e2e_steps import (
     MAX_STEPS,
     REPORTS,
@@ -322,14 +323,18 @@ def preemptor(node: str, priority_class: str) -> dict[str, Any]:
 
 
 # Last in this file, which pytest keeps in order: the node stays dead for the session.
-def test_a_node_that_dies_goes_not_ready_and_the_gang_recovers_on_the_other_node(
-    real_cluster, real_api, real_core, jobs_namespace, chart_operator, real_claim
+@pytest.mark.parametrize(
+    ("how", "reason"), [("not-ready", "NodeNotReady"), ("deleted", "NodeLost")]
+)
+def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
+    how, reason, real_cluster, real_api, real_core, jobs_namespace, chart_operator, real_claim
 ):
-    """Its kubelet, containerd and pods are killed by PID; it goes NotReady; past the job's
-    tolerance its pod is deleted without grace and the gang runs on the other node."""
+    """Its kubelet, containerd and pods are killed by PID. It goes NotReady (and past the
+    job's tolerance), or its Node is deleted as well; either way its pod is deleted without
+    grace and the gang runs on the other node."""
     from rljob_testenv import cluster, realnodes
 
-    name = "node-dies"
+    name = f"node-{how}"
     body = real_job(name, 1, 1, restartPolicy={"maxFailures": 1, "failureBackoffSeconds": 0,
                                                 "nodeNotReadyToleranceSeconds": 10})  # fmt: skip
     body["spec"]["args"] = [a.replace(f"max_steps={MAX_STEPS}", "max_steps=400")
@@ -351,24 +356,31 @@ def test_a_node_that_dies_goes_not_ready_and_the_gang_recovers_on_the_other_node
             c.GROUP, c.VERSION, jobs_namespace, c.PLURAL, name,
             {"spec": {"template": {"spec": {"nodeSelector": selector}}}},
         )  # fmt: skip
-        wait_for(lambda: _not_ready(real_core, doomed), 90, f"{doomed} to go NotReady")
+        if how == "deleted":
+            real_core.delete_node(doomed)
+        else:
+            wait_for(lambda: _not_ready(real_core, doomed), 90, f"{doomed} to go NotReady")
         gang = running_gang(real_core, jobs_namespace, 1, 1, timeout=240)
         assert gang[0].spec.node_name == survivor
         st = status(real_api, jobs_namespace, name)
-        assert st["recoveries"][0]["reason"] == "NodeNotReady", st["recoveries"]
+        assert st["recoveries"][0]["reason"] == reason, st["recoveries"]
         # No save on SIGTERM from a dead node: the newest interval save (the one at the last
         # step may have been cut short by the kill, and is then passed over).
         newest = last_step // SAVE_INTERVAL * SAVE_INTERVAL
         assert st["recoveries"][0]["resumedFromStep"] in (newest, newest - SAVE_INTERVAL), st
         assert st["failures"] == 0
         wait_step(checkpoints, st["recoveries"][0]["resumedFromStep"] + 1, 1, 120)
-        report_recovery(
-            "its node powered off", get_job(real_api, jobs_namespace, name), checkpoints
-        )
+        job = get_job(real_api, jobs_namespace, name)
+        report_recovery(f"its node powered off ({how})", job, checkpoints)
     finally:
-        realnodes.power_on(real_cluster, where, doomed)
-        wait_for(lambda: not _not_ready(real_core, doomed), 120, f"{doomed} to be Ready again")
+        realnodes.power_on(real_cluster, where, doomed)  # its kubelet registers it again
+        wait_for(lambda: _ready(real_core, doomed), 120, f"{doomed} to be Ready again")
     delete_job(real_api, jobs_namespace, name)
+
+
+def _ready(core: client.CoreV1Api, node: str) -> bool:
+    nodes = core.list_node(field_selector=f"metadata.name={node}").items
+    return bool(nodes) and not _not_ready(core, node)
 
 
 def _not_ready(core: client.CoreV1Api, node: str) -> bool:
