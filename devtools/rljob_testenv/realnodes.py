@@ -194,16 +194,21 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str, logs: Path |
     raise RealNodeError(f"timed out after {timeout:.0f}s waiting for {what}{tail}")
 
 
-def _cgroup_dirs(node: NodePlan) -> list[Path]:
+def _cgroup_dirs(node: NodePlan, v1_only: bool = False) -> list[Path]:
+    """The node's cgroup in each hierarchy: the v1 ones, and the hybrid layout's v2 one
+    (`unified`), where runc makes a pod's cgroups as well."""
+    markers = ("tasks",) if v1_only else ("tasks", "cgroup.procs")
     return [
         hierarchy / node.cgroup_root.lstrip("/")
         for hierarchy in sorted(CGROUP_V1.iterdir())
-        if hierarchy.is_dir() and not hierarchy.is_symlink() and (hierarchy / "tasks").exists()
+        if hierarchy.is_dir()
+        and not hierarchy.is_symlink()
+        and any((hierarchy / marker).exists() for marker in markers)
     ]
 
 
 def _make_cgroups(node: NodePlan) -> None:
-    for path in _cgroup_dirs(node):
+    for path in _cgroup_dirs(node, v1_only=True):
         path.mkdir(exist_ok=True)
         if path.parent.name == "cpuset" or (path.parent / "cpuset.cpus").exists():
             for knob in ("cpuset.cpus", "cpuset.mems"):
