@@ -4,11 +4,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall whenever pyproject.toml changes.
+# Reinstall whenever pyproject.toml or devtools/pyproject.toml changes.
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devtools/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all demo test unit cluster-test lint fmt venv binaries host-deps lock cluster-up cluster-down clean chart-crds
+.PHONY: all demo test unit cluster-test lint fmt venv binaries node-binaries host-deps lock cluster-up cluster-down clean chart-crds
 
 all: test
 
@@ -24,9 +24,13 @@ $(STAMP): pyproject.toml devtools/pyproject.toml
 
 venv: $(STAMP)
 
-## Kubernetes binaries (kube-apiserver, etcd, kwok, helm, and for the real nodes kubelet,
-## kube-proxy, containerd, crictl, CoreDNS and the device plugin), built once and cached.
+## Kubernetes binaries (kube-apiserver, etcd, kwok, helm, ...), built once and cached.
 binaries: venv
+	$(BIN)/rljob testenv install
+
+## And what the real test nodes run: kubelet, kube-proxy, containerd, crictl, CoreDNS and the
+## device plugin.
+node-binaries: binaries
 	$(BIN)/rljob testenv install --real-nodes
 
 ## What the real test nodes need from Debian (root): the OCI runtime, CNI plugins, iptables,
@@ -60,7 +64,7 @@ unit: venv
 ## The whole suite: lint, unit tests, tests on a local control plane with kwok nodes and node
 ## agents, and tests on real nodes (kubelet + containerd, the images built from the Dockerfiles,
 ## the operator installed by the chart). The real nodes need root, host-deps and ~30 GB of disk.
-test: venv host-deps binaries lint
+test: venv host-deps node-binaries lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## The main job: start a local cluster and run the demo.
