@@ -20,7 +20,7 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 
 from .. import constants as c
 from ..api.spec import JobSpec, RestartPolicy, SpecError, parse_spec
-from ..api.status import set_condition
+from ..api.status import find_condition, set_condition
 from ..launcher.pods import (
     JobRef,
     ResumeTarget,
@@ -696,17 +696,17 @@ def _report_not_starting(p: _Pass, seen: Observed) -> None:
     """
     conditions = p.status["conditions"]
     stamp = (iso(p.now), p.generation)
+    current = find_condition(conditions, NOT_STARTING_CONDITION)
     if seen.not_starting:
         pod, reason, message = seen.not_starting[0]
         text = f"pod {pod}: {message}"
-        current = next((x for x in conditions if x["type"] == NOT_STARTING_CONDITION), None)
         fresh = current is None or current["status"] != "True" or current["reason"] != reason
         p.status["conditions"], _ = set_condition(
             conditions, NOT_STARTING_CONDITION, True, reason, text, *stamp
         )
         if fresh:
             p.event("Warning", reason, text)
-    elif any(x["type"] == NOT_STARTING_CONDITION and x["status"] == "True" for x in conditions):
+    elif current is not None and current["status"] == "True":
         p.status["conditions"], _ = set_condition(
             conditions, NOT_STARTING_CONDITION, False, "ContainersStarted",
             "every container of the gang has started", *stamp,
