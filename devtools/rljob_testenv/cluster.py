@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from . import binaries, nodeconfig, pki, realnodes
+from .processes import alive
 
 DEFAULT_CLUSTER_NAME = "rljob"
 CLUSTER_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$")
@@ -327,21 +328,6 @@ def _pids(name: str) -> list[int]:
     return pids
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours counts as gone.
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
-        return False
-    return status != "Z"
-
-
 def down(name: str = DEFAULT_CLUSTER_NAME, say: Callable[[str], None] = print) -> None:
     """Stop every process of the cluster and remove its directory."""
     validate_name(name)
@@ -352,9 +338,9 @@ def down(name: str = DEFAULT_CLUSTER_NAME, say: Callable[[str], None] = print) -
     pids = _pids(name)
     result = _kwokctl(["delete", "cluster", "--name", name], timeout=120)
     for pid in pids:  # kwokctl stops them; make sure, so that nothing outlives `down`.
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
-    _wait(lambda: not any(_alive(p) for p in pids), timeout=15, what="cluster processes to exit")
+    _wait(lambda: not any(alive(p) for p in pids), timeout=15, what="cluster processes to exit")
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     if result.returncode != 0:
         say(f"kwokctl delete reported: {result.stderr.strip()} (cleaned up anyway)")

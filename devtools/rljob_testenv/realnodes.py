@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ import yaml
 
 from . import binaries, nodeconfig, pki
 from .nodeconfig import NetworkPlan, NodePlan
+from .processes import alive, kill_all
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 HOST_DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
@@ -352,13 +352,13 @@ def up(
     images: list[Path],
     say: Callable[[str], None] = print,
 ) -> list[NodePlan]:
-    """Add `count` real nodes to the cluster (already running) and return their plans."""
-    check_host()
+    """Add `count` real nodes to the cluster (already running, and `check_host` passed before
+    it was started) and return their plans."""
     existing = read_state(cluster_dir)
     if existing:
         plans = existing.plans(cluster_dir, cluster)
         for node in plans:
-            if not _alive(_recorded_pid(node, "kubelet")):
+            if not alive(_recorded_pid(node, "kubelet")):
                 say(f"  {node.name} is down: starting it again")
                 _start_again(node)
         return plans
@@ -438,24 +438,9 @@ def _cgroup_pids(plans: list[NodePlan]) -> list[int]:
     return sorted(pids)
 
 
-def _kill_all(pids: list[int], gentle: bool = True) -> None:
-    """SIGTERM, a few seconds to exit, then SIGKILL what is left; only SIGKILL if not gentle."""
-    steps = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)) if gentle else ((signal.SIGKILL, 2.0),)
-    for sig, grace in steps:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
+def _kill_pods(plans: list[NodePlan], gentle: bool) -> None:
+    for _ in range(3):  # a pod's processes may fork while we kill them
+        kill_all(_cgroup_pids(plans), gentle=gentle)
 
 
 def _remove_cgroups(plans: list[NodePlan]) -> None:
@@ -480,7 +465,7 @@ NODE_DAEMONS = ("kubelet", "kube-proxy", "gpu-plugin", "containerd", "namespace"
 
 def _stop_daemons(node: NodePlan) -> None:
     pids = [_recorded_pid(node, name) for name in NODE_DAEMONS]
-    _kill_all([pid for pid in pids if pid] + _processes_of([node]), gentle=False)
+    kill_all([pid for pid in pids if pid] + _processes_of([node]), gentle=False)
 
 
 def _start_again(node: NodePlan) -> None:
@@ -517,8 +502,7 @@ def power_off(cluster: str, cluster_dir: Path, node_name: str) -> None:
     node = node_plan(cluster, cluster_dir, node_name)
     plans = [node]
     _stop_daemons(node)
-    for _ in range(3):
-        _kill_all(_cgroup_pids(plans), gentle=False)
+    _kill_pods(plans, gentle=False)
 
 
 def down(cluster: str, cluster_dir: Path, say: Callable[[str], None] = print) -> None:
@@ -527,10 +511,9 @@ def down(cluster: str, cluster_dir: Path, say: Callable[[str], None] = print) ->
     if state is None:
         return
     plans = state.plans(cluster_dir, cluster)
-    _kill_all(_pids_under(cluster_dir / "nodes") + _pids_under(cluster_dir / "coredns"))
-    _kill_all(_processes_of(plans))
-    for _ in range(3):  # a pod's processes may fork while we kill them
-        _kill_all(_cgroup_pids(plans))
+    kill_all(_pids_under(cluster_dir / "nodes") + _pids_under(cluster_dir / "coredns"))
+    kill_all(_processes_of(plans))
+    _kill_pods(plans, gentle=True)
     _remove_cgroups(plans)
     _teardown_network(plans, NetworkPlan(state.network))
     others = [p for p in cluster_dir.parent.glob(f"*/{STATE_FILE}") if p.parent != cluster_dir]
@@ -538,7 +521,7 @@ def down(cluster: str, cluster_dir: Path, say: Callable[[str], None] = print) ->
         with contextlib.suppress(OSError):
             HOST_DEVICE_PLUGIN_DIR.rmdir()
             HOST_DEVICE_PLUGIN_DIR.parent.rmdir()
-    leftover = [p for p in _cgroup_pids(plans) if _alive(p)]
+    leftover = [p for p in _cgroup_pids(plans) if alive(p)]
     if leftover:
         say(f"warning: processes still in the real nodes' cgroups: {leftover}")
     (cluster_dir / STATE_FILE).unlink(missing_ok=True)
