@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devtools/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all demo test unit cluster-test lint fmt venv binaries node-binaries host-deps lock cluster-up cluster-down clean chart-crds
+.PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries host-deps lock cluster-up cluster-down clean chart-crds
 
 all: test
 
@@ -70,6 +70,12 @@ test: venv host-deps node-binaries lint
 ## The main job: start a local cluster and run the demo.
 demo: venv binaries
 	$(BIN)/python hack/demo.py
+
+## The same demo on real nodes: kubelet + containerd, the images built from the Dockerfiles,
+## the operator installed by its chart (root, host-deps and ~30 GB of disk; the first run
+## builds the trainer image, about 8 minutes).
+demo-real: venv host-deps node-binaries
+	$(BIN)/python hack/demo.py --real-nodes --cluster demo-real
 
 ## The Helm chart carries a copy of the CRD (a packaged chart cannot hold a symlink);
 ## tests/cluster/test_chart.py fails until the copy matches crds/ again.

@@ -1,9 +1,13 @@
 """`make demo`: a GRPO job is preempted on a local cluster, resumes, and ends bit-exactly.
 
 1. starts the local cluster `demo` (kube-apiserver, etcd, scheduler, controller-manager;
-   kwok runs no node here), installs the CRD, starts two node agents (GPU nodes whose pods
-   run as local processes, devtools/rljob_nodeagent) and the operator, which reads the
-   checkpoint claim's local directory in-process (RLJOB_CHECKPOINT_VOLUMES);
+   kwok runs no node here), installs the CRD, and starts two GPU nodes and the operator:
+   - by default (`make demo`), two node agents (nodes whose pods run as local processes,
+     devtools/rljob_nodeagent) and the operator as a local process, which reads the
+     checkpoint claim's local directory in-process (RLJOB_CHECKPOINT_VOLUMES);
+   - with --real-nodes (`make demo-real`), two real nodes (a kubelet and a containerd each)
+     that run the trainer image, and the operator installed by its Helm chart, which reads
+     the claim through its inspector pod;
 2. applies examples/grpo-demo.yaml (a ReadWriteMany claim and a 2-node RLTrainingJob of
    rljob's own trainer; the demo binds the claim to a local volume and sets the step count
    and model size), and shows its progress live;
@@ -28,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -41,7 +46,7 @@ NAMESPACE = "default"
 JOB = "grpo-demo"
 CLAIM = "rljob-checkpoints"
 EXAMPLE = REPO / "examples" / "grpo-demo.yaml"
-NODES = ["demo-node-0", "demo-node-1"]
+CHART = REPO / "charts" / "rljob-operator"
 GPUS_PER_NODE = 2  # a preemptor that wants the whole node evicts the job's pod there
 URGENT_CLASS = "rljob-demo-urgent"
 MODEL_SIZES = {  # d_model x layers; the trainer's benchmark sizes (docs/trainer.md)
@@ -64,6 +69,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
     parser.add_argument("--out", type=Path, help="output folder (default out/demo-<time>)")
     parser.add_argument("--cluster", default=NAME, help=f"local cluster name (default {NAME})")
+    parser.add_argument(
+        "--real-nodes",
+        action="store_true",
+        help="run on real nodes (kubelet + containerd, the trainer image in containers) under "
+        "the chart-installed operator, instead of node agents; needs root and ~30 GB of disk",
+    )
     args = parser.parse_args()
     if args.steps < 4 * (args.preemptions + 1):
         parser.error(f"--steps {args.steps} is too short for {args.preemptions} preemptions")
@@ -124,96 +135,47 @@ class Screen:
             print(line, flush=True)
 
 
-class Demo:
-    def __init__(self, args: argparse.Namespace) -> None:
-        from kubernetes import client, config
-        from rljob_testenv import binaries, cluster
+class AgentNodes:
+    """`make demo`: two node agents (devtools/rljob_nodeagent, stand-in kubelets that run each
+    pod's command as a local process) and the operator as a local process, which reads the
+    claim's folder in-process. Quick to start; docs/nodeagent.md says what it fakes."""
 
-        self.args = args
-        self.name = args.cluster
-        self.cluster, self.binaries = cluster, binaries
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        self.out = (args.out or REPO / "out" / f"demo-{stamp}").resolve()
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.screen = Screen()
+    nodes = ("demo-node-0", "demo-node-1")
+    trainer_image: str | None = None  # the node agent runs the trainer from this venv
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
         self.agents: Any = None
         self.operator: subprocess.Popen | None = None
-        self.client, self.config = client, config
-        self.overrides = [f"runner.max_steps={args.steps}", *MODEL_SIZES[args.model_size]]
-        self.seen: dict[tuple[int, int], dict[str, Any]] = {}  # (attempt, step) -> metrics
-        self.recoveries: list[Recovery] = []
-        self.events_seen: set[str] = set()
 
-    # ------------------------------------------------------------------ set-up
-    def kubectl(self, *args: str, input: str | None = None) -> str:
-        return self.cluster.kubectl(self.name, *args, input=input)
+    def up(self, cluster: Any, name: str, say: Callable[[str], None]) -> Path:
+        from rljob_testenv import binaries
 
-    def start(self) -> None:
-        say = self.screen.say
-        say(f"output folder: {self.out}", timeline=False)
-        self.binaries.install(say=lambda m: say(m, timeline=False))
-        if self.cluster.exists(self.name):
-            say(f"cluster {self.name!r} is left from an earlier run: removing it", timeline=False)
-            self.cluster.down(self.name, say=lambda m: None)
-        self.kubeconfig = self.cluster.up(
-            self.name, gpu_nodes=0, say=lambda m: say(m, timeline=False)
-        )
-        self.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-        self.kubectl("wait", "--for=condition=Established", "crd/rltrainingjobs.rljob.io")
-        configuration = self.client.Configuration()
-        self.config.load_kube_config(str(self.kubeconfig), client_configuration=configuration)
-        api = self.client.ApiClient(configuration)
-        self.core = self.client.CoreV1Api(api)
-        self.custom = self.client.CustomObjectsApi(api)
+        binaries.install(say=say)
+        return cluster.up(name, gpu_nodes=0, say=say)
 
+    def start(self, kubeconfig: Path, name: str, say: Callable[[str], None]) -> Path:
+        """Start the nodes and the operator; return the host folder behind the claim."""
         from rljob_nodeagent import claim_dir, spawn
 
         root = self.out / "nodeagent"
-        self.agents = spawn(self.kubeconfig, NODES, root, gpus=GPUS_PER_NODE)
+        self.agents = spawn(kubeconfig, list(self.nodes), root, gpus=GPUS_PER_NODE)
         say(
-            f"node agents up: {', '.join(NODES)} ({GPUS_PER_NODE} GPUs each; pods run as "
-            f"local processes, logs in {root / 'logs'})",
-            timeline=False,
+            f"node agents up: {', '.join(self.nodes)} ({GPUS_PER_NODE} GPUs each; pods run as "
+            f"local processes, logs in {root / 'logs'})"
         )
-        self.claim_dir = claim_dir(root, NAMESPACE, CLAIM)
-        self.claim_dir.mkdir(parents=True, exist_ok=True)
-        self.start_operator()
-        self.kubectl(
-            "apply",
-            "-f",
-            "-",
-            input=yaml.safe_dump_all(
-                [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "PersistentVolume",
-                        "metadata": {"name": "demo-checkpoints"},
-                        "spec": {
-                            "capacity": {"storage": "10Gi"},
-                            "accessModes": ["ReadWriteMany"],
-                            "storageClassName": "",
-                            "hostPath": {"path": str(self.claim_dir)},
-                            "claimRef": {"namespace": NAMESPACE, "name": CLAIM},
-                        },
-                    },
-                    {
-                        "apiVersion": "scheduling.k8s.io/v1",
-                        "kind": "PriorityClass",
-                        "metadata": {"name": URGENT_CLASS},
-                        "value": 1000,
-                        "description": "rljob demo: an urgent job that may preempt training",
-                    },
-                ]
-            ),
-        )
+        folder = claim_dir(root, NAMESPACE, CLAIM)
+        self.start_operator(kubeconfig, folder)
+        say(f"operator up (log: {self.out / 'operator.log'})")
+        return folder
 
-    def start_operator(self) -> None:
+    def start_operator(self, kubeconfig: Path, folder: Path) -> None:
         log = (self.out / "operator.log").open("ab")
         env = dict(
             os.environ,
-            KUBECONFIG=str(self.kubeconfig),
+            KUBECONFIG=str(kubeconfig),
             PYTHONUNBUFFERED="1",
-            RLJOB_CHECKPOINT_VOLUMES=f"{CLAIM}={self.claim_dir}",
+            RLJOB_CHECKPOINT_VOLUMES=f"{CLAIM}={folder}",
         )
         self.operator = subprocess.Popen(
             [
@@ -237,13 +199,153 @@ class Demo:
             if self.operator.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the operator did not start; see {self.out / 'operator.log'}")
             time.sleep(0.2)
-        self.screen.say(f"operator up (log: {self.out / 'operator.log'})", timeline=False)
+
+    def urgent_container(self) -> dict[str, Any]:
+        return {"name": "urgent", "image": "example.invalid/urgent:1"}
+
+    def logs(self) -> str:
+        return f"{self.out} (operator.log, nodeagent/logs/, reference.log)"
+
+    def stop(self, name: str) -> str:
+        """Stop what start started; say what was left."""
+        from rljob_nodeagent import live_processes
+
+        if self.agents is not None:
+            self.agents.stop()
+        if self.operator is not None and self.operator.poll() is None:
+            os.killpg(self.operator.pid, signal.SIGTERM)
+            try:
+                self.operator.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.operator.pid, signal.SIGKILL)
+                self.operator.wait()
+        left = [p for node in self.nodes for p in live_processes(node)]
+        return f"operator and node agents stopped, {len(left)} pod processes left"
+
+
+class RealNodes:
+    """`make demo-real`: two real nodes (a kubelet and a containerd each, see docs/testenv.md)
+    running the trainer image in containers, and the operator installed by its Helm chart,
+    which finds resume targets through its inspector pod. The images are built with buildah
+    on first use (the trainer's takes about 8 minutes: torch from PyPI)."""
+
+    nodes = ("real-node-0", "real-node-1")
+
+    def __init__(self, out: Path) -> None:
+        from rljob_testenv import images
+
+        self.out = out
+        self.images = images
+        self.trainer_image = images.TRAINER.tag
+
+    def up(self, cluster: Any, name: str, say: Callable[[str], None]) -> Path:
+        from rljob_testenv import binaries
+
+        binaries.install(say=say, real_nodes=True)
+        images = self.images
+        archives = (
+            images.pause_archive(say),
+            images.build(images.OPERATOR, REPO, say),
+            images.build(images.TRAINER, REPO, say),
+        )
+        real = cluster.RealNodes(len(self.nodes), GPUS_PER_NODE, archives)
+        return cluster.up(name, gpu_nodes=0, say=say, real=real)
+
+    def start(self, kubeconfig: Path, name: str, say: Callable[[str], None]) -> Path:
+        from rljob_testenv import onrealnodes
+
+        say(f"real nodes up: {', '.join(self.nodes)} ({GPUS_PER_NODE} GPUs each)")
+        say(f"helm install {CHART.relative_to(REPO)} (image {self.images.OPERATOR.tag})")
+        onrealnodes.install_operator(name, CHART, [NAMESPACE])
+        say(f"operator running in {onrealnodes.OPERATOR_NAMESPACE}, installed by its chart")
+        return self.out / "checkpoints-volume"
+
+    def urgent_container(self) -> dict[str, Any]:
+        from rljob_testenv import nodeconfig
+
+        # The pause image is on every node: the urgent pod really runs.
+        return {"name": "urgent", "image": nodeconfig.PAUSE_IMAGE, "imagePullPolicy": "Never"}
+
+    def logs(self) -> str:
+        return f"{self.out} (operator.log, pods/, reference.log)"
+
+    def stop(self, name: str) -> str:
+        """Keep the operator's and the last gang's logs before the nodes go."""
+        from rljob_testenv import cluster, onrealnodes
+
+        if not cluster.exists(name):
+            return "no cluster was started"
+        (self.out / "operator.log").write_text(onrealnodes.operator_log(name))
+        pods = self.out / "pods"
+        pods.mkdir(exist_ok=True)
+        listed = cluster.kubectl(name, "get", "pods", "-n", NAMESPACE, "-o", "name", check=False)
+        for pod in listed.split():
+            log = cluster.kubectl(name, "logs", "-n", NAMESPACE, pod, check=False)
+            (pods / f"{pod.removeprefix('pod/')}.log").write_text(log)
+        return "operator and pod logs saved"
+
+
+class Demo:
+    def __init__(self, args: argparse.Namespace) -> None:
+        from kubernetes import client, config
+        from rljob_testenv import cluster
+
+        self.args = args
+        self.name = args.cluster
+        self.cluster = cluster
+        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.out = (args.out or REPO / "out" / f"demo-{stamp}").resolve()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.screen = Screen()
+        self.nodes = (RealNodes if args.real_nodes else AgentNodes)(self.out)
+        self.client, self.config = client, config
+        self.overrides = [f"runner.max_steps={args.steps}", *MODEL_SIZES[args.model_size]]
+        self.seen: dict[tuple[int, int], dict[str, Any]] = {}  # (attempt, step) -> metrics
+        self.recoveries: list[Recovery] = []
+        self.events_seen: set[str] = set()
+
+    # ------------------------------------------------------------------ set-up
+    def kubectl(self, *args: str, input: str | None = None) -> str:
+        return self.cluster.kubectl(self.name, *args, input=input)
+
+    def start(self) -> None:
+        from rljob_testenv import onrealnodes
+
+        def say(message: str) -> None:
+            self.screen.say(message, timeline=False)
+
+        say(f"output folder: {self.out}")
+        if self.cluster.exists(self.name):
+            say(f"cluster {self.name!r} is left from an earlier run: removing it")
+            self.cluster.down(self.name, say=lambda m: None)
+        self.kubeconfig = self.nodes.up(self.cluster, self.name, say)
+        self.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+        self.kubectl("wait", "--for=condition=Established", "crd/rltrainingjobs.rljob.io")
+        configuration = self.client.Configuration()
+        self.config.load_kube_config(str(self.kubeconfig), client_configuration=configuration)
+        api = self.client.ApiClient(configuration)
+        self.core = self.client.CoreV1Api(api)
+        self.custom = self.client.CustomObjectsApi(api)
+        self.claim_dir = self.nodes.start(self.kubeconfig, self.name, say)
+        volume = onrealnodes.shared_folder_volume(
+            "demo-checkpoints", self.claim_dir, NAMESPACE, CLAIM
+        )
+        urgent = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": URGENT_CLASS},
+            "value": 1000,
+            "description": "rljob demo: an urgent job that may preempt training",
+        }
+        self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([volume, urgent]))
 
     def manifests(self) -> list[dict[str, Any]]:
         docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
         job = next(d for d in docs if d["kind"] == "RLTrainingJob")
         args = [a for a in job["spec"]["args"] if not a.startswith("runner.max_steps=")]
         job["spec"]["args"] = [*args, *self.overrides]
+        if self.nodes.trainer_image:
+            job["spec"]["image"] = self.nodes.trainer_image
         return docs
 
     # ------------------------------------------------------------------ watching
@@ -372,8 +474,7 @@ class Demo:
                     "terminationGracePeriodSeconds": 0,
                     "containers": [
                         {
-                            "name": "urgent",
-                            "image": "example.invalid/urgent:1",
+                            **self.nodes.urgent_container(),
                             "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_NODE)}},
                         }
                     ],
@@ -456,14 +557,15 @@ class Demo:
             "RLJOB_SAVE_INTERVAL": str(spec["checkpoint"]["saveInterval"]),
             "RLJOB_MAX_TO_KEEP": str(spec["checkpoint"]["maxToKeep"]),
         }
+        import torch
+        from rljob_testenv import binaries
+
         key = hashlib.sha256(json.dumps([args, env]).encode())
         for source in sorted(TRAINER_SOURCES.rglob("*")):
             if source.is_file() and source.suffix in (".py", ".yaml"):
                 key.update(source.read_bytes())
-        import torch
-
         key.update(torch.__version__.encode())
-        cache = self.binaries.cache_root() / "demo-reference" / key.hexdigest()[:16]
+        cache = binaries.cache_root() / "demo-reference" / key.hexdigest()[:16]
         final = f"global_step_{self.args.steps}"
         if (cache / final / "model.safetensors").exists():
             return cache, f"reused from {cache} (an earlier demo ran this config and trainer code)"
@@ -576,7 +678,7 @@ class Demo:
             f"loss, reward, KL, grad norm ... of all {self.args.steps} steps identical: "
             f"{'YES' if same_metrics else 'NO'}",
             f"plot: {self.out / 'demo.png'}",
-            f"logs: {self.out} (operator.log, nodeagent/logs/, reference.log)",
+            f"logs: {self.nodes.logs()}",
         ]
         return "\n".join(lines)
 
@@ -679,31 +781,19 @@ class Demo:
 
     # ------------------------------------------------------------------ clean-up
     def stop(self) -> None:
-        from rljob_nodeagent import live_processes
-
         self.screen.clear()
-        if self.agents is not None:
-            self.agents.stop()
-        if self.operator is not None and self.operator.poll() is None:
-            os.killpg(self.operator.pid, signal.SIGTERM)
-            try:
-                self.operator.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.operator.pid, signal.SIGKILL)
-                self.operator.wait()
-        left = [p for node in NODES for p in live_processes(node)]
+        stopped = self.nodes.stop(self.name)
         name = self.name
         if self.args.keep:
             print(
                 f"cluster {name!r} kept: export KUBECONFIG={self.cluster.kubeconfig_path(name)}; "
                 f"kubectl get rltj,pods,events; remove it with `.venv/bin/rljob testenv down "
-                f"--name {name}` (the operator and node agents are stopped)"
+                f"--name {name}`"
             )
         elif self.cluster.exists(name):
             self.cluster.down(name, say=lambda m: None)
         print(
-            f"cleaned up: operator and node agents stopped, {len(left)} pod processes left"
-            + ("" if self.args.keep else f", cluster {name!r} removed"),
+            f"cleaned up: {stopped}" + ("" if self.args.keep else f", cluster {name!r} removed"),
             flush=True,
         )
 

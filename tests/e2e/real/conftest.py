@@ -17,15 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from chart_helpers import CHART, helm
+from chart_helpers import CHART
 from e2e_steps import CLAIM
 from kube_steps import wait_for
 from kubernetes import client
+from rljob_testenv import onrealnodes
 
 REAL_NODES = 2
 GPUS_PER_NODE = 2  # a 1-node job of 2 ranks fits one node; a 2-node job leaves room
-OPERATOR_NAMESPACE = "rljob-system"
-RELEASE = "rljob"
 
 
 @pytest.fixture(scope="session")
@@ -85,30 +84,16 @@ def jobs_namespace(real_api) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def chart_operator(real_cluster: str, real_api, jobs_namespace: str) -> Iterator[client.V1Pod]:
     """`helm install` of charts/rljob-operator with the image built from the Dockerfile."""
+    onrealnodes.install_operator(real_cluster, CHART, [jobs_namespace])
     core = client.CoreV1Api(real_api)
-    labels = {"pod-security.kubernetes.io/enforce": "restricted"}
-    if not _exists(core, OPERATOR_NAMESPACE):
-        core.create_namespace(
-            client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE, labels=labels))
-        )
-    helm(
-        real_cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace",
-        OPERATOR_NAMESPACE, "--set", "image.repository=localhost/rljob-operator",
-        "--set", "image.tag=dev", "--set", "image.pullPolicy=Never",
-        "--set", f"watchNamespaces={{{jobs_namespace}}}", "--wait", "--timeout", "180s",
-    )  # fmt: skip
     pod = wait_for(lambda: _ready_operator_pod(core), 60, "the operator pod to be Ready")
     yield pod
-    helm(real_cluster, "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait")
-
-
-def _exists(core: client.CoreV1Api, namespace: str) -> bool:
-    return any(n.metadata.name == namespace for n in core.list_namespace().items)
+    onrealnodes.uninstall_operator(real_cluster)
 
 
 def _ready_operator_pod(core: client.CoreV1Api) -> client.V1Pod | None:
     pods = core.list_namespaced_pod(
-        OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=rljob-operator"
+        onrealnodes.OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=rljob-operator"
     ).items
     for pod in pods:
         if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
@@ -124,19 +109,9 @@ def real_claim(real_core: client.CoreV1Api, jobs_namespace: str) -> Iterator[Pat
     that both nodes see, as an NFS or Lustre mount would be on a real cluster.
     """
     folder = Path(tempfile.mkdtemp(prefix="rljob-real-pv-"))
-    folder.chmod(0o777)  # the trainer image runs as uid 65532
     pv_name = f"ckpts-{uuid.uuid4().hex[:6]}"
     real_core.create_persistent_volume(
-        client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=pv_name),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "10Gi"},
-                access_modes=["ReadWriteMany"],
-                persistent_volume_reclaim_policy="Retain",
-                storage_class_name="",
-                host_path=client.V1HostPathVolumeSource(path=str(folder), type="Directory"),
-            ),
-        )
+        onrealnodes.shared_folder_volume(pv_name, folder, jobs_namespace, CLAIM)
     )
     real_core.create_namespaced_persistent_volume_claim(
         jobs_namespace,
@@ -187,12 +162,15 @@ def what_the_cluster_showed(request, real_cluster: str, jobs_namespace: str) -> 
         return
     from rljob_testenv import cluster
 
-    for args in (
-        ("get", "rltj,pods", "-o", "wide", "-n", jobs_namespace),
-        ("events", "-n", jobs_namespace),
-        ("get", "nodes", "-o", "wide"),
-        ("logs", "-n", OPERATOR_NAMESPACE, "deploy/rljob-operator", "--tail=400"),
-    ):
-        out = cluster.kubectl(real_cluster, *args, check=False).splitlines()
-        out = [line for line in out if "GET /healthz" not in line and "succeeded." not in line]
-        print(f"\n$ kubectl {' '.join(args)}\n" + "\n".join(out[-40:]))
+    shown = [
+        (f"kubectl {' '.join(args)}", cluster.kubectl(real_cluster, *args, check=False))
+        for args in (
+            ("get", "rltj,pods", "-o", "wide", "-n", jobs_namespace),
+            ("events", "-n", jobs_namespace),
+            ("get", "nodes", "-o", "wide"),
+        )
+    ]
+    shown.append(("the operator's log", onrealnodes.operator_log(real_cluster, tail=400)))
+    for title, text in shown:
+        lines = [x for x in text.splitlines() if "GET /healthz" not in x and "succeeded." not in x]
+        print(f"\n$ {title}\n" + "\n".join(lines[-40:]))

@@ -1,0 +1,84 @@
+"""What a cluster with real nodes needs to run rljob as a user would: the operator installed by
+its Helm chart with the image built from the Dockerfile, and a shared folder for checkpoints.
+
+The real-node tests and `make demo-real` both use these. The shared folder is a stand-in:
+a hostPath PersistentVolume, ReadWriteMany, works here only because every real node is a
+process tree on this one machine, as an NFS or Lustre mount would be on a real cluster.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+from . import binaries, cluster, images
+
+OPERATOR_NAMESPACE = "rljob-system"
+RELEASE = "rljob"
+OPERATOR_DEPLOYMENT = "rljob-operator"
+
+
+def helm(name: str, *args: str) -> str:
+    """Run helm against the named cluster; raise ClusterError with its output on failure."""
+    cmd = [str(binaries.require("helm")), "--kubeconfig", str(cluster.kubeconfig_path(name)), *args]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise cluster.ClusterError(f"helm {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+    return result.stdout
+
+
+def install_operator(name: str, chart: Path, watch_namespaces: Iterable[str]) -> None:
+    """`helm upgrade --install` of the chart into a namespace that enforces the "restricted" Pod
+    Security Standard, with the operator image the real nodes imported; waits until it is Ready."""
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": OPERATOR_NAMESPACE,
+            "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
+        },
+    }
+    cluster.kubectl(name, "apply", "-f", "-", input=yaml.safe_dump(namespace))
+    repository, tag = images.OPERATOR.tag.rsplit(":", 1)
+    helm(
+        name, "upgrade", "--install", RELEASE, str(chart), "--namespace", OPERATOR_NAMESPACE,
+        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+        "--set", "image.pullPolicy=Never",
+        "--set", f"watchNamespaces={{{','.join(watch_namespaces)}}}",
+        "--wait", "--timeout", "180s",
+    )  # fmt: skip
+
+
+def uninstall_operator(name: str) -> None:
+    helm(name, "uninstall", RELEASE, "--namespace", OPERATOR_NAMESPACE, "--wait")
+
+
+def operator_log(name: str, tail: int = -1) -> str:
+    """The chart operator's log, as `kubectl logs` gives it (empty if it cannot be read)."""
+    return cluster.kubectl(
+        name, "logs", "-n", OPERATOR_NAMESPACE, f"deploy/{OPERATOR_DEPLOYMENT}", f"--tail={tail}",
+        check=False,
+    )  # fmt: skip
+
+
+def shared_folder_volume(pv_name: str, folder: Path, namespace: str, claim: str) -> dict:
+    """A ReadWriteMany PersistentVolume on a host folder, reserved for one claim. The folder is
+    made writable for the trainer image's non-root user."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o777)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": str(folder), "type": "Directory"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
