@@ -1,0 +1,181 @@
+"""The jobs, their pods and the nodes, as the watches last delivered them.
+
+kopf's watch streams feed it (handlers.py), and a full list replaces it at start-up and
+now and then (`replace`): a watch that reconnects delivers what exists, but never what was
+deleted while it was away. The reconcile reads it instead of the API server. A write the
+operator made itself goes in as well, so its next pass sees it before the watch does. No
+entry ever goes back to an older resourceVersion, so a late event cannot undo that write.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from .. import constants as c
+
+Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
+DELETED = "DELETED"
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return meta.get("namespace") or "", meta["name"]
+
+
+def _revision(obj: dict[str, Any]) -> int | None:
+    """The resourceVersion as a number: the API promises only that it is opaque, but every
+    API server backed by etcd gives its revision, and an order is what makes stale
+    events harmless. None (never older than anything) where it is not a number."""
+    try:
+        return int(obj["metadata"]["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _older(new: dict[str, Any], old: dict[str, Any] | None) -> bool:
+    if old is None:
+        return False
+    a, b = _revision(new), _revision(old)
+    return a is not None and b is not None and a < b
+
+
+class Store:
+    """Objects of one kind by key, never moved back to an older revision."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Key, dict[str, Any]] = {}
+
+    def apply(self, event_type: str | None, obj: dict[str, Any]) -> bool:
+        """Take a watch event (or our own write); whether the store changed."""
+        key = key_of(obj)
+        if event_type == DELETED:
+            return self.objects.pop(key, None) is not None
+        old = self.objects.get(key)
+        if old == obj or _older(obj, old):
+            return False
+        self.objects[key] = obj
+        return True
+
+    def replace(
+        self, listed: Iterable[dict[str, Any]], revision: str, namespace: str | None = None
+    ) -> set[Key]:
+        """Take a full list made at `revision` (of one namespace, or of all when None): what
+        it lacks and is not newer is gone. Returns the keys added, changed or removed."""
+        listed = {key_of(o): o for o in listed}
+        at = int(revision) if revision.isdigit() else None
+        touched = set()
+        for key, old in list(self.objects.items()):
+            newer = at is not None and (_revision(old) or 0) > at
+            if namespace is not None and key[0] != namespace:
+                continue
+            if key not in listed and not newer:
+                del self.objects[key]
+                touched.add(key)
+        for key, obj in listed.items():
+            if self.apply(None, obj):
+                touched.add(key)
+        return touched
+
+
+def ready_status(node: dict[str, Any] | None) -> str | None:
+    """The status of the node's Ready condition ("True", "False", "Unknown"), if any."""
+    for condition in ((node or {}).get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return condition.get("status")
+    return None
+
+
+class ClusterCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs = Store()
+        self._pods = Store()
+        self._nodes = Store()
+
+    # ------------------------------------------------------------------ jobs
+    def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
+        with self._lock:
+            self._jobs.apply(event_type, job)
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._jobs.objects.get((namespace, name))
+
+    def job_keys(self) -> list[Key]:
+        with self._lock:
+            return sorted(self._jobs.objects)
+
+    def replace_jobs(
+        self, jobs: list[dict[str, Any]], revision: str, namespace: str | None = None
+    ) -> set[Key]:
+        """Take a full list; the jobs that came, went or changed."""
+        with self._lock:
+            return self._jobs.replace(jobs, revision, namespace)
+
+    # ------------------------------------------------------------------ pods
+    def on_pod(self, event_type: str | None, pod: dict[str, Any]) -> Key | None:
+        """Take a pod's event; the job it belongs to, if it has one."""
+        with self._lock:
+            self._pods.apply(event_type, pod)
+        return _job_of(pod)
+
+    def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return sorted(
+                (p for p in self._pods.objects.values() if _job_of(p) == (namespace, job)),
+                key=lambda p: p["metadata"]["name"],
+            )
+
+    def replace_pods(
+        self, pods: list[dict[str, Any]], revision: str, namespace: str | None = None
+    ) -> set[Key]:
+        """Take a full list; the jobs whose pods came, went or changed."""
+        with self._lock:
+            before = dict(self._pods.objects)
+            touched = self._pods.replace(pods, revision, namespace)
+            changed = [before.get(k) or self._pods.objects.get(k) for k in touched]
+        return {job for job in map(_job_of, filter(None, changed)) if job}
+
+    # ------------------------------------------------------------------ nodes
+    def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:
+        """Take a node's event; the jobs to wake: those with pods on the node, when it came,
+        went, or changed readiness. A heartbeat that changes nothing else wakes none."""
+        name = node["metadata"]["name"]
+        with self._lock:
+            old = self._nodes.objects.get(("", name))
+            if not self._nodes.apply(event_type, node):
+                return []
+            if (
+                event_type != DELETED
+                and old is not None
+                and ready_status(old) == ready_status(node)
+            ):
+                return []
+            return self._jobs_on_locked({name})
+
+    def replace_nodes(self, nodes: list[dict[str, Any]], revision: str) -> list[Key]:
+        """Take a full list; the jobs with pods on nodes that came, went or changed."""
+        with self._lock:
+            touched = self._nodes.replace(nodes, revision)
+            return self._jobs_on_locked({name for _, name in touched})
+
+    def _jobs_on_locked(self, node_names: set[str]) -> list[Key]:
+        return sorted(
+            {
+                job
+                for pod in self._pods.objects.values()
+                if (pod.get("spec") or {}).get("nodeName") in node_names and (job := _job_of(pod))
+            }
+        )
+
+    def nodes_named(self, names: set[str]) -> dict[str, dict[str, Any] | None]:
+        """The named nodes; None for one the cache does not hold."""
+        with self._lock:
+            return {name: self._nodes.objects.get(("", name)) for name in sorted(names)}
+
+
+def _job_of(pod: dict[str, Any]) -> Key | None:
+    job = (pod["metadata"].get("labels") or {}).get(c.LABEL_JOB)
+    return (pod["metadata"].get("namespace") or "", job) if job else None

@@ -1,0 +1,94 @@
+"""The watch cache: revisions only move forward, full lists replace, nodes wake their jobs."""
+
+from __future__ import annotations
+
+from rljob_operator import constants as c
+from rljob_operator.runtime.cache import DELETED, ClusterCache
+
+
+def job(name: str, rv: int, attempt: int = 0, namespace: str = "ns") -> dict:
+    return {
+        "metadata": {"namespace": namespace, "name": name, "resourceVersion": str(rv)},
+        "status": {"attempt": attempt},
+    }
+
+
+def pod(name: str, job_name: str, node: str | None, rv: int = 1, namespace: str = "ns") -> dict:
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "resourceVersion": str(rv),
+            "labels": {c.LABEL_JOB: job_name},
+        },
+        "spec": {"nodeName": node} if node else {},
+    }
+
+
+def node(name: str, ready: str, rv: int = 1, heartbeat: str = "t0") -> dict:
+    return {
+        "metadata": {"name": name, "resourceVersion": str(rv)},
+        "status": {
+            "conditions": [{"type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat}]
+        },
+    }
+
+
+def test_a_late_event_never_moves_a_job_back_to_an_older_revision():
+    cache = ClusterCache()
+    cache.on_job(None, job("a", 10, attempt=2))  # our own write, returned by the API server
+    cache.on_job("MODIFIED", job("a", 9, attempt=1))  # the watch's older event, late
+    assert cache.job("ns", "a")["status"]["attempt"] == 2
+    cache.on_job("MODIFIED", job("a", 11, attempt=3))
+    assert cache.job("ns", "a")["status"]["attempt"] == 3
+    cache.on_job(DELETED, job("a", 12))
+    assert cache.job("ns", "a") is None
+
+
+def test_pods_are_found_by_their_job_and_their_event_names_the_job():
+    cache = ClusterCache()
+    assert cache.on_pod("ADDED", pod("a-n1", "a", "n1")) == ("ns", "a")
+    cache.on_pod("ADDED", pod("a-n0", "a", "n0"))
+    cache.on_pod("ADDED", pod("b-n0", "b", "n0"))
+    cache.on_pod("ADDED", pod("a-n0", "a", "n0", namespace="other"))
+    assert [p["metadata"]["name"] for p in cache.pods_of("ns", "a")] == ["a-n0", "a-n1"]
+    cache.on_pod(DELETED, pod("a-n1", "a", "n1"))
+    assert [p["metadata"]["name"] for p in cache.pods_of("ns", "a")] == ["a-n0"]
+
+
+def test_a_node_wakes_only_the_jobs_with_pods_there_and_only_when_readiness_changes():
+    cache = ClusterCache()
+    cache.on_pod("ADDED", pod("a-n0", "a", "n0"))
+    cache.on_pod("ADDED", pod("b-n1", "b", "n1"))
+    cache.on_pod("ADDED", pod("c-pending", "c", None))
+    assert cache.on_node(None, node("n0", "True")) == [("ns", "a")]  # first seen
+    assert cache.on_node("MODIFIED", node("n0", "True", rv=2, heartbeat="t1")) == []
+    assert cache.on_node("MODIFIED", node("n0", "Unknown", rv=3)) == [("ns", "a")]
+    assert cache.on_node("MODIFIED", node("n0", "Unknown", rv=2)) == []  # stale
+    assert cache.on_node(DELETED, node("n0", "Unknown", rv=4)) == [("ns", "a")]
+    assert cache.nodes_named({"n0", "n1"}) == {"n0": None, "n1": None}
+
+
+def test_a_full_list_drops_what_went_while_the_watch_was_away_but_keeps_newer_entries():
+    cache = ClusterCache()
+    cache.on_job(None, job("gone", 5))
+    cache.on_job(None, job("kept", 6))
+    cache.on_job(None, job("newer", 30))  # created after the list was made
+    cache.on_job(None, job("elsewhere", 5, namespace="other"))
+    changed = cache.replace_jobs([job("kept", 6), job("new", 7)], "20", namespace="ns")
+    assert changed == {("ns", "gone"), ("ns", "new")}
+    assert cache.job_keys() == [
+        ("ns", "kept"),
+        ("ns", "new"),
+        ("ns", "newer"),
+        ("other", "elsewhere"),
+    ]
+
+
+def test_a_full_list_of_pods_names_the_jobs_whose_pods_changed():
+    cache = ClusterCache()
+    cache.on_pod(None, pod("a-n0", "a", "n0", rv=3))
+    cache.on_pod(None, pod("b-n0", "b", "n0", rv=3))
+    changed = cache.replace_pods([pod("b-n0", "b", "n0", rv=3), pod("c-n0", "c", "n0", rv=4)], "9")
+    assert changed == {("ns", "a"), ("ns", "c")}
+    assert cache.pods_of("ns", "a") == []
