@@ -1,115 +1,104 @@
-"""kopf handlers: thin doors into the one reconcile.
+"""kopf handlers: thin doors into the controller.
 
-The job's own events, its pods' events and a periodic sweep all lead to the same
-idempotent pass; none of them decides anything itself, and none keeps state on the job.
-The sweep is a plain thread rather than a kopf timer, because kopf puts a finalizer on
-every object with a timer, and a job should stay deletable while the operator is down.
+kopf's watch streams of the jobs, their pods and the nodes feed the controller's cache
+and work queue; none of the handlers decides anything itself, and none keeps state on
+the job. The periodic work (resync, "come back in N seconds") is the controller's own,
+in plain threads rather than kopf timers, because kopf puts a finalizer on every object
+with a timer, and a job should stay deletable while the operator is down.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
 from kubernetes import client, config
 
 from . import constants as c
-from .kube import Kube, KubeError
-from .reconcile.lookup import CheckpointFinder, LookupPending
-from .reconcile.run import reconcile
+from .controller import RESYNC_SECONDS, Controller
+from .kube import Kube
+from .reconcile.lookup import CheckpointFinder
+from .runtime.peering import PeeringWatch
 
 log = logging.getLogger(__name__)
-SWEEP_INTERVAL_SECONDS = 5.0
 
 
-class Operator:
-    """The process-wide state: the API client, the checkpoint finder, the known jobs."""
-
-    def __init__(self) -> None:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-        self.kube = Kube(client.ApiClient())
-        self.finder = CheckpointFinder.from_env(self.kube)
-        self.jobs: set[tuple[str, str]] = set()
-        self.stopping = threading.Event()
-
-    def reconcile(self, namespace: str, name: str) -> None:
-        self.jobs.add((namespace, name))
-        try:
-            plan = reconcile(self.kube, namespace, name, self.finder)
-        except LookupPending as exc:
-            log.debug("%s/%s: %s", namespace, name, exc)  # its pod's events bring us back
-            return
-        except KubeError as exc:
-            if exc.status == 403 and not exc.refused_by_admission:
-                log.error("rljob lacks a permission it needs: %s", exc)
-            raise
-        if plan is None:
-            self.jobs.discard((namespace, name))
-        elif plan.requeue_after is not None and plan.requeue_after < SWEEP_INTERVAL_SECONDS:
-            self._wake_up(namespace, name, plan.requeue_after)
-
-    def _wake_up(self, namespace: str, name: str, delay: float) -> None:
-        """Come back sooner than the sweep would (a back-off ending, stale pods going)."""
-        timer = threading.Timer(delay, self._quietly, (namespace, name))
-        timer.daemon = True
-        timer.start()
-
-    def _quietly(self, namespace: str, name: str) -> None:
-        try:
-            self.reconcile(namespace, name)
-        except Exception:  # the sweep retries
-            log.exception("%s/%s: reconcile failed", namespace, name)
-
-    def sweep(self) -> None:
-        """Every few seconds, a pass over every known job: back-off ends, NotReady
-        tolerances run out and lost nodes are noticed even when no event says so."""
-        while not self.stopping.wait(SWEEP_INTERVAL_SECONDS):
-            for namespace, name in sorted(self.jobs):
-                self._quietly(namespace, name)  # one job's trouble must not stop the others
+@dataclass
+class Peering:
+    name: str
+    identity: str  # the one kopf writes keep-alives under (kopf.run's identity=)
+    priority: int
 
 
-_operator: Operator | None = None
+@dataclass
+class Scope:
+    """Set by `rljob operator` before kopf starts."""
+
+    namespaces: list[str] | None = None  # None: every namespace
+    peering: Peering | None = None  # None: standalone, always acting
+    resync_seconds: float = RESYNC_SECONDS
 
 
-def _current() -> Operator:
-    if _operator is None:
+SCOPE = Scope()
+_controller: Controller | None = None
+_peering: PeeringWatch | None = None
+
+
+def _current() -> Controller:
+    if _controller is None:
         raise RuntimeError("the operator has not started")
-    return _operator
-
-
-def _reconcile(namespace: str, name: str) -> None:
-    try:
-        _current().reconcile(namespace, name)
-    except KubeError as exc:
-        raise kopf.TemporaryError(str(exc), delay=2) from exc
+    return _controller
 
 
 @kopf.on.startup()
 def start(settings: kopf.OperatorSettings, **_: Any) -> None:
-    global _operator
+    global _controller, _peering
     settings.posting.enabled = False  # we post our own, richer events
     settings.watching.server_timeout = 300
-    _operator = Operator()
-    threading.Thread(target=_operator.sweep, name="rljob-sweep", daemon=True).start()
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    api = client.ApiClient()
+    kube = Kube(api)
+    _controller = Controller(
+        kube,
+        CheckpointFinder.from_env(kube),
+        SCOPE.namespaces,
+        resync_seconds=SCOPE.resync_seconds,
+    )
+    if SCOPE.peering:
+        _controller.queue.pause()  # until the peering object says this replica acts
+        peering = SCOPE.peering
+        _peering = PeeringWatch(
+            api,
+            peering.name,
+            SCOPE.namespaces,
+            peering.identity,
+            peering.priority,
+            lambda acting: _controller.resume() if acting else _controller.pause(),
+        )
+    _controller.start()
+    if _peering:
+        _peering.start()
     log.info("rljob operator started")
 
 
 @kopf.on.cleanup()
 def stop(**_: Any) -> None:
-    if _operator:
-        _operator.stopping.set()
+    if _peering:
+        _peering.stop()
+    if _controller:
+        _controller.stop()
 
 
 def needs_pass(event_type: str | None, job: dict[str, Any]) -> bool:
     """Whether a watch event of a job calls for a pass: every job at start-up (no type) and
     when added, and a change of its spec, which moves metadata.generation past the status's
-    observedGeneration. The operator's own status writes do not, nor does deletion (the
-    garbage collector removes the pods, whose events bring the last pass)."""
+    observedGeneration. The operator's own status writes do not (deletion is the
+    controller's to see)."""
     if event_type in (None, "ADDED"):
         return True
     observed = (job.get("status") or {}).get("observedGeneration")
@@ -117,17 +106,20 @@ def needs_pass(event_type: str | None, job: dict[str, Any]) -> bool:
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-def job_changed(
-    namespace: str, name: str, type: str | None, body: dict[str, Any], **_: Any
-) -> None:
+def job_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
     """An event handler, not a change handler: those keep the whole spec in an annotation
     for diffing, which a large spec pushes past the API server's 256 KiB limit."""
-    if needs_pass(type, body):
-        _reconcile(namespace, name)
+    job = event["object"]
+    _current().job_event(type, job, needs_pass(type, job))
 
 
 @kopf.on.event(
     "", "v1", "pods", labels={c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: kopf.PRESENT}
 )
-def pod_changed(namespace: str, labels: dict[str, str], **_: Any) -> None:
-    _reconcile(namespace, labels[c.LABEL_JOB])
+def pod_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
+    _current().pod_event(type, event["object"])
+
+
+@kopf.on.event("", "v1", "nodes")
+def node_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
+    _current().node_event(type, event["object"])

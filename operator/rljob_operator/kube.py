@@ -58,14 +58,38 @@ class Kube:
                 return None
             raise KubeError(f"get {c.KIND} {namespace}/{name}", exc) from exc
 
-    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+    def list_all(self, kind: str, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every job, rljob-managed pod or node (in one namespace, or in all when None), and
+        the resourceVersion of the list."""
+        selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+        calls = {
+            "jobs": (
+                lambda: self.custom.list_cluster_custom_object(
+                    c.GROUP, c.VERSION, c.PLURAL, _preload_content=False
+                ),
+                lambda ns: self.custom.list_namespaced_custom_object(
+                    c.GROUP, c.VERSION, ns, c.PLURAL, _preload_content=False
+                ),
+            ),
+            "pods": (
+                lambda: self.core.list_pod_for_all_namespaces(
+                    label_selector=selector, _preload_content=False
+                ),
+                lambda ns: self.core.list_namespaced_pod(
+                    ns, label_selector=selector, _preload_content=False
+                ),
+            ),
+            "nodes": (lambda: self.core.list_node(_preload_content=False), None),
+        }
+        everywhere, in_namespace = calls[kind]
         try:
-            response = self.core.list_namespaced_pod(
-                namespace, label_selector=f"{c.LABEL_JOB}={job}", _preload_content=False
-            )
+            if namespace is None or in_namespace is None:
+                listed = _data(everywhere())
+            else:
+                listed = _data(in_namespace(namespace))
         except ApiException as exc:
-            raise KubeError(f"list pods of {namespace}/{job}", exc) from exc
-        return _data(response)["items"]
+            raise KubeError(f"list {kind}", exc) from exc
+        return listed["items"], listed["metadata"].get("resourceVersion", "")
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -104,10 +128,20 @@ class Kube:
                 nodes[name] = None
         return nodes
 
-    def patch_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    def patch_status(
+        self, namespace: str, name: str, patch: dict[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        """Merge `patch` into the job's status if the job is still at `resource_version`
+        (a 409 KubeError if it has moved on); the job as stored. An empty patch writes
+        nothing and only checks the version."""
+        body: dict[str, Any] = {"metadata": {"resourceVersion": resource_version}}
+        if patch:
+            body["status"] = patch
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                c.GROUP, c.VERSION, namespace, c.PLURAL, name, {"status": patch}
+            return _data(
+                self.custom.patch_namespaced_custom_object_status(
+                    c.GROUP, c.VERSION, namespace, c.PLURAL, name, body, _preload_content=False
+                )
             )
         except ApiException as exc:
             raise KubeError(f"update status of {namespace}/{name}", exc) from exc

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from .reconcile.decide import parse_iso
 
+PASSES = Counter("rljob_reconcile_passes_total", "Reconcile passes run by this replica")
+QUEUE_DEPTH = Gauge("rljob_work_queue_depth", "Jobs waiting in the work queue, ready or delayed")
 PREEMPTIONS = Counter(
     "rljob_preemptions_total", "Attempts ended by a preemption or another disruption", ["reason"]
 )

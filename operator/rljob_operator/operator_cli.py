@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
+import socket
 import time
 
 
@@ -35,6 +37,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the longest a waiting replica takes to step in for one that died",
     )
     parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=30.0,
+        help="how often every known job gets a pass from the cache, whether or not an event "
+        "came; it reads nothing from the API server (default 30)",
+    )
+    parser.add_argument(
         "--liveness", default=None, help="health endpoint, e.g. http://0.0.0.0:8081/healthz"
     )
     parser.add_argument(
@@ -47,16 +56,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import kopf
 
-    from . import handlers  # noqa: F401 - registers the handlers with kopf
+    from . import handlers  # registers the handlers with kopf
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:  # kopf logs every handler call, once per watch event
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     if args.metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(args.metrics_port)
+    priority = args.priority if args.priority is not None else start_priority()
+    identity = own_identity()
+    handlers.SCOPE.namespaces = None if args.all_namespaces else (args.namespace or None)
+    handlers.SCOPE.resync_seconds = args.resync_seconds
+    if not args.standalone:
+        handlers.SCOPE.peering = handlers.Peering(args.peering, identity, priority)
     settings = kopf.OperatorSettings()
     settings.peering.lifetime = args.peering_lifetime
     kopf.run(
@@ -64,11 +81,19 @@ def run(args: argparse.Namespace) -> int:
         namespaces=args.namespace,
         standalone=args.standalone,
         peering_name=None if args.standalone else args.peering,
-        priority=args.priority if args.priority is not None else start_priority(),
+        priority=priority,
+        identity=identity,
         liveness_endpoint=args.liveness,
         settings=settings,
     )
     return 0
+
+
+def own_identity() -> str:
+    """The name this replica's keep-alives go under: the pod's name where the chart sets
+    POD_ID (as kopf itself would use it), else a name unique to this process."""
+    pod = os.environ.get("POD_ID")
+    return pod or f"{socket.gethostname()}-{os.getpid()}-{random.randrange(16**6):06x}"
 
 
 def start_priority() -> int:

@@ -165,7 +165,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
     namespaced = render()
     # Cluster-scoped, even in the namespaced mode: reads only.
     assert rules(namespaced, "ClusterRole") == [
-        (("",), ("nodes",), ("get",), ()),
+        (("",), ("nodes",), ("get", "list", "watch"), ()),
         (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch"), ()),
         (("",), ("namespaces",), ("list", "watch"), ()),
     ]
@@ -379,16 +379,22 @@ def test_the_operator_recovers_a_job_with_exactly_the_charts_rbac_and_names_a_mi
     assert not permission_trouble(operator.log()[since:])
 
 
-def preemptions(process):
+def metric(process, name: str) -> float:
+    """The sum of a counter over its labels, from the replica's /metrics."""
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in process.metrics().splitlines()
-        if line.startswith("rljob_preemptions_total{")
+        if line.startswith((f"{name} ", f"{name}{{"))
     )
 
 
+def preemptions(process):
+    return metric(process, "rljob_preemptions_total")
+
+
 def handled(process):
-    return [line for line in process.log().splitlines() if "Handler '" in line]
+    """Reconcile passes the replica ran (a replica that waits runs none)."""
+    return metric(process, "rljob_reconcile_passes_total")
 
 
 def test_of_two_replicas_one_acts_and_the_other_takes_over_when_it_dies(
@@ -496,9 +502,7 @@ def test_upgrade_and_uninstall_leave_jobs_and_checkpoints_alone(
 
     # Installed again, the operator picks the job up where it was: no new attempt.
     operator = operators(release(*values), "reinstalled")
-    wait_for(
-        lambda: "Handler 'job_changed' succeeded" in operator.log(), what="the job to be resumed"
-    )
+    wait_for(lambda: handled(operator), what="the job to be resumed")
     job = get_job(api_client, namespace)
     assert (job["status"]["phase"], job["status"]["attempt"]) == (c.RUNNING, 0)
     assert {p.metadata.uid for p in trainer_pods(core, namespace)} == uids

@@ -672,3 +672,16 @@ def test_pods_on_a_node_not_ready_past_the_tolerance_are_deleted_without_grace(
     plan = decide(job, pods_of(job), nodes, NOW)
 
     assert (plan.force_delete, plan.delete) == (force_delete, delete)
+
+
+def test_a_node_not_ready_within_the_tolerance_brings_the_job_back_when_it_runs_out():
+    """No watch event marks the end of the tolerance, so the pass asks to come back then."""
+    job = started(make_job(restartPolicy={"nodeNotReadyToleranceSeconds": 60}), phase=c.RUNNING)
+    since = (NOW - timedelta(seconds=45)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    nodes = {"gpu-node-0": make_node("gpu-node-0", ready=False, since=since),
+             "gpu-node-1": make_node("gpu-node-1")}  # fmt: skip
+
+    plan = decide(job, pods_of(job), nodes, NOW)
+
+    assert plan.requeue_after == pytest.approx(15.5)
+    assert decide(job, pods_of(job), NODES, NOW).requeue_after is None

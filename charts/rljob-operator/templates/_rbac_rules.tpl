@@ -50,11 +50,12 @@ The operator's permissions, derived from its code (docs/install.md explains each
 
 {{/* Cluster-scoped reads, needed in either mode. */}}
 {{- define "rljob.rules.cluster" -}}
-# Nodes are cluster-scoped: the reconcile reads the nodes its pods ran on (lost, NotReady,
-# tainted for termination), by name. Read-only, no list.
+# Nodes are cluster-scoped: the operator watches them, so that a node that goes NotReady
+# or away wakes the jobs with pods there (lost, NotReady, tainted for termination).
+# Read-only.
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [get]
+  verbs: [get, list, watch]
 # kopf watches the CRDs, so that it starts serving RLTrainingJobs when the CRD appears or changes.
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]

@@ -260,7 +260,20 @@ def decide(
     _decide(p, job, pods, nodes, lookup)
     p.plan.release = _ends_recorded(p, pods)
     _no_grace_for_lost_nodes(p.plan, pods, nodes, now, p.not_ready_tolerance)
+    _wake_when_tolerance_ends(p, pods, nodes)
     return p.plan
+
+
+def _wake_when_tolerance_ends(
+    p: _Pass, pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any] | None]
+) -> None:
+    """A pod's node is NotReady but within the job's tolerance: come back when that runs
+    out, because no watch event will say so."""
+    for pod in pods:
+        node = nodes.get(pod.get("spec", {}).get("nodeName") or "")
+        waited = not_ready_seconds(node, p.now) if node is not None else None
+        if waited is not None and waited <= p.not_ready_tolerance:
+            p.requeue(p.not_ready_tolerance - waited + 0.5)
 
 
 def _no_grace_for_lost_nodes(

@@ -1,14 +1,17 @@
-"""Carry out one reconcile pass: read the cluster, decide, then act (see `apply` for the order).
+"""Carry out one reconcile pass: read the cache, decide, then act (see `apply` for the order).
 
-Children are created under fixed names, so a repeated create is a no-op; events go
-out last, once the status they describe is stored.
+The pass reads the job, its pods and their nodes from the watch cache and calls the API
+server only to act. A cache can lag behind, so every write is conditional on the job's
+resourceVersion as the pass saw it: the status write carries it, and a pass that creates
+or deletes without changing the status first writes an empty patch that carries it (a
+fence). A stale pass fails with a conflict before it acts, and is run again on the job
+as the API server has it. Children are created under fixed names, so a repeated create
+is a no-op; events go out last, once the status they describe is stored.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -17,12 +20,11 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from .. import constants as c
 from ..kube import Kube, KubeError
 from ..metrics import record_transition
+from ..runtime.cache import ClusterCache
 from .decide import LookupResult, Plan, decide, fail, iso, with_status
 from .lookup import LookupFailed, inspector_pods_to_clean
 
 log = logging.getLogger(__name__)
-
-_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
 
 
 class CheckpointLookup(Protocol):
@@ -37,21 +39,26 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
-def apply(kube: Kube, job: dict[str, Any], plan: Plan) -> None:
-    """Create, record, ask, delete, release, tell: in this order.
+def apply(kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan) -> None:
+    """Fence, create, record, ask, delete, release, tell: in this order.
 
     A new gang is created before its creation is recorded, so a pass that dies
     half-way creates the rest next time rather than mistaking the missing pods for
     deleted ones; an ended attempt is recorded before its pods are deleted, so the
-    end is counted exactly once.
+    end is counted exactly once. The job as the status write returns it goes into the
+    cache, so that the next pass sees it before the watch brings it.
     """
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    revision = meta.get("resourceVersion")
+    patch = status_patch(job.get("status") or {}, plan.status)
+    acts = plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
+    if plan.create or (acts and not patch):
+        cache.on_job(None, kube.patch_status(namespace, name, {}, revision))
     for obj in plan.create:
         kube.create(obj)
-    patch = status_patch(job.get("status") or {}, plan.status)
     if patch:
-        kube.patch_status(namespace, name, patch)
+        cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
     for pod in plan.request_checkpoint:
         kube.annotate_pod(namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, iso(datetime.now(UTC)))
     for pod in plan.delete:
@@ -95,39 +102,52 @@ def plan_pass(
 
 def reconcile(
     kube: Kube,
+    cache: ClusterCache,
     namespace: str,
     name: str,
     finder: CheckpointLookup,
     now: datetime | None = None,
 ) -> Plan | None:
-    """One pass for one job; passes for the same job never overlap in this process."""
-    with _locks[(namespace, name)]:
-        job = kube.get_job(namespace, name)
-        pods = kube.list_job_pods(namespace, name)
-        if job is None or job["metadata"].get("deletionTimestamp"):
-            for pod in pods:  # the garbage collector removes them; let it
-                if c.FINALIZER in (pod["metadata"].get("finalizers") or []):
-                    kube.release_pod(namespace, pod["metadata"]["name"])
-            return None
-        trainer_pods = [
-            p for p in pods if p["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
-        ]
-        node_names = {
-            p["spec"]["nodeName"] for p in trainer_pods if p.get("spec", {}).get("nodeName")
-        }
-        nodes = kube.get_nodes(node_names)
-        moment = now or datetime.now(UTC)
-        plan = plan_pass(job, trainer_pods, nodes, finder, moment)
-        try:
-            apply(kube, job, plan)
-        except KubeError as exc:
-            refused = exc.status in (400, 422) or exc.refused_by_admission
-            if not refused or not plan.create:
-                raise
-            # The API server refused a pod we rendered: retrying cannot help.
-            plan = fail(job, moment, "PodRejected", f"the API server refused the job's pods: {exc}")
-            apply(kube, job, plan)
-        record_transition(job.get("status") or {}, plan.status)
-        for stale in inspector_pods_to_clean(pods, plan.status["attempt"]):
-            kube.delete_pod(namespace, stale)
-        return plan
+    """One pass for one job. The caller never runs two passes of one job at once (the work
+    queue hands a key to one worker at a time)."""
+    job = cache.job(namespace, name)
+    pods = cache.pods_of(namespace, name)
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        for pod in pods:  # the garbage collector removes them; let it
+            if c.FINALIZER in (pod["metadata"].get("finalizers") or []):
+                kube.release_pod(namespace, pod["metadata"]["name"])
+        return None
+    trainer_pods = [
+        p for p in pods if p["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
+    ]
+    nodes = _nodes_of(kube, cache, trainer_pods)
+    moment = now or datetime.now(UTC)
+    plan = plan_pass(job, trainer_pods, nodes, finder, moment)
+    try:
+        apply(kube, cache, job, plan)
+    except KubeError as exc:
+        refused = exc.status in (400, 422) or exc.refused_by_admission
+        if not refused or not plan.create:
+            raise
+        # The API server refused a pod we rendered: retrying cannot help.
+        plan = fail(job, moment, "PodRejected", f"the API server refused the job's pods: {exc}")
+        apply(kube, cache, job, plan)
+    record_transition(job.get("status") or {}, plan.status)
+    for stale in inspector_pods_to_clean(pods, plan.status["attempt"]):
+        kube.delete_pod(namespace, stale)
+    return plan
+
+
+def _nodes_of(
+    kube: Kube, cache: ClusterCache, pods: list[dict[str, Any]]
+) -> dict[str, dict[str, Any] | None]:
+    """The pods' nodes from the cache. One the cache lacks is read from the API server: a
+    node is never taken for gone only because its watch event has not come yet."""
+    names = {p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName")}
+    nodes = cache.nodes_named(names)
+    missing = {name for name, node in nodes.items() if node is None}
+    for name, node in kube.get_nodes(missing).items():
+        nodes[name] = node
+        if node is not None:
+            cache.on_node(None, node)
+    return nodes

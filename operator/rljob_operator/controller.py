@@ -1,0 +1,180 @@
+"""The operator's core: watch events fill the cache and the work queue, workers run passes.
+
+- Every input is a key in one de-duplicating queue: a job's event, an event of one of its
+  pods, a node that came, went or changed readiness (only the jobs with pods there), and
+  "come back in N seconds" from a pass.
+- A resync queues every cached job now and then; it reads nothing from the API server,
+  and a pass that finds nothing to do writes nothing. A relist, much rarer, replaces the
+  cache with full lists, for what a reconnecting watch never reports: deletions while it
+  was away.
+- A pass whose write meets a conflict reads the job once and runs again at once. Any
+  other error backs off per job.
+- Paused (another replica acts), the queue hands nothing out; resumed, it resyncs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .kube import Kube, KubeError
+from .metrics import PASSES, QUEUE_DEPTH
+from .reconcile.lookup import CheckpointFinder, LookupPending
+from .reconcile.run import reconcile
+from .runtime.cache import DELETED, ClusterCache, Key
+from .runtime.queue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+RESYNC_SECONDS = 30.0
+RELIST_SECONDS = 600.0
+WORKERS = 4
+
+
+class Controller:
+    def __init__(
+        self,
+        kube: Kube,
+        finder: CheckpointFinder,
+        namespaces: Iterable[str] | None,
+        workers: int = WORKERS,
+        resync_seconds: float = RESYNC_SECONDS,
+        relist_seconds: float = RELIST_SECONDS,
+    ) -> None:
+        self.kube, self.finder = kube, finder
+        self.namespaces = list(namespaces) if namespaces is not None else None  # None: all
+        self.cache = ClusterCache()
+        self.queue = WorkQueue()
+        self.workers, self.resync_seconds, self.relist_seconds = (
+            workers,
+            resync_seconds,
+            relist_seconds,
+        )
+        self.stopping = threading.Event()
+        QUEUE_DEPTH.set_function(lambda: len(self.queue))
+
+    # ------------------------------------------------------------------ life
+    def start(self) -> None:
+        """Fill the cache from full lists, then start the workers and the resync."""
+        self.relist()
+        for i in range(self.workers):
+            self._thread(self._work, f"rljob-worker-{i}")
+        self._thread(self._resync_loop, "rljob-resync")
+
+    def _thread(self, target: Callable[[], None], name: str) -> None:
+        threading.Thread(target=target, name=name, daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.queue.shut_down()
+
+    def pause(self) -> None:
+        if not self.queue.paused:
+            log.info("pausing: another replica acts")
+        self.queue.pause()
+
+    def resume(self) -> None:
+        """Act again, from fresh lists: the cache went stale while kopf's watches paused."""
+        if self.queue.paused:
+            log.info("resuming: this replica acts")
+            try:
+                self.relist()
+            except KubeError as exc:
+                log.warning("relist failed (the resync retries): %s", exc)
+            self.queue.resume()
+            self.resync()
+
+    # ------------------------------------------------------------------ inputs
+    def job_event(self, event_type: str | None, job: dict[str, Any], needs_pass: bool) -> None:
+        self.cache.on_job(event_type, job)
+        if needs_pass or event_type == DELETED:
+            meta = job["metadata"]
+            self.queue.add((meta["namespace"], meta["name"]))
+
+    def pod_event(self, event_type: str | None, pod: dict[str, Any]) -> None:
+        job = self.cache.on_pod(event_type, pod)
+        if job:
+            self.queue.add(job)
+
+    def node_event(self, event_type: str | None, node: dict[str, Any]) -> None:
+        for job in self.cache.on_node(event_type, node):
+            self.queue.add(job)
+
+    def resync(self) -> None:
+        for key in self.cache.job_keys():
+            self.queue.add(key)
+
+    def relist(self) -> None:
+        """Replace the cache with full lists (one call per kind and namespace); queue the
+        jobs whose objects changed."""
+        changed: set[Key] = set()
+        for namespace in self.namespaces or [None]:
+            jobs, revision = self.kube.list_all("jobs", namespace)
+            changed |= self.cache.replace_jobs(jobs, revision, namespace)
+            pods, revision = self.kube.list_all("pods", namespace)
+            changed |= self.cache.replace_pods(pods, revision, namespace)
+        nodes, revision = self.kube.list_all("nodes", None)
+        changed |= set(self.cache.replace_nodes(nodes, revision))
+        for key in sorted(changed):
+            self.queue.add(key)
+
+    def _resync_loop(self) -> None:
+        since_relist = 0.0
+        while not self.stopping.wait(self.resync_seconds):
+            since_relist += self.resync_seconds
+            if since_relist >= self.relist_seconds:
+                since_relist = 0.0
+                try:
+                    self.relist()
+                except KubeError as exc:
+                    log.warning("relist failed (the next one retries): %s", exc)
+            self.resync()
+
+    # ------------------------------------------------------------------ work
+    def _work(self) -> None:
+        while (key := self.queue.get()) is not None:
+            try:
+                self.process(key)
+            finally:
+                self.queue.done(key)
+
+    def process(self, key: Key) -> None:
+        namespace, name = key
+        log.debug("pass %s/%s", namespace, name)
+        try:
+            PASSES.inc()
+            plan = reconcile(self.kube, self.cache, namespace, name, self.finder)
+        except LookupPending as exc:
+            log.debug("%s/%s: %s", namespace, name, exc)  # its pod's events bring us back
+            return
+        except KubeError as exc:
+            self._after_error(key, exc)
+            return
+        except Exception:
+            delay = self.queue.retry(key)
+            log.exception("%s/%s: the pass failed; again in %.1fs", namespace, name, delay)
+            return
+        self.queue.forget(key)
+        if plan is not None and plan.requeue_after is not None:
+            self.queue.add_after(key, plan.requeue_after)
+
+    def _after_error(self, key: Key, exc: KubeError) -> None:
+        namespace, name = key
+        if exc.status == 409:
+            # Written by someone else since the cache saw it: read it, and pass again.
+            log.info("%s/%s: %s; passing again on the newest job", namespace, name, exc)
+            try:
+                job = self.kube.get_job(namespace, name)
+            except KubeError as again:
+                exc = again
+            else:
+                gone = {"metadata": {"namespace": namespace, "name": name}}
+                self.cache.on_job(*((None, job) if job else (DELETED, gone)))
+                self.queue.add(key)
+                return
+        if exc.status == 403 and not exc.refused_by_admission:
+            log.error("rljob lacks a permission it needs: %s", exc)
+        delay = self.queue.retry(key)
+        log.warning("%s/%s: %s; again in %.1fs", namespace, name, exc, delay)

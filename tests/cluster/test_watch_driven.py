@@ -1,0 +1,160 @@
+"""The watch-driven core on the real control plane: node events wake only the jobs with
+pods there, and a pass on a stale cache loses nothing to a conflict."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import test_recovery
+from kube_steps import wait_for
+from kubernetes import client
+from operator_process import OperatorProcess, run_operator
+from rljob_operator import constants as c
+from rljob_operator.controller import Controller
+from rljob_operator.kube import Kube, KubeError
+from rljob_operator.reconcile.lookup import CheckpointFinder
+from test_job_lifecycle import get_job, phase_is
+
+nodes = test_recovery.nodes  # three GPU nodes of the test's own
+PASS = re.compile(r"rljob_operator\.controller: pass (\S+)/(\S+)")
+
+
+def one_node_job(name: str, node: str) -> dict:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "image": "rljob-trainer:dev",
+            "nnodes": 1,
+            "resources": {"limits": {"nvidia.com/gpu": 8}},
+            "checkpoint": {"resume": "never"},
+            "restartPolicy": {"maxFailures": 0},
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                }
+            },
+        },
+    }
+
+
+def create(api_client, namespace: str, body: dict) -> None:
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, body
+    )
+
+
+def passes_since(operator: OperatorProcess, offset: int) -> list[str]:
+    """The jobs the operator ran a pass for, from `offset` in its log on."""
+    return [m.group(2) for m in PASS.finditer(operator.log()[offset:])]
+
+
+@pytest.fixture
+def logging_operator(kubeconfig, namespace, crd, tmp_path):
+    """The operator logging each pass (--verbose), with no periodic resync in the way."""
+    args = ["--standalone", "--namespace", namespace, "--verbose", "--resync-seconds", "3600"]
+    process = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", args=args)
+    yield from run_operator(process)
+
+
+def test_a_node_event_wakes_only_the_jobs_with_pods_on_that_node(
+    api_client, core, namespace, nodes, logging_operator
+):
+    operator = logging_operator
+    create(api_client, namespace, one_node_job("near", nodes[0]))
+    create(api_client, namespace, one_node_job("far", nodes[1]))
+    for name in ("near", "far"):
+        wait_for(lambda n=name: phase_is(api_client, namespace, c.RUNNING, n), what=f"{name}")
+    far_pods = {p.metadata.uid for p in core.list_namespaced_pod(namespace).items
+                if p.metadata.labels.get(c.LABEL_JOB) == "far"}  # fmt: skip
+    time.sleep(2)  # the last pod events of the start
+    quiet = len(operator.log())
+
+    # A change that is not about readiness, on both nodes: no job needs a pass.
+    for node in nodes[:2]:
+        core.patch_node(node, {"metadata": {"labels": {"rljob.io/test-touch": "1"}}})
+    time.sleep(3)
+    assert passes_since(operator, quiet) == []
+
+    # The node of "near" goes away: only "near" is woken, and it recovers elsewhere.
+    gone = len(operator.log())
+    core.delete_node(nodes[0])
+    last_end = wait_for(
+        lambda: (get_job(api_client, namespace, "near").get("status") or {}).get("lastEnd"),
+        what="near to record the end of its attempt",
+    )
+    assert last_end["reason"] == "NodeLost"
+    woken = passes_since(operator, gone)
+    assert woken and set(woken) == {"near"}, woken
+    still = {p.metadata.uid for p in core.list_namespaced_pod(namespace).items
+             if p.metadata.labels.get(c.LABEL_JOB) == "far"}  # fmt: skip
+    assert still == far_pods
+    assert get_job(api_client, namespace, "far")["status"]["attempt"] == 0
+
+
+def test_a_status_write_on_a_stale_cache_conflicts_then_passes_again_on_the_newest_job(
+    api_client, core, namespace, crd, nodes
+):
+    """The pass reads the job from the cache; another writer has moved the job on since.
+    The pass's write carries the resourceVersion it read, so it fails instead of
+    overwriting; the controller reads the job and passes again, keeping the other write."""
+    kube = Kube(api_client)
+    controller = Controller(kube, CheckpointFinder(kube, {}, "unused"), [namespace])
+    key = (namespace, "grpo")
+    create(api_client, namespace, one_node_job("grpo", nodes[0]))
+    try:
+        controller.relist()
+        controller.process(key)  # creates the gang; the cache holds the job it wrote
+        wait_for(
+            lambda: [p for p in core.list_namespaced_pod(namespace).items
+                     if p.status.phase == "Running"],
+            what="the gang to run",
+        )  # fmt: skip
+        for pod in core.list_namespaced_pod(namespace).items:  # the cache sees it Running...
+            controller.cache.on_pod(None, api_client.sanitize_for_serialization(pod))
+        stale = controller.cache.job(namespace, "grpo")
+        # ...but not what another writer did to the job meanwhile.
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+            c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo", {"status": {"preemptions": 7}}
+        )
+
+        controller.process(key)
+
+        job = get_job(api_client, namespace)
+        assert job["status"]["phase"] != c.RUNNING  # the stale pass wrote nothing
+        assert job["metadata"]["resourceVersion"] != stale["metadata"]["resourceVersion"]
+        assert controller.queue.get(timeout=0) == key  # ...and asked to pass again at once
+        controller.queue.done(key)
+        controller.process(key)
+        job = get_job(api_client, namespace)
+        assert (job["status"]["phase"], job["status"]["preemptions"]) == (c.RUNNING, 7)
+    finally:
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo"
+        )
+        controller.relist()
+        controller.process(key)  # releases the pods' finalizers, as the operator would
+
+
+def test_the_fence_is_an_empty_status_write_that_conflicts_on_an_old_version_and_changes_nothing(
+    api_client, namespace, crd
+):
+    """What a pass that creates or deletes without a status change writes first."""
+    kube = Kube(api_client)
+    create(api_client, namespace, one_node_job("grpo", "nowhere"))
+    old = get_job(api_client, namespace)["metadata"]["resourceVersion"]
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo", {"metadata": {"labels": {"moved": "on"}}}
+    )
+    current = get_job(api_client, namespace)["metadata"]["resourceVersion"]
+
+    with pytest.raises(KubeError) as refused:
+        kube.patch_status(namespace, "grpo", {}, old)
+    assert refused.value.status == 409
+    assert (
+        kube.patch_status(namespace, "grpo", {}, current)["metadata"]["resourceVersion"] == current
+    )
