@@ -24,13 +24,14 @@ from .metrics import PASSES, QUEUE_DEPTH
 from .reconcile.lookup import CheckpointFinder, LookupPending
 from .reconcile.run import reconcile
 from .runtime.cache import DELETED, ClusterCache, Key
+from .runtime.events import EventSink
 from .runtime.queue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 30.0
 RELIST_SECONDS = 600.0
-WORKERS = 4
+WORKERS = 16
 
 
 class Controller:
@@ -47,6 +48,7 @@ class Controller:
         self.namespaces = list(namespaces) if namespaces is not None else None  # None: all
         self.cache = ClusterCache()
         self.queue = WorkQueue()
+        self.events = EventSink(kube.post_event)
         self.workers, self.resync_seconds, self.relist_seconds = (
             workers,
             resync_seconds,
@@ -69,6 +71,7 @@ class Controller:
     def stop(self) -> None:
         self.stopping.set()
         self.queue.shut_down()
+        self.events.close()
 
     def pause(self) -> None:
         if not self.queue.paused:
@@ -145,7 +148,7 @@ class Controller:
         log.debug("pass %s/%s", namespace, name)
         try:
             PASSES.inc()
-            plan = reconcile(self.kube, self.cache, namespace, name, self.finder)
+            plan = reconcile(self.kube, self.cache, namespace, name, self.finder, self.events)
         except LookupPending as exc:
             log.debug("%s/%s: %s", namespace, name, exc)  # its pod's events bring us back
             return

@@ -106,7 +106,7 @@ def needs_pass(event_type: str | None, job: dict[str, Any]) -> bool:
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-def job_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
+async def job_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
     """An event handler, not a change handler: those keep the whole spec in an annotation
     for diffing, which a large spec pushes past the API server's 256 KiB limit."""
     job = event["object"]
@@ -116,10 +116,10 @@ def job_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
 @kopf.on.event(
     "", "v1", "pods", labels={c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: kopf.PRESENT}
 )
-def pod_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
+async def pod_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
     _current().pod_event(type, event["object"])
 
 
 @kopf.on.event("", "v1", "nodes")
-def node_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
+async def node_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
     _current().node_event(type, event["object"])

@@ -146,22 +146,22 @@ class Kube:
         except ApiException as exc:
             raise KubeError(f"update status of {namespace}/{name}", exc) from exc
 
-    def create(self, obj: dict[str, Any]) -> bool:
-        """Create a Pod or Service; False when one of that name exists already."""
+    def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Create a Pod or Service; the object as stored, or None when one of that name
+        exists already."""
         namespace = obj["metadata"]["namespace"]
         create = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
         }[obj["kind"]]
         try:
-            create(namespace, obj)
+            return _data(create(namespace, obj, _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:
-                return False
+                return None
             raise KubeError(
                 f"create {obj['kind']} {namespace}/{obj['metadata']['name']}", exc
             ) from exc
-        return True
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete, by default with the pod's own grace period, so that its trainer can save."""

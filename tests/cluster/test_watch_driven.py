@@ -158,3 +158,32 @@ def test_the_fence_is_an_empty_status_write_that_conflicts_on_an_old_version_and
     assert (
         kube.patch_status(namespace, "grpo", {}, current)["metadata"]["resourceVersion"] == current
     )
+
+
+def test_a_pass_right_after_creating_the_gang_sees_it_before_any_watch_event(
+    api_client, core, namespace, crd, nodes
+):
+    """The pods a pass creates go into the cache from the API server's answer: a pass that
+    came before their watch events would otherwise take them for deleted (PodDeleted) and
+    start another attempt. This controller has no watch at all."""
+    kube = Kube(api_client)
+    controller = Controller(kube, CheckpointFinder(kube, {}, "unused"), [namespace])
+    key = (namespace, "grpo")
+    body = one_node_job("grpo", nodes[0])
+    body["spec"]["nnodes"] = 2
+    body["spec"]["template"]["spec"]["nodeSelector"] = {}
+    create(api_client, namespace, body)
+    try:
+        controller.relist()
+        controller.process(key)
+        controller.process(key)
+        job = get_job(api_client, namespace)
+        assert (job["status"]["attempt"], job["status"].get("preemptions", 0)) == (0, 0)
+        assert sorted(p["metadata"]["name"] for p in controller.cache.pods_of(namespace, "grpo")) == [
+            "grpo-a0-n0", "grpo-a0-n1"]  # fmt: skip
+    finally:
+        client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+            c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo"
+        )
+        controller.relist()
+        controller.process(key)

@@ -685,3 +685,14 @@ def test_a_node_not_ready_within_the_tolerance_brings_the_job_back_when_it_runs_
 
     assert plan.requeue_after == pytest.approx(15.5)
     assert decide(job, pods_of(job), NODES, NOW).requeue_after is None
+
+
+def test_a_pod_already_being_deleted_gets_no_second_delete():
+    """Every pass until a stale pod is gone would delete it again: a write each time."""
+    job = with_status(make_job(checkpoint={"resume": "never"}), {
+        "attempt": 1, "failures": 1, "phase": c.RESTARTING, "restartAfter": "2026-11-29T12:00:10Z",
+    })  # fmt: skip
+    old = [make_pod(job, 0, 0, phase="Failed", exit_code=1, deleting=True),
+           make_pod(job, 0, 1, phase="Failed", exit_code=1, node="gpu-node-1")]  # fmt: skip
+
+    assert decide(job, old, NODES, NOW).delete == ["grpo-a0-n1"]

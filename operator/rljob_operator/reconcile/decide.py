@@ -261,7 +261,20 @@ def decide(
     p.plan.release = _ends_recorded(p, pods)
     _no_grace_for_lost_nodes(p.plan, pods, nodes, now, p.not_ready_tolerance)
     _wake_when_tolerance_ends(p, pods, nodes)
+    _skip_pods_already_going(p.plan, pods)
     return p.plan
+
+
+def _skip_pods_already_going(plan: Plan, pods: list[dict[str, Any]]) -> None:
+    """A pod being deleted needs no second delete of the same kind: every pass until it is
+    gone would send one (a write each, many under a burst of recoveries)."""
+    going = {pod["metadata"]["name"]: pod["metadata"] for pod in pods
+             if pod["metadata"].get("deletionTimestamp")}  # fmt: skip
+    plan.delete = [name for name in plan.delete if name not in going]
+    plan.force_delete = [
+        name for name in plan.force_delete
+        if going.get(name, {}).get("deletionGracePeriodSeconds") != 0
+    ]  # fmt: skip
 
 
 def _wake_when_tolerance_ends(

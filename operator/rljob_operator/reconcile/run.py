@@ -21,6 +21,7 @@ from .. import constants as c
 from ..kube import Kube, KubeError
 from ..metrics import record_transition
 from ..runtime.cache import ClusterCache
+from ..runtime.events import PostEvent
 from .decide import LookupResult, Plan, decide, fail, iso, with_status
 from .lookup import LookupFailed, inspector_pods_to_clean
 
@@ -39,14 +40,16 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return patch
 
 
-def apply(kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan) -> None:
+def apply(
+    kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan, tell: PostEvent
+) -> None:
     """Fence, create, record, ask, delete, release, tell: in this order.
 
     A new gang is created before its creation is recorded, so a pass that dies
     half-way creates the rest next time rather than mistaking the missing pods for
     deleted ones; an ended attempt is recorded before its pods are deleted, so the
-    end is counted exactly once. The job as the status write returns it goes into the
-    cache, so that the next pass sees it before the watch brings it.
+    end is counted exactly once. The pods and the job as the API server returns them go
+    into the cache, so that the next pass sees them before the watch brings them.
     """
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -56,7 +59,11 @@ def apply(kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan) -> N
     if plan.create or (acts and not patch):
         cache.on_job(None, kube.patch_status(namespace, name, {}, revision))
     for obj in plan.create:
-        kube.create(obj)
+        created = kube.create(obj)
+        if created and obj["kind"] == "Pod":
+            # The next pass must see the new gang, though its watch events have not come:
+            # a pod missing from the cache would look deleted.
+            cache.on_pod(None, created)
     if patch:
         cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
     for pod in plan.request_checkpoint:
@@ -68,7 +75,7 @@ def apply(kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan) -> N
     for pod in plan.release:
         kube.release_pod(namespace, pod)
     for event in plan.events:
-        kube.post_event(job, event.type, event.reason, event.message)
+        tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
         kube.delete_job(namespace, name)
 
@@ -106,10 +113,11 @@ def reconcile(
     namespace: str,
     name: str,
     finder: CheckpointLookup,
+    tell: PostEvent,
     now: datetime | None = None,
 ) -> Plan | None:
-    """One pass for one job. The caller never runs two passes of one job at once (the work
-    queue hands a key to one worker at a time)."""
+    """One pass for one job; its Events go to `tell`. The caller never runs two passes of one
+    job at once (the work queue hands a key to one worker at a time)."""
     job = cache.job(namespace, name)
     pods = cache.pods_of(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
@@ -124,14 +132,14 @@ def reconcile(
     moment = now or datetime.now(UTC)
     plan = plan_pass(job, trainer_pods, nodes, finder, moment)
     try:
-        apply(kube, cache, job, plan)
+        apply(kube, cache, job, plan, tell)
     except KubeError as exc:
         refused = exc.status in (400, 422) or exc.refused_by_admission
         if not refused or not plan.create:
             raise
         # The API server refused a pod we rendered: retrying cannot help.
         plan = fail(job, moment, "PodRejected", f"the API server refused the job's pods: {exc}")
-        apply(kube, cache, job, plan)
+        apply(kube, cache, job, plan, tell)
     record_transition(job.get("status") or {}, plan.status)
     for stale in inspector_pods_to_clean(pods, plan.status["attempt"]):
         kube.delete_pod(namespace, stale)

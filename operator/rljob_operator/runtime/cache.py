@@ -92,6 +92,7 @@ class ClusterCache:
         self._lock = threading.Lock()
         self._jobs = Store()
         self._pods = Store()
+        self._pods_by_job: dict[Key, set[Key]] = {}  # job -> its pods' keys
         self._nodes = Store()
 
     # ------------------------------------------------------------------ jobs
@@ -117,16 +118,28 @@ class ClusterCache:
     # ------------------------------------------------------------------ pods
     def on_pod(self, event_type: str | None, pod: dict[str, Any]) -> Key | None:
         """Take a pod's event; the job it belongs to, if it has one."""
+        key = key_of(pod)
         with self._lock:
-            self._pods.apply(event_type, pod)
+            old = self._pods.objects.get(key)
+            if self._pods.apply(event_type, pod):
+                self._reindex(key, old)
         return _job_of(pod)
+
+    def _reindex(self, key: Key, old: dict[str, Any] | None) -> None:
+        """Move a pod in the by-job index after its entry changed from `old`."""
+        new = self._pods.objects.get(key)
+        was, now = (_job_of(old) if old else None), (_job_of(new) if new else None)
+        if was and was != now:
+            self._pods_by_job[was].discard(key)
+            if not self._pods_by_job[was]:
+                del self._pods_by_job[was]
+        if now:
+            self._pods_by_job.setdefault(now, set()).add(key)
 
     def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
         with self._lock:
-            return sorted(
-                (p for p in self._pods.objects.values() if _job_of(p) == (namespace, job)),
-                key=lambda p: p["metadata"]["name"],
-            )
+            keys = sorted(self._pods_by_job.get((namespace, job), ()))
+            return [self._pods.objects[k] for k in keys]
 
     def replace_pods(
         self, pods: list[dict[str, Any]], revision: str, namespace: str | None = None
@@ -135,6 +148,8 @@ class ClusterCache:
         with self._lock:
             before = dict(self._pods.objects)
             touched = self._pods.replace(pods, revision, namespace)
+            for key in touched:
+                self._reindex(key, before.get(key))
             changed = [before.get(k) or self._pods.objects.get(k) for k in touched]
         return {job for job in map(_job_of, filter(None, changed)) if job}
 
