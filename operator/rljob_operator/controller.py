@@ -6,7 +6,8 @@
 - A resync queues every cached job now and then; it reads nothing from the API server,
   and a pass that finds nothing to do writes nothing. A relist, much rarer, replaces the
   cache with full lists, for what a reconnecting watch never reports: deletions while it
-  was away.
+  was away. One comes soon after the start (and after a resume), for what went between
+  the first list and the start of kopf's watches.
 - A pass whose write meets a conflict reads the job once and runs again at once. Any
   other error backs off per job.
 - Paused (another replica acts), the queue hands nothing out; resumed, it resyncs.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -31,6 +33,9 @@ log = logging.getLogger(__name__)
 
 RESYNC_SECONDS = 30.0
 RELIST_SECONDS = 600.0
+# The first full list is made before kopf's watches start, so what is deleted between the
+# two is never reported; a second list, once the watches run, drops it.
+RELIST_AFTER_START_SECONDS = 15.0
 WORKERS = 16
 
 
@@ -49,18 +54,17 @@ class Controller:
         self.cache = ClusterCache()
         self.queue = WorkQueue()
         self.events = EventSink(kube.post_event)
-        self.workers, self.resync_seconds, self.relist_seconds = (
-            workers,
-            resync_seconds,
-            relist_seconds,
-        )
+        self.workers = workers
+        self.resync_seconds, self.relist_seconds = resync_seconds, relist_seconds
         self.stopping = threading.Event()
+        self._next_relist = 0.0  # monotonic
         QUEUE_DEPTH.set_function(lambda: len(self.queue))
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
         """Fill the cache from full lists, then start the workers and the resync."""
         self.relist()
+        self._next_relist = time.monotonic() + RELIST_AFTER_START_SECONDS
         for i in range(self.workers):
             self._thread(self._work, f"rljob-worker-{i}")
         self._thread(self._resync_loop, "rljob-resync")
@@ -86,6 +90,7 @@ class Controller:
                 self.relist()
             except KubeError as exc:
                 log.warning("relist failed (the resync retries): %s", exc)
+            self._next_relist = time.monotonic() + RELIST_AFTER_START_SECONDS
             self.queue.resume()
             self.resync()
 
@@ -124,16 +129,20 @@ class Controller:
             self.queue.add(key)
 
     def _resync_loop(self) -> None:
-        since_relist = 0.0
-        while not self.stopping.wait(self.resync_seconds):
-            since_relist += self.resync_seconds
-            if since_relist >= self.relist_seconds:
-                since_relist = 0.0
+        next_resync = time.monotonic() + self.resync_seconds
+        while not self.stopping.wait(
+            max(0.0, min(next_resync, self._next_relist) - time.monotonic())
+        ):
+            now = time.monotonic()
+            if now >= self._next_relist:
+                self._next_relist = now + self.relist_seconds
                 try:
                     self.relist()
                 except KubeError as exc:
                     log.warning("relist failed (the next one retries): %s", exc)
-            self.resync()
+            if now >= next_resync:
+                next_resync = now + self.resync_seconds
+                self.resync()
 
     # ------------------------------------------------------------------ work
     def _work(self) -> None:
