@@ -26,6 +26,7 @@ def peer(priority: int, seen_ago: float, lifetime: int = 60) -> dict:
         ({"me": peer(5, 0), "b": peer(6, 61)}, True),  # the outranking peer's keep-alive ran out
         ({"me": peer(5, 0), "b": peer(6, 20, lifetime=10)}, True),
         ({"me": peer(5, 0), "b": "garbage"}, True),
+        ({"me": peer(5, 0), "b": {**peer(9, 1), "priority": "high"}}, True),
     ],
 )
 def test_acts_applies_kopfs_rule(peers, expected):

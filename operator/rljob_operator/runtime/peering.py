@@ -38,11 +38,13 @@ def acts(peers: dict[str, Any], identity: str, priority: int, now: datetime) -> 
     for peer_id, peer in (peers or {}).items():
         if peer_id == identity or not isinstance(peer, dict):
             continue
-        seen = _parse(peer.get("lastseen"))
-        lifetime = timedelta(seconds=int(peer.get("lifetime", 60)))
-        if seen is None or seen + lifetime <= now:
-            continue
-        if int(peer.get("priority", 0)) >= priority:
+        try:
+            seen = _parse(peer.get("lastseen"))
+            lifetime = timedelta(seconds=int(peer.get("lifetime", 60)))
+            rank = int(peer.get("priority", 0))
+        except (TypeError, ValueError):
+            continue  # not a keep-alive kopf wrote
+        if seen is not None and now < seen + lifetime and rank >= priority:
             return False
     return True
 
