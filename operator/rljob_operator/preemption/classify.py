@@ -18,6 +18,7 @@ import rljob_contract as contract
 
 from .. import constants as c
 from ..api.spec import RestartPolicy
+from ..api.status import find_condition
 
 # Taints that cloud providers and autoscalers put on a node that is about to go away.
 TERMINATION_TAINTS = frozenset(
@@ -107,12 +108,14 @@ def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def node_ready_condition(node: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The node's Ready condition, if it reports one."""
+    return find_condition(((node or {}).get("status") or {}).get("conditions") or [], "Ready")
+
+
 def not_ready_seconds(node: dict[str, Any], now: datetime) -> float | None:
     """How long the node has not been Ready (None while it is)."""
-    ready = next(
-        (x for x in node.get("status", {}).get("conditions") or [] if x.get("type") == "Ready"),
-        None,
-    )
+    ready = node_ready_condition(node)
     if not ready or ready.get("status") == "True":
         return None
     since = _parse_time(ready.get("lastTransitionTime"))

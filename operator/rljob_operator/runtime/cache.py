@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import constants as c
+from ..preemption.classify import node_ready_condition
 
 Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
 DELETED = "DELETED"
@@ -79,12 +80,9 @@ class Store:
         return touched
 
 
-def ready_status(node: dict[str, Any] | None) -> str | None:
+def _readiness(node: dict[str, Any]) -> str | None:
     """The status of the node's Ready condition ("True", "False", "Unknown"), if any."""
-    for condition in ((node or {}).get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Ready":
-            return condition.get("status")
-    return None
+    return (node_ready_condition(node) or {}).get("status")
 
 
 class ClusterCache:
@@ -162,11 +160,7 @@ class ClusterCache:
             old = self._nodes.objects.get(("", name))
             if not self._nodes.apply(event_type, node):
                 return []
-            if (
-                event_type != DELETED
-                and old is not None
-                and ready_status(old) == ready_status(node)
-            ):
+            if event_type != DELETED and old is not None and _readiness(old) == _readiness(node):
                 return []
             return self._jobs_on_locked({name})
 
