@@ -119,11 +119,11 @@ class Controller:
         jobs whose objects changed."""
         changed: set[Key] = set()
         for namespace in self.namespaces or [None]:
-            jobs, revision = self.kube.list_all("jobs", namespace)
+            jobs, revision = self.kube.list_jobs(namespace)
             changed |= self.cache.replace_jobs(jobs, revision, namespace)
-            pods, revision = self.kube.list_all("pods", namespace)
+            pods, revision = self.kube.list_pods(namespace)
             changed |= self.cache.replace_pods(pods, revision, namespace)
-        nodes, revision = self.kube.list_all("nodes", None)
+        nodes, revision = self.kube.list_nodes()
         changed |= set(self.cache.replace_nodes(nodes, revision))
         for key in sorted(changed):
             self.queue.add(key)

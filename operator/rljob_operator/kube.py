@@ -58,37 +58,31 @@ class Kube:
                 return None
             raise KubeError(f"get {c.KIND} {namespace}/{name}", exc) from exc
 
-    def list_all(self, kind: str, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
-        """Every job, rljob-managed pod or node (in one namespace, or in all when None), and
-        the resourceVersion of the list."""
+    # Full lists (in one namespace, or in all when None), with the list's resourceVersion.
+    def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        if namespace is None:
+            call, scope = self.custom.list_cluster_custom_object, ()
+        else:
+            call, scope = self.custom.list_namespaced_custom_object, (namespace,)
+        return self._list("jobs", call, c.GROUP, c.VERSION, *scope, c.PLURAL)
+
+    def list_pods(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """rljob's pods (the managed-by label)."""
         selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
-        calls = {
-            "jobs": (
-                lambda: self.custom.list_cluster_custom_object(
-                    c.GROUP, c.VERSION, c.PLURAL, _preload_content=False
-                ),
-                lambda ns: self.custom.list_namespaced_custom_object(
-                    c.GROUP, c.VERSION, ns, c.PLURAL, _preload_content=False
-                ),
-            ),
-            "pods": (
-                lambda: self.core.list_pod_for_all_namespaces(
-                    label_selector=selector, _preload_content=False
-                ),
-                lambda ns: self.core.list_namespaced_pod(
-                    ns, label_selector=selector, _preload_content=False
-                ),
-            ),
-            "nodes": (lambda: self.core.list_node(_preload_content=False), None),
-        }
-        everywhere, in_namespace = calls[kind]
+        if namespace is None:
+            return self._list(
+                "pods", self.core.list_pod_for_all_namespaces, label_selector=selector
+            )
+        return self._list("pods", self.core.list_namespaced_pod, namespace, label_selector=selector)
+
+    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        return self._list("nodes", self.core.list_node)
+
+    def _list(self, what: str, call: Any, *args: Any, **kwargs: Any) -> tuple[list, str]:
         try:
-            if namespace is None or in_namespace is None:
-                listed = _data(everywhere())
-            else:
-                listed = _data(in_namespace(namespace))
+            listed = _data(call(*args, _preload_content=False, **kwargs))
         except ApiException as exc:
-            raise KubeError(f"list {kind}", exc) from exc
+            raise KubeError(f"list {what}", exc) from exc
         return listed["items"], listed["metadata"].get("resourceVersion", "")
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
