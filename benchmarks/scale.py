@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import yaml  # noqa: E402
+from kube_steps import bind_claim  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
@@ -79,19 +80,6 @@ def job_manifest(name: str) -> dict:
             "template": {"spec": {"terminationGracePeriodSeconds": 0}},
         },
     }
-
-
-def claim_manifests() -> list[dict]:
-    modes = {"accessModes": ["ReadWriteMany"], "storageClassName": ""}
-    return [
-        {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "scale-ckpts"},
-         "spec": {**modes, "capacity": {"storage": "1Gi"}, "hostPath": {"path": "/tmp/scale"},
-                  "claimRef": {"namespace": NAMESPACE, "name": "ckpts"}}},
-        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-         "metadata": {"name": "ckpts", "namespace": NAMESPACE},
-         "spec": {**modes, "volumeName": "scale-ckpts",
-                  "resources": {"requests": {"storage": "1Gi"}}}},
-    ]  # fmt: skip
 
 
 class PodTimes:
@@ -254,8 +242,8 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> int:
     for path in (REPO / "crds", PEERING_CRD):
         cluster.kubectl(name, "apply", "--server-side", "-f", str(path))
     cluster.kubectl(name, "create", "namespace", NAMESPACE)
-    cluster.kubectl(name, "apply", "-f", "-", input=yaml.safe_dump_all(claim_manifests()))
     bench = Bench(name, kubeconfig)
+    bind_claim(bench.core, NAMESPACE)
     names = [f"job-{i:04d}" for i in range(args.jobs)]
     print(f"{args.jobs} jobs x 2 pods on {args.nodes} kwok nodes ({gpus} GPUs each)", flush=True)
 

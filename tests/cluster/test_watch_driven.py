@@ -22,24 +22,12 @@ PASS = re.compile(r"rljob_operator\.controller: pass (\S+)/(\S+)")
 
 
 def one_node_job(name: str, node: str) -> dict:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "image": "rljob-trainer:dev",
-            "nnodes": 1,
-            "resources": {"limits": {"nvidia.com/gpu": 8}},
-            "checkpoint": {"resume": "never"},
-            "restartPolicy": {"maxFailures": 0},
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 0,
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                }
-            },
-        },
-    }
+    """The recovery tests' job on one given node, starting fresh and failing on a failure."""
+    body = test_recovery.job_body(
+        [node], nnodes=1, checkpoint={"resume": "never"}, restartPolicy={"maxFailures": 0}
+    )
+    body["metadata"]["name"] = name
+    return body
 
 
 def create(api_client, namespace: str, body: dict) -> None:
@@ -169,9 +157,9 @@ def test_a_pass_right_after_creating_the_gang_sees_it_before_any_watch_event(
     kube = Kube(api_client)
     controller = Controller(kube, CheckpointFinder(kube, {}, "unused"), [namespace])
     key = (namespace, "grpo")
-    body = one_node_job("grpo", nodes[0])
-    body["spec"]["nnodes"] = 2
-    body["spec"]["template"]["spec"]["nodeSelector"] = {}
+    body = test_recovery.job_body(
+        nodes, checkpoint={"resume": "never"}, restartPolicy={"maxFailures": 0}
+    )
     create(api_client, namespace, body)
     try:
         controller.relist()
