@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from . import constants as c
+from .api.timestamps import iso
 
 
 class KubeError(RuntimeError):
@@ -176,7 +177,7 @@ class Kube:
 
     def post_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         meta = job["metadata"]
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = iso(datetime.now(UTC))
         event = {
             "metadata": {
                 "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",

@@ -19,6 +19,7 @@ import rljob_contract as contract
 from .. import constants as c
 from ..api.spec import RestartPolicy
 from ..api.status import find_condition
+from ..api.timestamps import parse_iso
 
 # Taints that cloud providers and autoscalers put on a node that is about to go away.
 TERMINATION_TAINTS = frozenset(
@@ -84,12 +85,6 @@ class PodFacts:
     not_starting: tuple[str, str] | None = None  # (kubelet reason, message) of a stuck container
 
 
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
 def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
     for status in pod.get("status", {}).get("containerStatuses") or []:
         if status.get("name") == c.TRAINER_CONTAINER:
@@ -118,8 +113,8 @@ def not_ready_seconds(node: dict[str, Any], now: datetime) -> float | None:
     ready = node_ready_condition(node)
     if not ready or ready.get("status") == "True":
         return None
-    since = _parse_time(ready.get("lastTransitionTime"))
-    return (now - since).total_seconds() if since else 0.0
+    since = ready.get("lastTransitionTime")
+    return (now - parse_iso(since)).total_seconds() if since else 0.0
 
 
 def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> PodFacts:

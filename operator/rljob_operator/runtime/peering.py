@@ -18,6 +18,8 @@ from typing import Any
 
 from kubernetes import client, watch
 
+from ..api.timestamps import parse_iso
+
 log = logging.getLogger(__name__)
 
 GROUP, VERSION = "kopf.dev", "v1"
@@ -26,10 +28,9 @@ REEVALUATE_SECONDS = 1.0  # a peer's keep-alive runs out without any event sayin
 
 def _parse(stamp: str | None) -> datetime | None:
     try:
-        parsed = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+        return parse_iso(str(stamp))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def acts(peers: dict[str, Any], identity: str, priority: int, now: datetime) -> bool:
