@@ -59,6 +59,24 @@ TRAINER_SOURCES = REPO / "trainer_image" / "rljob_trainer"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
+def goodput_lines(figures: dict[str, Any]) -> list[str]:
+    """The job's status.goodput, as the report shows it."""
+    if "ettr" not in figures:
+        return ["goodput: not in the job's status"]
+    wall = figures["wallSeconds"]
+
+    def share(key: str) -> str:
+        return f"{figures[key]:.1f}s ({figures[key] / wall:.0%})"
+
+    return [
+        f"goodput (status.goodput): ETTR {figures['ettr']:.1%} over {wall:.1f}s of wall time",
+        f"  running {share('runningSeconds')}, recovering {share('recoveringSeconds')}, "
+        f"waiting {share('waitingSeconds')}",
+        f"  {figures['lostSteps']} steps lost to disruptions, {figures['lostSeconds']:.1f}s of "
+        "training to do again (subtracted from the running time)",
+    ]
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
@@ -669,6 +687,7 @@ class Demo:
                     f"running (old gang stopped and new gang created {created - detected:.1f}s "
                     f"after detection), {seen.first_step - detected:.1f}s to its first step"
                 )
+        lines += ["", *goodput_lines(status.get("goodput") or {})]
         same_weights, same_metrics, tensors = verdict
         lines += [
             "",

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .kube import Kube, KubeError
-from .metrics import PASSES, QUEUE_DEPTH
+from .metrics import JOB_GOODPUT, PASSES, QUEUE_DEPTH
 from .reconcile.lookup import CheckpointFinder, LookupPending
 from .reconcile.run import reconcile
 from .runtime.cache import DELETED, ClusterCache, Key
@@ -59,6 +59,7 @@ class Controller:
         self.stopping = threading.Event()
         self._next_relist = 0.0  # monotonic
         QUEUE_DEPTH.set_function(lambda: len(self.queue))
+        JOB_GOODPUT.jobs = lambda: [] if self.queue.paused else self.cache.jobs()
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:

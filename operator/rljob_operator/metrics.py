@@ -6,11 +6,15 @@ counts nothing twice, and every figure matches what `kubectl get rltj` shows.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-from .reconcile.decide import parse_iso
+from .api.timestamps import parse_iso
+from .reconcile import goodput
 
 PASSES = Counter("rljob_reconcile_passes_total", "Reconcile passes run by this replica")
 QUEUE_DEPTH = Gauge("rljob_work_queue_depth", "Jobs waiting in the work queue, ready or delayed")
@@ -48,3 +52,46 @@ def record_transition(old: dict[str, Any], new: dict[str, Any]) -> None:
         RECOVERY_LATENCY.observe(latency.total_seconds())
         if "lostSteps" in after:
             LOST_STEPS.observe(after["lostSteps"])
+
+
+class GoodputCollector:
+    """Every job's goodput extended to the moment of the scrape: live, where the status holds
+    the figures as of its last write, and read from the watch cache, so a scrape costs no
+    API call. A replica that does not act (peering) reports none: its cache is stale."""
+
+    def __init__(self) -> None:
+        self.jobs: Callable[[], Iterable[dict[str, Any]]] = list
+
+    def collect(self) -> Iterator[Metric]:
+        now = datetime.now(UTC)
+        labels = ["namespace", "name"]
+        ettr = GaugeMetricFamily(
+            "rljob_job_ettr", "Productive training time over wall time, 0 to 1", labels=labels
+        )
+        seconds = GaugeMetricFamily(
+            "rljob_job_seconds",
+            "The job's wall time by where it went: running, recovering, waiting",
+            labels=[*labels, "bucket"],
+        )
+        lost = GaugeMetricFamily(
+            "rljob_job_lost_steps",
+            "Finished steps that new gangs had to train again",
+            labels=labels,
+        )
+        for job in self.jobs():
+            meta, status = job["metadata"], job.get("status") or {}
+            stamp = meta.get("creationTimestamp")
+            if not status.get("goodput") or not stamp:
+                continue
+            figures = goodput.current(status, parse_iso(stamp), now)
+            key = [meta["namespace"], meta["name"]]
+            if figures.ettr is not None:
+                ettr.add_metric(key, figures.ettr)
+            for bucket in (goodput.RUNNING, goodput.RECOVERING, goodput.WAITING):
+                seconds.add_metric([*key, bucket], getattr(figures, bucket))
+            lost.add_metric(key, figures.lost_steps)
+        yield from (ettr, seconds, lost)
+
+
+JOB_GOODPUT = GoodputCollector()
+REGISTRY.register(JOB_GOODPUT)

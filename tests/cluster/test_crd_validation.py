@@ -175,5 +175,5 @@ def test_kubectl_get_shows_the_printer_columns(kubeconfig, api_client, namespace
     header = out.splitlines()[0].split()
     assert header == [
         "NAME", "PHASE", "CHECKPOINT", "ATTEMPT", "PREEMPTIONS", "FAILURES", "RAY", "NODES",
-        "DRIVER", "AGE",
+        "DRIVER", "ETTR", "AGE",
     ]  # fmt: skip

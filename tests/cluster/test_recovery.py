@@ -35,8 +35,9 @@ def write_checkpoint(volume, step, complete=True):
         write_manifest(folder, step=step, world_size=2)
 
 
-def write_progress(volume, step):
-    (volume / "run" / "checkpoints" / "progress.json").write_text(json.dumps({"step": step}))
+def write_progress(volume, step, step_seconds=None):
+    progress = {"step": step, "step_seconds": step_seconds}
+    (volume / "run" / "checkpoints" / "progress.json").write_text(json.dumps(progress))
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def volume(tmp_path):
     write_checkpoint(path, 10)
     write_checkpoint(path, 20)
     write_checkpoint(path, 30, complete=False)  # torn: never resumed from
-    write_progress(path, 27)
+    write_progress(path, 27, step_seconds=0.5)
     return path
 
 
@@ -144,6 +145,7 @@ def assert_one_recovery_from_step_20(job, pods, reasons):
         27,
         7,
     )
+    assert recovery["lostSeconds"] == 3.5  # 7 steps of 0.5 s, per progress.json
     assert len(job["status"]["recoveries"]) == 1
     for pod in pods:
         env = env_of(pod)
@@ -197,6 +199,18 @@ def test_eviction_resumes_from_the_newest_complete_checkpoint(
 
     job, new_pods = resumed_gang(api_client, core, namespace)
     assert_one_recovery_from_step_20(job, new_pods, {"EvictionByEvictionAPI"})
+
+    # Running again, the job's goodput says where its time went, and the gauge has it live.
+    job = wait_for(lambda: phase_is(api_client, namespace, c.RUNNING), what="the job to run again")
+    figures = job["status"]["goodput"]
+    assert (figures["lostSteps"], figures["lostSeconds"]) == (7, 3.5)
+    assert figures["recoveringSeconds"] > 0 and figures["runningSeconds"] > 0
+    total = figures["runningSeconds"] + figures["recoveringSeconds"] + figures["waitingSeconds"]
+    assert abs(total - figures["wallSeconds"]) < 0.5
+    productive = max(0.0, figures["runningSeconds"] - 3.5)
+    assert abs(figures["ettr"] - productive / figures["wallSeconds"]) < 0.01
+    gauge = f'rljob_job_ettr{{name="grpo",namespace="{namespace}"}} '
+    assert any(line.startswith(gauge) for line in recovering_operator.metrics().splitlines())
 
 
 def test_two_pods_evicted_together_make_one_recovery(

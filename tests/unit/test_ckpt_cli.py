@@ -10,7 +10,16 @@ import pytest
 from ckpt_trees import build_dcp, build_rljob, snapshot, write_text
 from rljob_operator.cli import main
 
-LATEST_KEYS = {"progress_step", "found", "step", "path", "layout", "verify", "rejected"}
+LATEST_KEYS = {
+    "progress_step",
+    "progress_step_seconds",
+    "found",
+    "step",
+    "path",
+    "layout",
+    "verify",
+    "rejected",
+}
 REJECTED_KEYS = {"step", "path", "verdict", "reason"}
 
 
@@ -181,3 +190,26 @@ def test_latest_excludes_every_folder_given_with_exclude(tmp_path, capsys):
     answer = json.loads(out)
     assert (code, answer["step"]) == (0, 1)
     assert [r["verdict"] for r in answer["rejected"]] == ["excluded", "excluded"]
+
+
+@pytest.mark.parametrize(
+    ("progress", "step", "seconds"),
+    [
+        ({"step": 163, "step_seconds": 4.25}, 163, 4.25),
+        ({"step": 163}, 163, None),  # an older trainer wrote no step time
+        ({"step": 163, "step_seconds": -1}, 163, None),
+        ({"step": 163, "step_seconds": "4"}, 163, None),
+        ({"step": 163, "step_seconds": True}, 163, None),
+        ({"step": -2, "step_seconds": 4.0}, None, 4.0),
+    ],
+)
+def test_latest_json_reports_the_trainers_progress_and_step_time(
+    tmp_path, capsys, progress, step, seconds
+):
+    build_rljob(tmp_path, 150)
+    write_text(tmp_path / "progress.json", json.dumps(progress))
+
+    _, out, _ = run(capsys, "latest", tmp_path, "--json")
+
+    answer = json.loads(out)
+    assert (answer["progress_step"], answer["progress_step_seconds"]) == (step, seconds)

@@ -30,10 +30,11 @@ def test_every_field_has_a_description_for_kubectl_explain():
     assert undocumented(SCHEMA, "") == []
 
 
-def test_printer_columns_show_phase_checkpoint_attempt_counts_and_the_ray_cluster():
+def test_printer_columns_show_phase_checkpoint_attempt_counts_the_ray_cluster_and_ettr():
     columns = [c["name"] for c in CRD["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert columns == [
-        "Phase", "Checkpoint", "Attempt", "Preemptions", "Failures", "Ray Nodes", "Driver", "Age",
+        "Phase", "Checkpoint", "Attempt", "Preemptions", "Failures", "Ray Nodes", "Driver", "ETTR",
+        "Age",
     ]  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rljob_trainer.metrics import MetricsLog, read_metrics, write_progress
+from rljob_trainer.metrics import MetricsLog, StepTiming, read_metrics, write_progress
 from rljob_trainer.stop import StopRequest
 
 
@@ -28,9 +28,14 @@ def test_metrics_drop_steps_after_the_resume_step(tmp_path: Path) -> None:
 
 
 def test_progress_is_written_atomically(tmp_path: Path) -> None:
-    write_progress(tmp_path / "ckpt", 42, attempt=3, status="running")
+    timing = StepTiming()
+    assert timing.mean is None
+    timing.add(3.0)
+    timing.add(5.0)
+    write_progress(tmp_path / "ckpt", 42, attempt=3, status="running", step_seconds=timing.mean)
     progress = json.loads((tmp_path / "ckpt" / "progress.json").read_text())
     assert progress["step"] == 42 and progress["attempt"] == 3 and progress["status"] == "running"
+    assert progress["step_seconds"] == 4.0
     assert {"time", "unix_time"} <= set(progress)
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["progress.json"]
 

@@ -5,8 +5,9 @@ next attempt resumes from; on start, entries with a step after the starting step
 (the file is rewritten atomically), so the file always holds one entry per step, and for a
 bit-exact resume the same entries an uninterrupted run would have logged (time aside).
 
-progress.json, next to the global_step_N folders, holds the last finished step; the operator
-compares it with the step it resumes from to count lost work.
+progress.json, next to the global_step_N folders, holds the last finished step and the mean
+step time of this attempt; the operator compares the step with the one it resumes from to
+count lost work, and prices the lost steps with the step time.
 """
 
 from __future__ import annotations
@@ -53,7 +54,31 @@ class MetricsLog:
             fh.write(json.dumps(entry) + "\n")
 
 
-def write_progress(checkpoint_dir: Path, step: int, attempt: int | None, status: str) -> None:
+class StepTiming:
+    """The mean time of this attempt's steps (checkpoint stalls included): what a lost step
+    costs to train again."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.steps = 0
+
+    def add(self, seconds: float) -> float:
+        self.total += seconds
+        self.steps += 1
+        return seconds
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.steps if self.steps else None
+
+
+def write_progress(
+    checkpoint_dir: Path,
+    step: int,
+    attempt: int | None,
+    status: str,
+    step_seconds: float | None = None,
+) -> None:
     """status: running, finished, or checkpointed_on_request."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     now = time.time()
@@ -63,5 +88,6 @@ def write_progress(checkpoint_dir: Path, step: int, attempt: int | None, status:
         "unix_time": now,
         "attempt": attempt,
         "status": status,
+        "step_seconds": step_seconds,
     }
     write_atomically(checkpoint_dir / PROGRESS_FILE_NAME, json.dumps(progress) + "\n")

@@ -24,7 +24,7 @@ from rljob_trainer import grpo
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE, CheckpointError, CheckpointManager
 from rljob_trainer.config import TrainerConfig
 from rljob_trainer.data import PromptSampler
-from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, write_progress
+from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, StepTiming, write_progress
 from rljob_trainer.model import TransformerLM, build_model, model_config_dict
 from rljob_trainer.state import (
     ModelState,
@@ -254,6 +254,7 @@ class Trainer:
         metrics = None
         if rank0:
             metrics = MetricsLog(Path(runner.experiment_dir) / METRICS_FILE_NAME, step)
+        timing = StepTiming()
         while step < runner.max_steps:
             started = time.perf_counter()
             record = self.train_step()
@@ -267,12 +268,12 @@ class Trainer:
             if rank0:
                 assert metrics is not None
                 entry = {"step": step, **record, "time": time.time()}
-                entry["step_time"] = time.perf_counter() - started
+                entry["step_time"] = timing.add(time.perf_counter() - started)
                 entry["ckpt_stall"] = stall
                 if self.attempt is not None:
                     entry["attempt"] = self.attempt
                 metrics.write(entry)
-                write_progress(self.checkpoint_dir, step, self.attempt, "running")
+                write_progress(self.checkpoint_dir, step, self.attempt, "running", timing.mean)
                 log.info(
                     "step %d/%d loss=%.4f reward=%.3f accuracy=%.3f kl=%.4f",
                     step,
@@ -289,13 +290,13 @@ class Trainer:
                     step,
                     contract.EXIT_CHECKPOINTED_ON_REQUEST,
                 )
-                self._end(step, "checkpointed_on_request")
+                self._end(step, "checkpointed_on_request", timing.mean)
                 return contract.EXIT_CHECKPOINTED_ON_REQUEST
-        self._end(step, "finished")
+        self._end(step, "finished", timing.mean)
         log.info("finished at step %d", step)
         return EXIT_OK
 
-    def _end(self, step: int, status: str) -> None:
+    def _end(self, step: int, status: str, step_seconds: float | None) -> None:
         """Seal the last checkpoint and record the outcome before any rank may exit."""
         slow = float(os.environ.get(ENV_TEST_SLOW_STOP_SAVE) or 0)
         if status == "checkpointed_on_request" and slow and self.env.rank == 0:
@@ -305,7 +306,7 @@ class Trainer:
             time.sleep(slow)
         self.checkpoints.wait()
         if self.env.rank == 0:
-            write_progress(self.checkpoint_dir, step, self.attempt, status)
+            write_progress(self.checkpoint_dir, step, self.attempt, status, step_seconds)
         if status == "checkpointed_on_request" and int(os.environ.get("LOCAL_RANK", "0")) == 0:
             tell_the_operator(contract.CHECKPOINTED_ON_REQUEST_MESSAGE + f" at step {step}")
         self.checkpoints.finish()

@@ -20,7 +20,7 @@ from .latest import (
     verify_folder,
 )
 from .layouts import AUTO, CHOICES
-from .progress import read_progress_step
+from .progress import read_progress
 from .report import dumps, fit_json
 
 ERRORS = (CheckpointInputError,)
@@ -89,7 +89,7 @@ def _latest(args: argparse.Namespace) -> int:
     result = find_latest(
         args.path, args.layout, args.verify, exclude=args.exclude, within=args.within
     )
-    payload = {**result.to_dict(), "progress_step": read_progress_step(args.path)}
+    payload = {**result.to_dict(), **read_progress(args.path).to_report()}
     if args.output:
         _write(args.output, fit_json(payload))
     if args.json:

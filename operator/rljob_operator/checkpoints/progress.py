@@ -1,23 +1,46 @@
-"""Read the trainer's progress.json: the last finished step, to count work lost in a restart."""
+"""Read the trainer's progress.json: the last finished step and the trainer's step time, to
+count and price the work lost in a restart."""
 
 from __future__ import annotations
 
+import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rljob_contract import PROGRESS_FILE_NAME, untrusted
 
 MAX_BYTES = 1024 * 1024  # the trainer writes a few hundred bytes
 
 
-def read_progress_step(directory: str | os.PathLike[str]) -> int | None:
-    """The `step` in <directory>/progress.json, or None when there is none to trust."""
+@dataclass(frozen=True)
+class Progress:
+    step: int | None = None  # the last finished step
+    step_seconds: float | None = None  # the mean step time of the attempt that wrote it
+
+    def to_report(self) -> dict[str, Any]:
+        """The keys `rljob ckpt latest --json` reports them under."""
+        return {"progress_step": self.step, "progress_step_seconds": self.step_seconds}
+
+
+def read_progress(directory: str | os.PathLike[str]) -> Progress:
+    """What <directory>/progress.json says; a field that is missing or not to be trusted is None."""
     path = Path(directory) / PROGRESS_FILE_NAME
     try:
         if path.stat().st_size > MAX_BYTES:
-            return None
+            return Progress()
         data = untrusted.loads(path.read_text(encoding="utf-8", errors="replace"))
     except (OSError, ValueError):
-        return None
-    step = data.get("step") if isinstance(data, dict) else None
-    return step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else None
+        return Progress()
+    if not isinstance(data, dict):
+        return Progress()
+    step, seconds = data.get("step"), data.get("step_seconds")
+    good_step = isinstance(step, int) and not isinstance(step, bool) and step >= 0
+    good_seconds = (
+        isinstance(seconds, int | float)
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and seconds > 0
+    )
+    return Progress(step if good_step else None, float(seconds) if good_seconds else None)

@@ -21,6 +21,7 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from .. import constants as c
 from ..api.spec import JobSpec, RestartPolicy, SpecError, parse_spec
 from ..api.status import find_condition, set_condition
+from ..api.timestamps import iso, iso_precise, parse_iso
 from ..launcher.pods import (
     JobRef,
     ResumeTarget,
@@ -29,6 +30,7 @@ from ..launcher.pods import (
     overridden_env,
 )
 from ..preemption.classify import Outcome, PodEnd, classify_facts, facts, not_ready_seconds
+from . import goodput
 
 MAX_RECOVERIES = 20
 # A checkpoint lookup that fails (an inspector pod that crashes or never ends) is retried
@@ -66,6 +68,7 @@ class LookupResult:
     last_finished_step: int | None = None  # from the trainer's progress.json, if any
     detail: str = ""  # what was rejected, or why nothing was found
     failure: str | None = None  # the look itself failed: nothing is known about the folders
+    step_seconds: float | None = None  # the trainer's step time, from progress.json, if any
 
 
 @dataclass
@@ -129,19 +132,6 @@ class Observed:
         if self.all_succeeded(spec.nnodes):
             return "AllPodsSucceeded", f"all {spec.nnodes} pods of attempt {attempt} completed"
         return None
-
-
-def iso(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def iso_precise(moment: datetime) -> str:
-    """Microseconds, for the recovery timeline that latency figures are computed from."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_iso(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 def observe(
@@ -210,6 +200,7 @@ class _Pass:
         status["observedGeneration"] = self.generation
         self.plan = Plan(status=status)
         self.not_ready_tolerance: float = RestartPolicy().node_not_ready_tolerance_seconds
+        self.lost: tuple[int, float | None] | None = None  # (steps, seconds) a new gang lost
 
     @property
     def status(self) -> dict[str, Any]:
@@ -240,6 +231,23 @@ class _Pass:
         current = self.plan.requeue_after
         self.plan.requeue_after = seconds if current is None else min(current, seconds)
 
+    def account(self, job: dict[str, Any]) -> None:
+        """Bring status.goodput up to date, only when the pass writes the status anyway."""
+        before = job.get("status") or {}
+
+        def rest(status: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in status.items() if k != "goodput"}
+
+        if "goodput" in before and rest(before) == rest(self.status) and not self.lost:
+            return
+        stamp = job["metadata"].get("creationTimestamp")
+        created = parse_iso(stamp) if stamp else self.now
+        figures = goodput.stored(before, created, self.now)
+        figures = figures.advanced(goodput.bucket_of(before), self.now)
+        if self.lost:
+            figures = figures.with_lost(*self.lost)
+        self.status["goodput"] = figures.to_dict()
+
 
 def decide(
     job: dict[str, Any],
@@ -262,6 +270,7 @@ def decide(
     _no_grace_for_lost_nodes(p.plan, pods, nodes, now, p.not_ready_tolerance)
     _wake_when_tolerance_ends(p, pods, nodes)
     _skip_pods_already_going(p.plan, pods)
+    p.account(job)
     return p.plan
 
 
@@ -407,6 +416,7 @@ def fail(job: dict[str, Any], now: datetime, reason: str, message: str) -> Plan:
     p = _Pass(job, now)
     p.phase(c.FAILED, reason, message)
     p.event("Warning", reason, message)
+    p.account(job)
     return p.plan
 
 
@@ -611,7 +621,7 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
             "step": resume.step, "path": resume.path, "layout": spec.checkpoint.layout,
             "time": iso(p.now),
         }  # fmt: skip
-    _record_gang_creation(status, attempt, resume, lookup, p.now)
+    p.lost = _record_gang_creation(status, attempt, resume, lookup, p.now)
     p.event("Normal", "GangCreated", f"attempt {attempt}: created {spec.nnodes} pods, {where}")
     ignored = overridden_env(spec, p.ref, attempt, resume)
     if ignored:
@@ -676,19 +686,30 @@ def _record_gang_creation(
     resume: ResumeTarget | None,
     lookup: LookupResult | None,
     now: datetime,
-) -> None:
-    """Complete the recovery record: when the gang came back, from where, and what was lost."""
+) -> tuple[int, float | None] | None:
+    """Complete the recovery record: when the gang came back, from where, and what was lost.
+
+    Returns the steps lost and what they cost to train again (None where the trainer's step
+    time is unknown), if the lost steps are known.
+    """
     recoveries = status.get("recoveries") or []
     if not recoveries or recoveries[-1]["attempt"] != attempt:
-        return
+        return None
     last = dict(recoveries[-1], gangCreatedAt=iso_precise(now))
     resumed_step = resume.step if resume else 0
+    lost: tuple[int, float | None] | None = None
     if resume:
         last["resumedFromStep"] = resume.step
     if lookup and lookup.last_finished_step is not None:
+        steps = max(0, lookup.last_finished_step - resumed_step)
+        seconds = steps * lookup.step_seconds if lookup.step_seconds else None
         last["lastFinishedStep"] = lookup.last_finished_step
-        last["lostSteps"] = max(0, lookup.last_finished_step - resumed_step)
+        last["lostSteps"] = steps
+        if seconds is not None:
+            last["lostSeconds"] = round(seconds, 1)
+        lost = (steps, seconds)
     status["recoveries"] = [*recoveries[:-1], last]
+    return lost
 
 
 def _progress(p: _Pass, spec: JobSpec, seen: Observed) -> None:

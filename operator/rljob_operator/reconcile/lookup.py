@@ -18,7 +18,7 @@ from .. import constants as c
 from ..api.spec import JobSpec, parse_spec
 from ..checkpoints.errors import CheckpointInputError
 from ..checkpoints.latest import find_latest, verify_folder
-from ..checkpoints.progress import read_progress_step
+from ..checkpoints.progress import read_progress
 from ..kube import Kube
 from ..launcher.inspector import desired_inspector, inspector_name
 from ..launcher.pods import JobRef, ResumeTarget
@@ -53,12 +53,15 @@ def result_from_report(spec: JobSpec, report: dict[str, Any]) -> LookupResult:
     rejected = report.get("rejected") or []
     detail = "; ".join(f"step {r['step']}: {r['verdict']} ({r['reason']})" for r in rejected[:3])
     progress = report.get("progress_step")
+    seconds = report.get("progress_step_seconds")
     if report.get("missing"):
         return LookupResult(None, None, f"{spec.checkpoint.path} does not exist yet")
     if not report.get("found"):
         where = spec.checkpoint.path
-        return LookupResult(None, progress, f"no complete checkpoint in {where}. {detail}".strip())
-    return LookupResult(ResumeTarget(report["path"], int(report["step"])), progress, detail)
+        detail = f"no complete checkpoint in {where}. {detail}".strip()
+        return LookupResult(None, progress, detail, step_seconds=seconds)
+    target = ResumeTarget(report["path"], int(report["step"]))
+    return LookupResult(target, progress, detail, step_seconds=seconds)
 
 
 def result_for_folder(named: str, report: dict[str, Any]) -> LookupResult:
@@ -119,7 +122,7 @@ class CheckpointFinder:
         except CheckpointInputError as exc:
             raise LookupFailed(f"{spec.checkpoint.path}: {exc}") from exc
         report = result.to_dict()
-        report["progress_step"] = read_progress_step(local)
+        report.update(read_progress(local).to_report())
         if result.found:
             relative = Path(result.path).relative_to(local.resolve())
             report["path"] = f"{spec.checkpoint.path}/{relative.as_posix()}"

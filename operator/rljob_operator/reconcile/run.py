@@ -18,11 +18,12 @@ from typing import Any, Protocol
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 
 from .. import constants as c
+from ..api.timestamps import iso
 from ..kube import Kube, KubeError
 from ..metrics import record_transition
 from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent
-from .decide import LookupResult, Plan, decide, fail, iso, with_status
+from .decide import LookupResult, Plan, decide, fail, with_status
 from .lookup import LookupFailed, inspector_pods_to_clean
 
 log = logging.getLogger(__name__)

@@ -102,6 +102,10 @@ class ClusterCache:
         with self._lock:
             return self._jobs.objects.get((namespace, name))
 
+    def jobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._jobs.objects.values())
+
     def job_keys(self) -> list[Key]:
         with self._lock:
             return sorted(self._jobs.objects)
