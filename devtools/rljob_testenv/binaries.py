@@ -28,6 +28,9 @@ HELM_VERSION = "v3.22.0"
 CONTAINERD_VERSION = "v2.4.2"
 CRI_TOOLS_VERSION = "v1.37.0"
 COREDNS_VERSION = "v1.14.7"
+# The operators benchmarks/peers.py compares rljob with (`testenv install --peers`).
+JOBSET_VERSION = "v0.12.0"
+TRAINING_OPERATOR_VERSION = "v1.9.4"
 
 # Kubernetes' own go.mod points these at ./staging; a wrapper module must pin each
 # one to the published v0.X.Y that matches the release.
@@ -168,8 +171,28 @@ NODE_COMPONENTS: tuple[GoComponent, ...] = (
     ),
 )
 
+# The peers' controllers; their manifests (CRDs, webhooks) come from the same module.
+PEER_COMPONENTS: tuple[GoComponent, ...] = (
+    GoComponent(
+        name="jobset",
+        module="sigs.k8s.io/jobset",
+        version=JOBSET_VERSION,
+        commands={"jobset-manager": "sigs.k8s.io/jobset"},
+        ldflags=(f"-X sigs.k8s.io/jobset/pkg/version.GitVersion={JOBSET_VERSION}",),
+    ),
+    GoComponent(
+        name="training-operator",
+        module="github.com/kubeflow/training-operator",
+        version=TRAINING_OPERATOR_VERSION,
+        commands={
+            "training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"
+        },
+    ),
+)
+
 ALL_BINARIES: tuple[str, ...] = tuple(b for c in COMPONENTS for b in c.commands)
 NODE_BINARIES: tuple[str, ...] = tuple(b for c in NODE_COMPONENTS for b in c.commands)
+PEER_BINARIES: tuple[str, ...] = tuple(b for c in PEER_COMPONENTS for b in c.commands)
 
 
 @dataclass(frozen=True)
@@ -222,11 +245,11 @@ def locate(binary: str) -> Path | None:
     if binary == GPU_PLUGIN.name:
         cached = cache_root() / "bin" / GPU_PLUGIN.key / binary
         return cached if os.access(cached, os.X_OK) else None
-    for component in (*COMPONENTS, *NODE_COMPONENTS):
+    for component in (*COMPONENTS, *NODE_COMPONENTS, *PEER_COMPONENTS):
         if binary in component.commands:
             cached = component_dir(component) / binary
             return cached if os.access(cached, os.X_OK) else None
-    known = ", ".join((*ALL_BINARIES, *NODE_BINARIES, GPU_PLUGIN.name))
+    known = ", ".join((*ALL_BINARIES, *NODE_BINARIES, *PEER_BINARIES, GPU_PLUGIN.name))
     raise KeyError(f"unknown binary {binary!r}; known: {known}")
 
 
@@ -362,9 +385,14 @@ def install(
     names: Iterable[str] | None = None,
     say: Callable[[str], None] = print,
     real_nodes: bool = False,
+    peers: bool = False,
 ) -> dict[str, Path]:
     """Make every binary available, building what is neither preinstalled nor cached."""
-    components = (*COMPONENTS, *NODE_COMPONENTS) if real_nodes else COMPONENTS
+    components = (
+        *COMPONENTS,
+        *(NODE_COMPONENTS if real_nodes else ()),
+        *(PEER_COMPONENTS if peers else ()),
+    )
     known = {b for c in components for b in c.commands}
     if real_nodes:
         build_local(GPU_PLUGIN, say)

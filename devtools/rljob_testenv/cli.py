@@ -25,6 +25,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     install.add_argument(
         "--real-nodes", action="store_true", help="also what real nodes run (kubelet, containerd)"
     )
+    install.add_argument(
+        "--peers",
+        action="store_true",
+        help="also the operators benchmarks/peers.py compares with (JobSet, training-operator)",
+    )
     install.set_defaults(handler=_reported(_install))
 
     def named(cmd: str, help_text: str) -> argparse.ArgumentParser:
@@ -64,7 +69,9 @@ def _say(message: str) -> None:
 
 
 def _install(args: argparse.Namespace) -> int:
-    for name, path in binaries.install(say=_say, real_nodes=args.real_nodes).items():
+    for name, path in binaries.install(
+        say=_say, real_nodes=args.real_nodes, peers=args.peers
+    ).items():
         print(f"{name}\t{path}")
     return 0
 

@@ -33,12 +33,14 @@ def _openssl(*args: str) -> None:
         raise PkiError(f"openssl {args[0]} failed: {result.stderr.strip()}")
 
 
-def create_ca(pki: Path) -> None:
+def create_ca(pki: Path, name: str = "rljob-testenv-ca", dns: tuple[str, ...] = ()) -> None:
+    """A self-signed CA; `dns` names go into its subjectAltName (some tools check a CA by one)."""
     pki.mkdir(parents=True, exist_ok=True)
+    extra = ["-addext", "subjectAltName=" + ",".join(f"DNS:{d}" for d in dns)] if dns else []
     _openssl(
         "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
         "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
-        "-subj", "/CN=rljob-testenv-ca",
+        "-subj", f"/CN={name}", *extra,
     )  # fmt: skip
 
 
@@ -70,6 +72,13 @@ def issue(
             "-out", str(cert), "-extfile", str(extfile),
         )  # fmt: skip
     return cert, key
+
+
+def pkcs1_key(key: Path) -> bytes:
+    """An RSA key in the traditional PKCS#1 PEM form, which some Go tools insist on."""
+    out = key.with_name(key.stem + "-pkcs1.key")
+    _openssl("rsa", "-in", str(key), "-traditional", "-out", str(out))
+    return out.read_bytes()
 
 
 def create_control_plane_pki(pki: Path, api_ips: tuple[str, ...]) -> None:

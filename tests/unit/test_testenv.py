@@ -6,7 +6,7 @@ import os
 import stat
 
 import pytest
-from rljob_testenv import binaries, cluster
+from rljob_testenv import binaries, cluster, peers
 
 
 def test_kubernetes_wrapper_pins_every_staging_module_to_the_matching_release():
@@ -82,6 +82,42 @@ def test_install_returns_at_once_when_everything_is_cached(tmp_path, monkeypatch
 
     assert set(found) == set(binaries.ALL_BINARIES)
     assert all(os.access(p, os.X_OK) for p in found.values())
+
+
+def test_the_peers_are_built_only_when_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setenv(binaries.CACHE_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(binaries.BIN_DIR_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    for component in binaries.COMPONENTS:
+        for binary in component.commands:
+            _fake_binary(binaries.component_dir(component) / binary)
+
+    assert set(binaries.install(say=lambda _msg: None)) == set(binaries.ALL_BINARIES)
+    with pytest.raises(binaries.BinariesError, match="Go toolchain"):
+        binaries.install(say=lambda _msg: None, peers=True)  # jobset-manager is not cached
+
+
+def test_peer_webhooks_point_at_this_host_and_only_at_the_resources_asked_for():
+    upstream = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "validating-webhook-configuration"},
+        "webhooks": [
+            {"name": name, "clientConfig": {"service": {"name": "svc", "path": f"/validate-{r}"}},
+             "rules": [{"resources": [r]}]}
+            for name, r in (("a", "pytorchjobs"), ("b", "tfjobs"))
+        ],
+    }  # fmt: skip
+
+    local = peers.local_webhooks(upstream, "mine", 9443, b"CA", {"pytorchjobs"})
+
+    assert local["metadata"] == {"name": "mine"}
+    (hook,) = local["webhooks"]
+    assert hook["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/validate-pytorchjobs",
+        "caBundle": "Q0E=",
+    }
+    assert upstream["webhooks"][0]["clientConfig"]["service"]  # the upstream copy is untouched
 
 
 def test_gpu_node_advertises_gpus_and_is_managed_by_kwok():

@@ -1,0 +1,427 @@
+"""rljob against JobSet and Kubeflow's PyTorchJob: one pod of a 2-pod gang evicted, in one run.
+
+Each system runs one 2-pod gang on two node agents of its own (kubelet-like: an evicted pod's
+process gets SIGTERM, exits 143, its pod turns Failed and then goes, as on a kubelet). Round
+after round, in an order that rotates, one pod of each gang is evicted through the Eviction
+API, and the script measures, from a watch on the pods, the time from the eviction request
+until the **whole** gang is fresh (two pods created after the eviction) and Running.
+
+Every pod runs torchrun around a worker that sleeps (the node agents run it as a local
+process), so that every system's pods take the same time to stop.
+
+- rljob: an RLTrainingJob (`framework: custom`, `command: [sleep, infinity]`, which rljob runs
+  under torchrun), its checkpoint claim read by the operator itself;
+- JobSet, with the documented preemption recipe: the child Job's podFailurePolicy fails the
+  Job on a DisruptionTarget condition, and a failure-policy rule
+  RestartJobSetAndIgnoreMaxRestarts on reason PodFailurePolicy restarts the whole JobSet;
+- PyTorchJob (training-operator), Master + Worker with restartPolicy OnFailure: it replaces
+  the evicted pod only, and its survivor would sit in a broken collective. That is reported
+  as "gang not restarted", with the time until the replacement ran.
+
+After the rounds (every gang has lived through one eviction per round) it reports whether
+each job still runs: whether its preemptions stayed out of its failure budget.
+
+    .venv/bin/python benchmarks/peers.py [--rounds 10] [--cluster NAME]
+
+Builds JobSet and training-operator first if they are not cached (`rljob testenv install
+--peers`, a few minutes once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from kube_steps import bind_claim  # noqa: E402
+from kubernetes import client, config, watch  # noqa: E402
+from operator_process import OperatorProcess  # noqa: E402
+from rljob_contract.manifest import write_manifest  # noqa: E402
+from rljob_nodeagent import AgentPool, claim_dir  # noqa: E402
+from rljob_operator import constants as c  # noqa: E402
+from rljob_operator.api.timestamps import parse_iso  # noqa: E402
+from rljob_testenv import binaries, cluster  # noqa: E402
+from rljob_testenv.peers import JobSetController, TrainingOperator  # noqa: E402
+
+BENCH_LABEL = "bench.rljob.io/system"
+GRACE_SECONDS = 5  # every system's pods: the same terminationGracePeriodSeconds
+NOT_RESTARTED_AFTER = 10.0  # seconds: a gang not fresh by then is reported as not restarted
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# What every pod runs: torchrun around a worker that sleeps, so that each system's pods take
+# the same time to stop on SIGTERM (torchrun needs most of a second). rljob's own pods run
+# torchrun with its rendezvous across the gang; the peers' run it standalone.
+PEER_COMMAND = [
+    *("torchrun", "--no-python", "--standalone", "--nproc-per-node", "1"),
+    *("sleep", "infinity"),
+]
+
+
+def pod_spec(system: str, container: str) -> dict[str, Any]:
+    """What every system's pods share: a node pool of their own, the same grace period."""
+    return {
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
+        "nodeSelector": {"pool": system},
+        "containers": [{"name": container, "image": "busybox", "command": PEER_COMMAND}],
+    }
+
+
+def pod_metadata(system: str) -> dict[str, Any]:
+    return {"labels": {BENCH_LABEL: system}}
+
+
+@dataclass
+class System:
+    name: str
+    group: str
+    version: str
+    plural: str
+    manifest: dict[str, Any]
+    victim: Callable[[list[dict[str, Any]]], str]  # which pod of the gang to evict
+    standing: Callable[[dict[str, Any]], tuple[bool, str]]  # (still runs, what its status says)
+
+
+def rljob_system() -> System:
+    spec = {
+        "framework": "custom",
+        "command": ["sleep", "infinity"],
+        "image": "busybox",
+        "nnodes": 2,
+        "checkpoint": {
+            "volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
+            "directory": "run",
+        },
+        "template": {
+            "metadata": pod_metadata("rljob"),
+            "spec": {k: v for k, v in pod_spec("rljob", "trainer").items() if k != "containers"},
+        },
+    }
+
+    def standing(job: dict[str, Any]) -> tuple[bool, str]:
+        status = job.get("status") or {}
+        return status.get("phase") == c.RUNNING, (
+            f"phase {status.get('phase')}, {status.get('preemptions')} preemptions, "
+            f"{status.get('failures')} failures counted"
+        )
+
+    return System(
+        "rljob", c.GROUP, c.VERSION, c.PLURAL,
+        {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "gang"}, "spec": spec},
+        lambda pods: next(p["name"] for p in pods if p["labels"].get(c.LABEL_NODE_RANK) == "1"),
+        standing,
+    )  # fmt: skip
+
+
+def jobset_system() -> System:
+    job = {
+        "parallelism": 2,
+        "completions": 2,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "podFailurePolicy": {
+            "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+        },
+        "template": {
+            "metadata": pod_metadata("jobset"),
+            "spec": {**pod_spec("jobset", "trainer"), "restartPolicy": "Never"},
+        },
+    }
+    manifest = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "gang"},
+        "spec": {
+            "failurePolicy": {
+                "maxRestarts": 0,
+                "rules": [
+                    {
+                        "action": "RestartJobSetAndIgnoreMaxRestarts",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                    }
+                ],
+            },
+            "replicatedJobs": [{"name": "workers", "replicas": 1, "template": {"spec": job}}],
+        },
+    }
+
+    def standing(jobset: dict[str, Any]) -> tuple[bool, str]:
+        status = jobset.get("status") or {}
+        ended = [x["type"] for x in status.get("conditions") or [] if x.get("status") == "True"
+                 and x["type"] in ("Failed", "Completed")]  # fmt: skip
+        return not ended, f"{', '.join(ended) or 'not ended'}, {status.get('restarts', 0)} restarts"
+
+    return System(
+        "jobset", "jobset.x-k8s.io", "v1alpha2", "jobsets", manifest,
+        lambda pods: next(p["name"] for p in pods
+                          if p["labels"].get("batch.kubernetes.io/job-completion-index") == "1"),
+        standing,
+    )  # fmt: skip
+
+
+def pytorchjob_system() -> System:
+    def replica(kind: str) -> dict[str, Any]:
+        return {
+            "replicas": 1,
+            "restartPolicy": "OnFailure",
+            "template": {"metadata": pod_metadata("pytorchjob"),
+                         "spec": pod_spec("pytorchjob", "pytorch")},
+        }  # fmt: skip
+
+    manifest = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "gang"},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica("Master"), "Worker": replica("Worker")}},
+    }
+
+    def standing(job: dict[str, Any]) -> tuple[bool, str]:
+        conditions = [x for x in (job.get("status") or {}).get("conditions") or []
+                      if x.get("status") == "True"]  # fmt: skip
+        last = conditions[-1]["type"] if conditions else "none"
+        return last in ("Running", "Restarting", "Created"), f"condition {last}"
+
+    return System(
+        "pytorchjob", "kubeflow.org", "v1", "pytorchjobs", manifest,
+        lambda pods: next(p["name"] for p in pods
+                          if p["labels"].get("training.kubeflow.org/replica-type") == "worker"),
+        standing,
+    )  # fmt: skip
+
+
+@dataclass
+class PodSeen:
+    name: str
+    system: str
+    labels: dict[str, str]
+    seen_at: float  # when the watch first showed it (this process's clock)
+    phase: str = "Pending"
+    running_at: float | None = None
+    gone: bool = False
+
+
+@dataclass
+class PodWatch:
+    """Every benchmark pod of the namespace, from one watch: when each appeared and ran."""
+
+    core: client.CoreV1Api
+    namespace: str
+    pods: dict[str, PodSeen] = field(default_factory=dict)  # uid -> what was seen
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            stream = watch.Watch().stream(
+                self.core.list_namespaced_pod,
+                self.namespace,
+                label_selector=BENCH_LABEL,
+                timeout_seconds=300,
+            )
+            for event in stream:
+                pod, now = event["object"], time.time()
+                with self.lock:
+                    seen = self.pods.setdefault(pod.metadata.uid, PodSeen(
+                        pod.metadata.name, pod.metadata.labels[BENCH_LABEL],
+                        dict(pod.metadata.labels), now))  # fmt: skip
+                    seen.phase = pod.status.phase or "Pending"
+                    seen.gone = (
+                        event["type"] == "DELETED"
+                        or pod.metadata.deletion_timestamp is not None
+                        or seen.phase in ("Succeeded", "Failed")
+                    )
+                    if seen.phase == "Running" and not seen.gone and seen.running_at is None:
+                        seen.running_at = now
+
+    def of(self, system: str) -> list[PodSeen]:
+        with self.lock:
+            return [p for p in self.pods.values() if p.system == system]
+
+    def running(self, system: str) -> list[PodSeen]:
+        return [p for p in self.of(system) if p.running_at is not None and not p.gone]
+
+
+@dataclass
+class Round:
+    evicted_at: float  # when the eviction was requested (Unix time)
+    fresh: float | None  # seconds to a whole fresh gang Running; None: the gang was not restarted
+    replaced: float | None  # seconds until the first pod created after the eviction ran
+
+
+def wait_until(what: str, test: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = test()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespace: str) -> Round:
+    def whole() -> list[PodSeen] | None:
+        gang = pods.running(system.name)
+        return gang if len(gang) == 2 else None
+
+    gang = wait_until(f"{system.name}'s gang to run", whole, 60)
+    victim = system.victim([{"name": p.name, "labels": p.labels} for p in gang])
+    started = time.time()
+    core.create_namespaced_pod_eviction(victim, namespace, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=victim, namespace=namespace)))  # fmt: skip
+
+    def new_running() -> list[PodSeen]:
+        return [p for p in pods.running(system.name) if p.seen_at >= started]
+
+    deadline = time.monotonic() + NOT_RESTARTED_AFTER
+    fresh = replaced = None
+    while time.monotonic() < deadline and fresh is None:
+        ran = sorted(p.running_at for p in new_running())
+        if ran and replaced is None:
+            replaced = ran[0] - started
+        if len(ran) == 2:
+            fresh = ran[1] - started
+        time.sleep(0.02)
+    # Settle: the gang whole and nothing of it still going, so that rounds do not overlap.
+    wait_until(f"{system.name} to settle", lambda: len(pods.running(system.name)) == 2
+               and all(p.gone or p.running_at for p in pods.of(system.name)), 60)  # fmt: skip
+    time.sleep(2)
+    return Round(started, fresh, replaced)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def describe(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return (f"p50 {statistics.median(values):6.2f}  p95 {percentile(values, 0.95):6.2f}  "
+            f"max {max(values):6.2f}")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10, help="evictions per system (>= 4)")
+    parser.add_argument("--cluster", help="use this running `rljob testenv` cluster")
+    args = parser.parse_args()
+    binaries.install(say=say, peers=True)
+    name = args.cluster or f"peers-{uuid.uuid4().hex[:6]}"
+    kubeconfig = cluster.up(name, gpu_nodes=0, say=say)
+    namespace = f"peers-{uuid.uuid4().hex[:6]}"
+    started: list[Any] = []
+    with tempfile.TemporaryDirectory(prefix="rljob-peers-") as tmp:
+        work = Path(tmp)
+        try:
+            cluster.kubectl(name, "apply", "--server-side", "-f", str(REPO / "crds"))
+            cluster.kubectl(name, "create", "namespace", namespace)
+            configuration = client.Configuration()
+            config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+            api = client.ApiClient(configuration)
+            core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+            pv = bind_claim(core, namespace)
+            root = work / "agents"
+            volume = claim_dir(root, namespace, "ckpts")
+            folder = volume / "run" / "global_step_10"
+            (folder / "actor").mkdir(parents=True)
+            (folder / "actor" / "__0_0.distcp").write_bytes(b"w" * 1024)
+            write_manifest(folder, step=10, world_size=2)
+
+            systems = [rljob_system(), jobset_system(), pytorchjob_system()]
+            for system in systems:
+                pool = AgentPool(kubeconfig, root, [f"{system.name}-{i}" for i in range(2)],
+                                 labels={"pool": system.name}).start()  # fmt: skip
+                started.append(pool)
+            say("starting rljob's operator, JobSet and training-operator")
+            operator = OperatorProcess(kubeconfig, namespace, work / "rljob-operator.log",
+                                       RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
+            operator.start()
+            started.append(operator)
+            for peer in (JobSetController(kubeconfig, work),
+                         TrainingOperator(kubeconfig, work, namespace)):  # fmt: skip
+                peer.up()
+                started.append(peer)
+            pods = PodWatch(core, namespace)
+            pods.start()
+            for system in systems:
+                custom.create_namespaced_custom_object(
+                    system.group, system.version, namespace, system.plural, system.manifest
+                )
+            results: dict[str, list[Round]] = {s.name: [] for s in systems}
+            for index in range(args.rounds):
+                order = systems[index % 3 :] + systems[: index % 3]
+                for system in order:
+                    results[system.name].append(one_eviction(core, pods, system, namespace))
+                say(f"round {index + 1}/{args.rounds}: " + ", ".join(
+                    f"{s.name} {r.fresh:.2f}s" if (r := results[s.name][-1]).fresh is not None
+                    else f"{s.name} not restarted" for s in systems))  # fmt: skip
+            print_report(results, systems, custom, namespace, args.rounds)
+            core.delete_persistent_volume(pv)
+        finally:
+            for thing in reversed(started):
+                thing.stop()
+            if not args.cluster:
+                cluster.down(name, say=say)
+    return 0
+
+
+def print_report(results, systems, custom, namespace, rounds) -> None:
+    print(f"\n{rounds} evictions per system, interleaved; seconds from the eviction request "
+          "(node agents as kubelets, the local control plane; one run)")  # fmt: skip
+    print(f"{'system':<11} {'whole gang fresh and Running':<40} {'evicted pod replaced':<40}")
+    medians = {}
+    for system in systems:
+        fresh = [r.fresh for r in results[system.name] if r.fresh is not None]
+        replaced = [r.replaced for r in results[system.name] if r.replaced is not None]
+        missed = len(results[system.name]) - len(fresh)
+        label = describe(fresh) + (f"  ({missed}x gang not restarted)" if missed else "")
+        print(f"{system.name:<11} {label:<40} {describe(replaced):<40}")
+        if fresh and not missed:
+            medians[system.name] = statistics.median(fresh)
+    print_rljob_timeline(results["rljob"], custom, namespace)
+    print(f"\nafter {rounds} evictions in a row:")
+    for system in systems:
+        obj = custom.get_namespaced_custom_object(
+            system.group, system.version, namespace, system.plural, "gang"
+        )
+        runs, what = system.standing(obj)
+        print(f"  {system.name:<11} {'still runs' if runs else 'STOPPED'}: {what}")
+    peers = {k: v for k, v in medians.items() if k != "rljob"}
+    if "rljob" in medians and peers:
+        best = min(peers, key=peers.get)
+        print(f"\nrljob p50 vs the faster peer that restarts the gang ({best}): "
+              f"{peers[best] / medians['rljob']:.1f}x")  # fmt: skip
+
+
+def print_rljob_timeline(rounds: list[Round], custom, namespace: str) -> None:
+    """Where rljob's recoveries spent their time, from its own status.recoveries."""
+    job = custom.get_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "gang")
+    records = (job.get("status") or {}).get("recoveries") or []
+    stages: dict[str, list[float]] = {"detectedAt": [], "gangCreatedAt": [], "firstRunningAt": []}
+    for round_, record in zip(rounds[-len(records) :], records[-len(rounds) :], strict=False):
+        for stage, values in stages.items():
+            if record.get(stage):
+                values.append(parse_iso(record[stage]).timestamp() - round_.evicted_at)
+    print("rljob's own record (status.recoveries), seconds from the eviction request:")
+    for stage, values in stages.items():
+        print(f"  {stage:<15} {describe(values)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
