@@ -58,6 +58,7 @@ class Controller:
         self.resync_seconds, self.relist_seconds = resync_seconds, relist_seconds
         self.stopping = threading.Event()
         self._next_relist = 0.0  # monotonic
+        self._timer_moved = threading.Event()  # wakes the resync loop: stop, or a relist sooner
         QUEUE_DEPTH.set_function(lambda: len(self.queue))
         JOB_GOODPUT.jobs = lambda: [] if self.queue.paused else self.cache.jobs()
 
@@ -65,7 +66,7 @@ class Controller:
     def start(self) -> None:
         """Fill the cache from full lists, then start the workers and the resync."""
         self.relist()
-        self._next_relist = time.monotonic() + RELIST_AFTER_START_SECONDS
+        self._relist_soon()
         for i in range(self.workers):
             self._thread(self._work, f"rljob-worker-{i}")
         self._thread(self._resync_loop, "rljob-resync")
@@ -75,6 +76,7 @@ class Controller:
 
     def stop(self) -> None:
         self.stopping.set()
+        self._timer_moved.set()
         self.queue.shut_down()
         self.events.close()
 
@@ -91,7 +93,7 @@ class Controller:
                 self.relist()
             except KubeError as exc:
                 log.warning("relist failed (the resync retries): %s", exc)
-            self._next_relist = time.monotonic() + RELIST_AFTER_START_SECONDS
+            self._relist_soon()
             self.queue.resume()
             self.resync()
 
@@ -129,11 +131,18 @@ class Controller:
         for key in sorted(changed):
             self.queue.add(key)
 
+    def _relist_soon(self) -> None:
+        """A second full list shortly, for what was deleted between a list and the watches."""
+        self._next_relist = time.monotonic() + RELIST_AFTER_START_SECONDS
+        self._timer_moved.set()
+
     def _resync_loop(self) -> None:
         next_resync = time.monotonic() + self.resync_seconds
-        while not self.stopping.wait(
-            max(0.0, min(next_resync, self._next_relist) - time.monotonic())
-        ):
+        while not self.stopping.is_set():
+            self._timer_moved.wait(max(0.0, min(next_resync, self._next_relist) - time.monotonic()))
+            self._timer_moved.clear()
+            if self.stopping.is_set():
+                return
             now = time.monotonic()
             if now >= self._next_relist:
                 self._next_relist = now + self.relist_seconds

@@ -12,6 +12,7 @@ from kube_steps import wait_for
 from kubernetes import client
 from operator_process import OperatorProcess, run_operator
 from rljob_operator import constants as c
+from rljob_operator import controller as controller_module
 from rljob_operator.controller import Controller
 from rljob_operator.kube import Kube, KubeError
 from rljob_operator.reconcile.lookup import CheckpointFinder
@@ -175,3 +176,35 @@ def test_a_pass_right_after_creating_the_gang_sees_it_before_any_watch_event(
         )
         controller.relist()
         controller.process(key)
+
+
+def test_a_resume_lists_again_soon_and_drops_a_pod_deleted_after_the_first_list(
+    api_client, core, namespace, crd, monkeypatch
+):
+    """A replica that resumes lists everything, then lists again shortly: what was deleted
+    between the first list and the start of the watches would otherwise stay in its cache.
+    The second list comes when it is due, not at the next periodic resync. This controller
+    has no watch, so only its lists show it the pod."""
+    monkeypatch.setattr(controller_module, "RELIST_AFTER_START_SECONDS", 0.5)
+    kube = Kube(api_client)
+    controller = Controller(kube, CheckpointFinder(kube, {}, "unused"), [namespace],
+                            resync_seconds=3600, relist_seconds=3600)  # fmt: skip
+    labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: "ghost"}
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="ghost-a0-n0", labels=labels),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="trainer", image="busybox")]),
+    )
+    controller.start()
+    try:
+        time.sleep(1)  # the second list after the start is done; the next is an hour away
+        controller.pause()
+        core.create_namespaced_pod(namespace, pod)
+        controller.resume()
+        assert controller.cache.pods_of(namespace, "ghost")  # the first list saw it
+
+        core.delete_namespaced_pod("ghost-a0-n0", namespace, grace_period_seconds=0)
+
+        wait_for(lambda: not controller.cache.pods_of(namespace, "ghost"), timeout=5,
+                 what="the second list to drop the deleted pod")  # fmt: skip
+    finally:
+        controller.stop()
