@@ -167,6 +167,23 @@ def test_next_attempt_waits_for_backoff_then_for_stale_pods_to_go():
     assert created_pod_names(later) == ["grpo-a1-n0", "grpo-a1-n1"]
 
 
+def test_the_next_gang_starts_beside_old_pods_that_have_ended_not_beside_running_ones():
+    job = with_status(make_job(checkpoint={"resume": "never"}), {
+        "attempt": 1, "preemptions": 1, "phase": c.RESTARTING,
+    })  # fmt: skip
+    saving = pods_of(job, attempt=0, deleting=True)  # SIGTERMed, the trainers still saving
+
+    held = decide(job, saving, NODES, NOW)
+
+    assert held.create == [] and held.requeue_after == 1
+    ended = pods_of(job, attempt=0, phase="Failed", exit_code=143, deleting=True)
+
+    started = decide(job, ended, NODES, NOW)
+
+    assert created_pod_names(started) == ["grpo-a1-n0", "grpo-a1-n1"]
+    assert sorted(started.release) == ["grpo-a0-n0", "grpo-a0-n1"]  # their ends are recorded
+
+
 def test_failure_budget_exhausted_fails_the_job_with_a_clear_condition():
     job = started(
         make_job(restartPolicy={"maxFailures": 1}), attempt=1, failures=1, phase=c.RUNNING

@@ -6,8 +6,8 @@ events. Every decision reads the observed facts and the job's status, never
 in-memory state, so an operator restarted at any moment picks up where it was.
 
 A restart is a number: it bumps `status.attempt`. Pods of other attempts are stale
-and are deleted; the next gang is created only once they are gone, so two gangs
-never run at once.
+and are deleted; the next gang is created only once none of them runs (each is gone, or
+has ended: Succeeded or Failed), so two gangs never run at once.
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ class Observed:
     unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
     ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
     not_starting: tuple[tuple[str, str, str], ...] = ()  # (pod, kubelet reason, message)
+    stale_unended: tuple[str, ...] = ()  # stale pods that may still run: not Succeeded/Failed
 
     @property
     def disruptions(self) -> list[PodEnd]:
@@ -144,6 +145,7 @@ def observe(
     attempt = status.get("attempt", 0)
     current: dict[int, PodEnd] = {}
     stale: list[str] = []
+    stale_unended: list[str] = []
     warned: list[str] = []
     unrequested: list[str] = []
     ready: set[int] = set()
@@ -153,6 +155,8 @@ def observe(
         labels = meta.get("labels", {})
         if labels.get(c.LABEL_ATTEMPT) != str(attempt):
             stale.append(meta["name"])
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                stale_unended.append(meta["name"])
             continue
         node_name = pod.get("spec", {}).get("nodeName")
         pod_facts = facts(pod, nodes.get(node_name) if node_name else None, now)
@@ -180,7 +184,7 @@ def observe(
     )
     return Observed(
         current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested),
-        frozenset(ready), tuple(sorted(not_starting)),
+        frozenset(ready), tuple(sorted(not_starting)), tuple(sorted(stale_unended)),
     )  # fmt: skip
 
 
@@ -374,11 +378,12 @@ def _decide(
         _request_checkpoint(p, seen)
     if seen.disruptions or seen.failures:
         _attempt_ended(p, spec, seen)
-    elif seen.stale:
-        p.plan.delete = list(seen.stale)
+        return
+    p.plan.delete = list(seen.stale)
+    if seen.stale_unended:  # the old gang may still run (a trainer saving on SIGTERM)
         p.requeue(1)
     elif not p.status.get("attemptCreationTime"):
-        _start_attempt(p, spec, lookup)
+        _start_attempt(p, spec, lookup)  # the old pods that are left have ended
     else:
         _progress(p, spec, seen)
 
