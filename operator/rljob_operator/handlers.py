@@ -17,9 +17,10 @@ import kopf
 from kubernetes import client, config
 
 from . import constants as c
-from .controller import RESYNC_SECONDS, Controller
+from .controller import RESYNC_SECONDS, WORKERS, Controller
 from .kube import Kube
 from .reconcile.lookup import CheckpointFinder
+from .runtime.events import LANES
 from .runtime.peering import PeeringWatch
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,11 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    api = client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    # One connection per thread that calls the API at once; the client's default (5 per core)
+    # makes the rest open a new TLS connection per request under a burst, and throw it away.
+    configuration.connection_pool_maxsize = WORKERS + LANES + 4
+    api = client.ApiClient(configuration)
     kube = Kube(api)
     _controller = Controller(
         kube,

@@ -20,9 +20,11 @@ log = logging.getLogger(__name__)
 
 PostEvent = Callable[[dict[str, Any], str, str, str], None]  # job, type, reason, message
 
+LANES = 4  # threads posting Events, each in order for the jobs it holds
+
 
 class EventSink:
-    def __init__(self, post: PostEvent, lanes: int = 4) -> None:
+    def __init__(self, post: PostEvent, lanes: int = LANES) -> None:
         self._post = post
         self._lanes = [
             ThreadPoolExecutor(1, thread_name_prefix=f"rljob-events-{i}") for i in range(lanes)
