@@ -53,8 +53,10 @@ from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.timestamps import parse_iso  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
 from rljob_testenv.peers import JobSetController, TrainingOperator  # noqa: E402
+from urllib3.exceptions import ProtocolError  # noqa: E402
 
 BENCH_LABEL = "bench.rljob.io/system"
+GANG_LABEL = "bench.rljob.io/gang"
 GRACE_SECONDS = 5  # every system's pods: the same terminationGracePeriodSeconds
 NOT_RESTARTED_AFTER = 10.0  # seconds: a gang not fresh by then is reported as not restarted
 
@@ -72,22 +74,23 @@ PEER_COMMAND = [
 ]
 
 
-def pod_spec(system: str, container: str) -> dict[str, Any]:
-    """What every system's pods share: a node pool of their own, the same grace period."""
+def pod_spec(container: str, nodes: dict[str, str]) -> dict[str, Any]:
+    """What every system's pods share: the nodes they run on, the same grace period."""
     return {
         "terminationGracePeriodSeconds": GRACE_SECONDS,
-        "nodeSelector": {"pool": system},
+        "nodeSelector": nodes,
         "containers": [{"name": container, "image": "busybox", "command": PEER_COMMAND}],
     }
 
 
-def pod_metadata(system: str) -> dict[str, Any]:
-    return {"labels": {BENCH_LABEL: system}}
+def pod_metadata(system: str, gang: str) -> dict[str, Any]:
+    return {"labels": {BENCH_LABEL: system, GANG_LABEL: gang}}
 
 
 @dataclass
 class System:
     name: str
+    gang: str  # the name of its one job
     group: str
     version: str
     plural: str
@@ -96,7 +99,7 @@ class System:
     standing: Callable[[dict[str, Any]], tuple[bool, str]]  # (still runs, what its status says)
 
 
-def rljob_system() -> System:
+def rljob_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
     spec = {
         "framework": "custom",
         "command": ["sleep", "infinity"],
@@ -107,8 +110,12 @@ def rljob_system() -> System:
             "directory": "run",
         },
         "template": {
-            "metadata": pod_metadata("rljob"),
-            "spec": {k: v for k, v in pod_spec("rljob", "trainer").items() if k != "containers"},
+            "metadata": pod_metadata("rljob", gang),
+            "spec": {
+                k: v
+                for k, v in pod_spec("trainer", nodes or {"pool": "rljob"}).items()
+                if k != "containers"
+            },
         },
     }
 
@@ -120,14 +127,14 @@ def rljob_system() -> System:
         )
 
     return System(
-        "rljob", c.GROUP, c.VERSION, c.PLURAL,
-        {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "gang"}, "spec": spec},
+        "rljob", gang, c.GROUP, c.VERSION, c.PLURAL,
+        {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": gang}, "spec": spec},
         lambda pods: next(p["name"] for p in pods if p["labels"].get(c.LABEL_NODE_RANK) == "1"),
         standing,
     )  # fmt: skip
 
 
-def jobset_system() -> System:
+def jobset_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
     job = {
         "parallelism": 2,
         "completions": 2,
@@ -137,14 +144,14 @@ def jobset_system() -> System:
             "rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]
         },
         "template": {
-            "metadata": pod_metadata("jobset"),
-            "spec": {**pod_spec("jobset", "trainer"), "restartPolicy": "Never"},
+            "metadata": pod_metadata("jobset", gang),
+            "spec": {**pod_spec("trainer", nodes or {"pool": "jobset"}), "restartPolicy": "Never"},
         },
     }
     manifest = {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": "gang"},
+        "metadata": {"name": gang},
         "spec": {
             "failurePolicy": {
                 "maxRestarts": 0,
@@ -166,26 +173,26 @@ def jobset_system() -> System:
         return not ended, f"{', '.join(ended) or 'not ended'}, {status.get('restarts', 0)} restarts"
 
     return System(
-        "jobset", "jobset.x-k8s.io", "v1alpha2", "jobsets", manifest,
+        "jobset", gang, "jobset.x-k8s.io", "v1alpha2", "jobsets", manifest,
         lambda pods: next(p["name"] for p in pods
                           if p["labels"].get("batch.kubernetes.io/job-completion-index") == "1"),
         standing,
     )  # fmt: skip
 
 
-def pytorchjob_system() -> System:
+def pytorchjob_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
     def replica(kind: str) -> dict[str, Any]:
         return {
             "replicas": 1,
             "restartPolicy": "OnFailure",
-            "template": {"metadata": pod_metadata("pytorchjob"),
-                         "spec": pod_spec("pytorchjob", "pytorch")},
+            "template": {"metadata": pod_metadata("pytorchjob", gang),
+                         "spec": pod_spec("pytorch", nodes or {"pool": "pytorchjob"})},
         }  # fmt: skip
 
     manifest = {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": "gang"},
+        "metadata": {"name": gang},
         "spec": {"pytorchReplicaSpecs": {"Master": replica("Master"), "Worker": replica("Worker")}},
     }
 
@@ -196,7 +203,7 @@ def pytorchjob_system() -> System:
         return last in ("Running", "Restarting", "Created"), f"condition {last}"
 
     return System(
-        "pytorchjob", "kubeflow.org", "v1", "pytorchjobs", manifest,
+        "pytorchjob", gang, "kubeflow.org", "v1", "pytorchjobs", manifest,
         lambda pods: next(p["name"] for p in pods
                           if p["labels"].get("training.kubeflow.org/replica-type") == "worker"),
         standing,
@@ -206,7 +213,6 @@ def pytorchjob_system() -> System:
 @dataclass
 class PodSeen:
     name: str
-    system: str
     labels: dict[str, str]
     seen_at: float  # when the watch first showed it (this process's clock)
     phase: str = "Pending"
@@ -220,40 +226,47 @@ class PodWatch:
 
     core: client.CoreV1Api
     namespace: str
-    pods: dict[str, PodSeen] = field(default_factory=dict)  # uid -> what was seen
+    gangs: dict[tuple[str, str], dict[str, PodSeen]] = field(default_factory=dict)  # uid -> pod
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
+        """One watch, resumed from where it was each time the server ends it."""
+        pod_watch = watch.Watch()
         while True:
-            stream = watch.Watch().stream(
-                self.core.list_namespaced_pod,
-                self.namespace,
-                label_selector=BENCH_LABEL,
-                timeout_seconds=300,
-            )
-            for event in stream:
-                pod, now = event["object"], time.time()
-                with self.lock:
-                    seen = self.pods.setdefault(pod.metadata.uid, PodSeen(
-                        pod.metadata.name, pod.metadata.labels[BENCH_LABEL],
-                        dict(pod.metadata.labels), now))  # fmt: skip
-                    seen.phase = pod.status.phase or "Pending"
-                    seen.gone = (
-                        event["type"] == "DELETED"
-                        or pod.metadata.deletion_timestamp is not None
-                        or seen.phase in ("Succeeded", "Failed")
-                    )
-                    if seen.phase == "Running" and not seen.gone and seen.running_at is None:
-                        seen.running_at = now
+            known = pod_watch.resource_version
+            try:
+                for event in pod_watch.stream(
+                    self.core.list_namespaced_pod, self.namespace, label_selector=BENCH_LABEL,
+                    timeout_seconds=300, **({"resource_version": known} if known else {}),
+                ):  # fmt: skip
+                    self._seen(event["type"], event["object"], time.time())
+            except (ProtocolError, client.ApiException) as exc:
+                if getattr(exc, "status", None) == 410:  # too old: list afresh
+                    pod_watch.resource_version = None
+                time.sleep(0.5)
 
-    def of(self, system: str) -> list[PodSeen]:
+    def _seen(self, event_type: str, pod: Any, now: float) -> None:
         with self.lock:
-            return [p for p in self.pods.values() if p.system == system]
+            labels = pod.metadata.labels
+            gang = self.gangs.setdefault((labels[BENCH_LABEL], labels[GANG_LABEL]), {})
+            seen = gang.setdefault(pod.metadata.uid, PodSeen(pod.metadata.name, dict(labels), now))
+            seen.phase = pod.status.phase or "Pending"
+            seen.gone = (
+                event_type == "DELETED"
+                or pod.metadata.deletion_timestamp is not None
+                or seen.phase in ("Succeeded", "Failed")
+            )
+            if seen.phase == "Running" and not seen.gone and seen.running_at is None:
+                seen.running_at = now
 
-    def running(self, system: str) -> list[PodSeen]:
+    def of(self, system: System) -> list[PodSeen]:
+        with self.lock:
+            return list(self.gangs.get((system.name, system.gang), {}).values())
+
+    def running(self, system: System) -> list[PodSeen]:
         return [p for p in self.of(system) if p.running_at is not None and not p.gone]
 
 
@@ -276,7 +289,7 @@ def wait_until(what: str, test: Callable[[], Any], timeout: float) -> Any:
 
 def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespace: str) -> Round:
     def whole() -> list[PodSeen] | None:
-        gang = pods.running(system.name)
+        gang = pods.running(system)
         return gang if len(gang) == 2 else None
 
     gang = wait_until(f"{system.name}'s gang to run", whole, 60)
@@ -286,7 +299,7 @@ def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespa
         metadata=client.V1ObjectMeta(name=victim, namespace=namespace)))  # fmt: skip
 
     def new_running() -> list[PodSeen]:
-        return [p for p in pods.running(system.name) if p.seen_at >= started]
+        return [p for p in pods.running(system) if p.seen_at >= started]
 
     deadline = time.monotonic() + NOT_RESTARTED_AFTER
     fresh = replaced = None
@@ -298,8 +311,8 @@ def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespa
             fresh = ran[1] - started
         time.sleep(0.02)
     # Settle: the gang whole and nothing of it still going, so that rounds do not overlap.
-    wait_until(f"{system.name} to settle", lambda: len(pods.running(system.name)) == 2
-               and all(p.gone or p.running_at for p in pods.of(system.name)), 60)  # fmt: skip
+    wait_until(f"{system.name} to settle", lambda: len(pods.running(system)) == 2
+               and all(p.gone or p.running_at for p in pods.of(system)), 60)  # fmt: skip
     time.sleep(2)
     return Round(started, fresh, replaced)
 
@@ -398,7 +411,7 @@ def print_report(results, systems, custom, namespace, rounds) -> None:
     print(f"\nafter {rounds} evictions in a row:")
     for system in systems:
         obj = custom.get_namespaced_custom_object(
-            system.group, system.version, namespace, system.plural, "gang"
+            system.group, system.version, namespace, system.plural, system.gang
         )
         runs, what = system.standing(obj)
         print(f"  {system.name:<11} {'still runs' if runs else 'STOPPED'}: {what}")

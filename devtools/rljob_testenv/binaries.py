@@ -9,6 +9,7 @@ and version, so a second run finds them and returns in well under a second.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -371,6 +372,17 @@ def build_local(program: LocalGoProgram, say: Callable[[str], None] = print) -> 
     _run_with_heartbeat([*cmd, "."], program.source, env, f"build {program.name}", say)
     partial.rename(target)
     return target / program.name
+
+
+def module_source(component: GoComponent) -> Path:
+    """Where the Go module cache holds the component's source (fetched if it is not there):
+    the manifests and configuration a binary comes with."""
+    env = dict(os.environ, GOWORK="off")
+    cmd = [_go(), "mod", "download", "-json", f"{component.module}@{component.version}"]
+    result = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if result.returncode != 0:
+        raise BinariesError(f"go mod download {component.module}: {result.stdout}{result.stderr}")
+    return Path(json.loads(result.stdout)["Dir"])
 
 
 def _go_binary_name(package: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from . import binaries, nodeconfig, pki, realnodes
+from . import binaries, nodeconfig, pki, realnodes, stages
 from .processes import alive
 
 DEFAULT_CLUSTER_NAME = "rljob"
@@ -239,8 +239,13 @@ def up(
     shape: NodeShape = NodeShape(),
     say: Callable[[str], None] = print,
     real: RealNodes = RealNodes(),
+    kubelet_like_pods: bool = False,
 ) -> Path:
-    """Start a cluster (or reuse a healthy one of that name) and return its kubeconfig path."""
+    """Start a cluster (or reuse a healthy one of that name) and return its kubeconfig path.
+
+    `kubelet_like_pods`: kwok ends pods as a kubelet does (see `stages`), for a cluster that
+    compares controllers; by default a Job's pod succeeds as soon as it runs.
+    """
     validate_name(name)
     if real.count:
         realnodes.check_host()
@@ -255,6 +260,9 @@ def up(
         )
         started = time.monotonic()
         args = KWOK_ARGS
+        config = []
+        if kubelet_like_pods:
+            config = ["--config", str(stages.write_config(cluster_dir(name) / "stages.yaml"))]
         if real.count:
             pki.create_control_plane_pki(cluster_dir(name) / "pki", _real_node_api_ips())
             args += REAL_NODE_ARGS
@@ -268,6 +276,7 @@ def up(
                 "--kubeconfig=",
                 "--wait=120s",
                 "--quiet-pull",
+                *config,
                 *extra_args(args),
             ]
         )  # fmt: skip

@@ -37,17 +37,6 @@ class PeerError(RuntimeError):
     """A peer could not be set up or did not become ready; the message says why."""
 
 
-def module_dir(component: binaries.GoComponent) -> Path:
-    """Where the Go module cache holds the component's source (fetched if it is not there)."""
-    result = subprocess.run(
-        ["go", "mod", "download", "-json", f"{component.module}@{component.version}"],
-        capture_output=True, text=True, check=False, env=dict(os.environ, GOWORK="off"),
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise PeerError(f"go mod download {component.module}: {result.stdout}{result.stderr}")
-    return Path(json.loads(result.stdout)["Dir"])
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -95,6 +84,20 @@ class PeerProcess:
     def apply(self, *objects: dict[str, Any]) -> None:
         documents = yaml.safe_dump_all(objects)
         self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=documents)
+
+    def wait_established(self, crd: str) -> None:
+        """Until the API server serves the CRD (`kubectl wait` fails on one without status)."""
+        deadline = time.monotonic() + 60
+        while not any(
+            cond["type"] == "Established" and cond["status"] == "True"
+            for cond in json.loads(self.kubectl("get", "crd", crd, "-o", "json"))
+            .get("status", {})
+            .get("conditions")
+            or []
+        ):
+            if time.monotonic() > deadline:
+                raise PeerError(f"the CRD {crd} was not established in 60 s")
+            time.sleep(0.2)
 
     def certificate(
         self, dns: tuple[str, ...] = (), ca_dns: tuple[str, ...] = ()
@@ -148,7 +151,7 @@ class JobSetController(PeerProcess):
     name = "jobset"
 
     def up(self) -> None:
-        source = module_dir(JOBSET)
+        source = binaries.module_source(JOBSET)
         crd = yaml.safe_load(
             (source / "config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml").read_text()
         )
@@ -167,7 +170,7 @@ class JobSetController(PeerProcess):
                     owned = {"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}
                     hook["objectSelector"] = {"matchExpressions": [owned]}
         self.apply(crd)
-        self.kubectl("wait", "--for=condition=Established", "crd/jobsets.jobset.x-k8s.io")
+        self.wait_established("jobsets.jobset.x-k8s.io")
         config = {
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
             "kind": "Configuration",
@@ -199,7 +202,7 @@ class TrainingOperator(PeerProcess):
         self.namespace = namespace
 
     def up(self) -> None:
-        source = module_dir(TRAINING_OPERATOR)
+        source = binaries.module_source(TRAINING_OPERATOR)
         crd = yaml.safe_load(
             (source / "manifests/base/crds/kubeflow.org_pytorchjobs.yaml").read_text()
         )
@@ -222,7 +225,7 @@ class TrainingOperator(PeerProcess):
             upstream, TRAINING_OPERATOR_WEBHOOKS, self.webhook_port, ca, {"pytorchjobs"}
         )
         self.apply(crd, secret, hooks)
-        self.kubectl("wait", "--for=condition=Established", "crd/pytorchjobs.kubeflow.org")
+        self.wait_established("pytorchjobs.kubeflow.org")
         shutil.rmtree(TRAINING_OPERATOR_CERT_DIR, ignore_errors=True)
         TRAINING_OPERATOR_CERT_DIR.mkdir(parents=True)
         for name in ("tls.crt", "tls.key"):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
-from rljob_testenv import binaries, cluster, peers
+import yaml
+from rljob_testenv import binaries, cluster, peers, stages
 
 
 def test_kubernetes_wrapper_pins_every_staging_module_to_the_matching_release():
@@ -132,3 +134,23 @@ def test_gpu_node_advertises_gpus_and_is_managed_by_kwok():
 def test_invalid_cluster_names_are_refused(name):
     with pytest.raises(cluster.ClusterError, match="not valid"):
         cluster.validate_name(name)
+
+
+def test_kubelet_like_stages_end_a_deleted_pod_before_kwok_removes_it(tmp_path):
+    for name in stages.KWOK_STAGE_FILES:  # stand-ins for kwok's files, by their names
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        stage = {
+            "kind": "Stage",
+            "metadata": {"name": Path(name).stem},
+            "spec": {"selector": {"matchExpressions": [{"key": "k", "operator": "Exists"}]}},
+        }
+        (tmp_path / name).write_text(yaml.safe_dump(stage))
+
+    loaded = {s["metadata"]["name"]: s for s in stages.kubelet_like_stages(tmp_path)}
+
+    assert "pod-complete" not in loaded  # a running pod stays running, whoever owns it
+    delete = loaded["pod-delete"]["spec"]["selector"]["matchExpressions"]
+    assert {"key": ".status.phase", "operator": "In", "values": ["Succeeded", "Failed"]} in delete
+    stop = loaded["pod-stop-on-delete"]["spec"]
+    assert "exitCode: 143" in stop["next"]["statusTemplate"]
+    assert "phase: Failed" in stop["next"]["statusTemplate"]
