@@ -44,10 +44,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from kube_steps import bind_claim  # noqa: E402
+from kube_steps import bind_claim, wait_for  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
-from rljob_contract.manifest import write_manifest  # noqa: E402
+from recovery_latency import percentile, seed_checkpoint  # noqa: E402
 from rljob_nodeagent import AgentPool, claim_dir  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.timestamps import parse_iso  # noqa: E402
@@ -277,22 +277,12 @@ class Round:
     replaced: float | None  # seconds until the first pod created after the eviction ran
 
 
-def wait_until(what: str, test: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = test()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-
-
 def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespace: str) -> Round:
     def whole() -> list[PodSeen] | None:
         gang = pods.running(system)
         return gang if len(gang) == 2 else None
 
-    gang = wait_until(f"{system.name}'s gang to run", whole, 60)
+    gang = wait_for(whole, 60, f"{system.name}'s gang to run", interval=0.02)
     victim = system.victim([{"name": p.name, "labels": p.labels} for p in gang])
     started = time.time()
     core.create_namespaced_pod_eviction(victim, namespace, client.V1Eviction(
@@ -311,15 +301,11 @@ def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespa
             fresh = ran[1] - started
         time.sleep(0.02)
     # Settle: the gang whole and nothing of it still going, so that rounds do not overlap.
-    wait_until(f"{system.name} to settle", lambda: len(pods.running(system)) == 2
-               and all(p.gone or p.running_at for p in pods.of(system)), 60)  # fmt: skip
+    wait_for(lambda: len(pods.running(system)) == 2
+             and all(p.gone or p.running_at for p in pods.of(system)), 60,
+             f"{system.name} to settle", interval=0.02)  # fmt: skip
     time.sleep(2)
     return Round(started, fresh, replaced)
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def describe(values: list[float]) -> str:
@@ -351,10 +337,7 @@ def main() -> int:
             pv = bind_claim(core, namespace)
             root = work / "agents"
             volume = claim_dir(root, namespace, "ckpts")
-            folder = volume / "run" / "global_step_10"
-            (folder / "actor").mkdir(parents=True)
-            (folder / "actor" / "__0_0.distcp").write_bytes(b"w" * 1024)
-            write_manifest(folder, step=10, world_size=2)
+            seed_checkpoint(volume)
 
             systems = [rljob_system(), jobset_system(), pytorchjob_system()]
             for system in systems:

@@ -27,10 +27,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import peers  # noqa: E402
-from kube_steps import bind_claim  # noqa: E402
+from kube_steps import bind_claim, wait_for  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
-from rljob_contract.manifest import write_manifest  # noqa: E402
+from recovery_latency import seed_checkpoint  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.timestamps import parse_iso  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
@@ -53,10 +53,10 @@ class Burst:
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda s: self.custom.create_namespaced_custom_object(
                 s.group, s.version, self.namespace, s.plural, s.manifest), systems))  # fmt: skip
-        peers.wait_until(
-            "every gang to run",
+        wait_for(
             lambda: all(len(self.pods.running(s)) == 2 for s in systems),
             timeout=1800,
+            what="every gang to run",
         )
         return time.monotonic() - started
 
@@ -96,14 +96,14 @@ class Burst:
 
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(delete_one, systems))
-        peers.wait_until(
-            "the gangs' pods to go",
+        wait_for(
             lambda: (
                 not self.core.list_namespaced_pod(
                     self.namespace, label_selector=peers.BENCH_LABEL, limit=1
                 ).items
             ),
             timeout=1800,
+            what="the gangs' pods to go",
         )
 
 
@@ -116,10 +116,7 @@ def run(args: argparse.Namespace, kubeconfig: Path, work: Path, name: str) -> No
     cluster.kubectl(name, "create", "namespace", namespace)
     pv = bind_claim(core, namespace)
     volume = work / "volume"
-    folder = volume / "run" / "global_step_10"
-    (folder / "actor").mkdir(parents=True)
-    (folder / "actor" / "__0_0.distcp").write_bytes(b"w" * 1024)
-    write_manifest(folder, step=10, world_size=2)
+    seed_checkpoint(volume)
     operator = OperatorProcess(kubeconfig, namespace, work / "rljob-operator.log",
                                RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
     jobset = JobSetController(kubeconfig, work)

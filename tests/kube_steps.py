@@ -15,7 +15,12 @@ T = TypeVar("T")
 HOLD_FINALIZER = "rljob.io/test-hold"
 
 
-def wait_for(fetch: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
+def wait_for(
+    fetch: Callable[[], T | None],
+    timeout: float = 60,
+    what: str = "condition",
+    interval: float = 0.25,
+) -> T:
     """Poll `fetch` until it returns something truthy; fail the test with `what` otherwise."""
     deadline = time.monotonic() + timeout
     last: T | None = None
@@ -23,7 +28,7 @@ def wait_for(fetch: Callable[[], T | None], timeout: float = 60, what: str = "co
         last = fetch()
         if last:
             return last
-        time.sleep(0.25)
+        time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 

@@ -1,7 +1,8 @@
-"""Prometheus metrics, derived from how a pass changed a job's status.
+"""Prometheus metrics, derived from how a pass changed a job's status, and each job's goodput.
 
 Counting from status transitions (not from handler calls) means a repeated pass
-counts nothing twice, and every figure matches what `kubectl get rltj` shows.
+counts nothing twice, and every figure matches what `kubectl get rltj` shows. The goodput
+gauges are read from the watch cache when Prometheus scrapes.
 """
 
 from __future__ import annotations
