@@ -654,6 +654,43 @@ def test_an_image_that_cannot_be_pulled_is_a_condition_and_one_event_not_a_failu
     assert backoff.status["failures"] == 0
 
 
+def _unschedulable(pod, message):
+    pod["spec"].pop("nodeName", None)
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
+        ],
+    }
+    return pod  # fmt: skip
+
+
+def test_a_gang_the_scheduler_cannot_place_says_why_in_a_condition_and_one_event():
+    job = started(make_job())
+    why = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    pods = [_unschedulable(make_pod(job, 0, r, phase="Pending"), why) for r in range(2)]
+
+    plan = decide(job, pods, NODES, NOW)
+
+    cond = next(x for x in plan.status["conditions"] if x["type"] == "PodsUnschedulable")
+    assert (cond["status"], cond["reason"]) == ("True", "Unschedulable")
+    assert cond["message"] == f"pod grpo-a0-n0: {why}"
+    assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Unschedulable")]
+    assert plan.status["phase"] == c.PENDING and plan.status["failures"] == 0
+    again = decide(with_status(job, plan.status), pods, NODES, NOW + timedelta(seconds=5))
+    assert again.events == []  # the same reason: no second Event
+
+    placed = decide(with_status(job, again.status), pods_of(job), NODES, NOW)
+
+    cond = next(x for x in placed.status["conditions"] if x["type"] == "PodsUnschedulable")
+    assert (cond["status"], cond["reason"]) == ("False", "PodsScheduled")
+
+
 def test_the_condition_clears_once_the_containers_start():
     job = started(make_job())
     stuck = [_waiting(make_pod(job, 0, r, phase="Pending"), "ErrImageNeverPull", "no image")

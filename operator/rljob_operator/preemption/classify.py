@@ -83,6 +83,7 @@ class PodFacts:
     node_not_ready_seconds: float | None
     ready: bool = False  # the pod's Ready condition (its readiness probe, if it has one)
     not_starting: tuple[str, str] | None = None  # (kubelet reason, message) of a stuck container
+    unschedulable: tuple[str, str] | None = None  # (scheduler reason, message) of a pending pod
 
 
 def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -101,6 +102,15 @@ def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
             message = waiting.get("message") or waiting["reason"]
             return waiting["reason"], f"container {container.get('name')}: {message}"
     return None
+
+
+def _unschedulable(status: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the scheduler cannot place the pod, from its PodScheduled=False condition."""
+    scheduled = find_condition(status.get("conditions") or [], "PodScheduled")
+    if scheduled is None or scheduled.get("status") != "False":
+        return None
+    reason = scheduled.get("reason") or "Unschedulable"
+    return reason, scheduled.get("message") or reason
 
 
 def node_ready_condition(node: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -152,6 +162,7 @@ def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> Po
             for cond in status.get("conditions") or []
         ),
         not_starting=_not_starting(status),
+        unschedulable=_unschedulable(status),
     )
 
 

@@ -42,6 +42,9 @@ LOOKUP_FAILED_CONDITION = "CheckpointLookupFailed"
 # True while the kubelet cannot start a container of the gang (a missing image, a bad
 # volume or env reference, a container that crashes before the trainer runs).
 NOT_STARTING_CONDITION = "ContainersNotStarting"
+# True while the scheduler cannot place a pod of the gang (no node has room, a selector or
+# affinity no node matches, a taint): its reason and message, so that `kubectl describe` says why.
+UNSCHEDULABLE_CONDITION = "PodsUnschedulable"
 
 # The condition types, one per phase that has one.
 CONDITION_FOR_PHASE = {
@@ -102,6 +105,7 @@ class Observed:
     unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
     ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
     not_starting: tuple[tuple[str, str, str], ...] = ()  # (pod, kubelet reason, message)
+    unschedulable: tuple[tuple[str, str, str], ...] = ()  # (pod, scheduler reason, message)
     stale_unended: tuple[str, ...] = ()  # stale pods that may still run: not Succeeded/Failed
 
     @property
@@ -150,6 +154,7 @@ def observe(
     unrequested: list[str] = []
     ready: set[int] = set()
     not_starting: list[tuple[str, str, str]] = []
+    unschedulable: list[tuple[str, str, str]] = []
     for pod in pods:
         meta = pod["metadata"]
         labels = meta.get("labels", {})
@@ -167,6 +172,8 @@ def observe(
             ready.add(rank)
         if end.outcome is Outcome.ACTIVE and pod_facts.not_starting:
             not_starting.append((meta["name"], *pod_facts.not_starting))
+        if end.outcome is Outcome.ACTIVE and pod_facts.unschedulable:
+            unschedulable.append((meta["name"], *pod_facts.unschedulable))
         if end.outcome is Outcome.ACTIVE and pod_facts.node_termination_taint:
             warned.append(meta["name"])
         requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
@@ -184,7 +191,8 @@ def observe(
     )
     return Observed(
         current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested),
-        frozenset(ready), tuple(sorted(not_starting)), tuple(sorted(stale_unended)),
+        frozenset(ready), tuple(sorted(not_starting)), tuple(sorted(unschedulable)),
+        tuple(sorted(stale_unended)),
     )  # fmt: skip
 
 
@@ -737,32 +745,37 @@ def _progress(p: _Pass, spec: JobSpec, seen: Observed) -> None:
     if status.get("phase") != phase and phase == c.RUNNING:
         p.event("Normal", "Running", message)
     p.phase(phase, reason, message)
-    _report_not_starting(p, seen)
+    _report_stuck(p, UNSCHEDULABLE_CONDITION, seen.unschedulable,
+                  ("PodsScheduled", "every pod of the gang is on a node"))  # fmt: skip
+    _report_stuck(p, NOT_STARTING_CONDITION, seen.not_starting,
+                  ("ContainersStarted", "every container of the gang has started"))  # fmt: skip
 
 
-def _report_not_starting(p: _Pass, seen: Observed) -> None:
-    """Say so, in a condition and once in an Event, while the kubelet cannot start a container.
+def _report_stuck(
+    p: _Pass,
+    condition: str,
+    stuck: tuple[tuple[str, str, str], ...],
+    cleared: tuple[str, str],
+) -> None:
+    """Say so, in a condition and once in an Event per new reason, while a pod of the gang is
+    stuck; turn the condition False, with the `cleared` reason and message, once none is.
 
-    The kubelet keeps retrying (an image pull backs off up to 5 minutes): nothing has ended,
-    so no failure is counted; the user fixes the image or the reference and the pod starts.
+    Nothing has ended, so no failure is counted: the kubelet keeps retrying a container (an
+    image pull backs off up to 5 minutes), the scheduler a pod; the user fixes the image, the
+    reference or the request, or room comes free, and the pod goes on.
     """
     conditions = p.status["conditions"]
     stamp = (iso(p.now), p.generation)
-    current = find_condition(conditions, NOT_STARTING_CONDITION)
-    if seen.not_starting:
-        pod, reason, message = seen.not_starting[0]
+    current = find_condition(conditions, condition)
+    if stuck:
+        pod, reason, message = stuck[0]
         text = f"pod {pod}: {message}"
         fresh = current is None or current["status"] != "True" or current["reason"] != reason
-        p.status["conditions"], _ = set_condition(
-            conditions, NOT_STARTING_CONDITION, True, reason, text, *stamp
-        )
+        p.status["conditions"], _ = set_condition(conditions, condition, True, reason, text, *stamp)
         if fresh:
             p.event("Warning", reason, text)
     elif current is not None and current["status"] == "True":
-        p.status["conditions"], _ = set_condition(
-            conditions, NOT_STARTING_CONDITION, False, "ContainersStarted",
-            "every container of the gang has started", *stamp,
-        )  # fmt: skip
+        p.status["conditions"], _ = set_condition(conditions, condition, False, *cleared, *stamp)
 
 
 def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
