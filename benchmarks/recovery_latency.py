@@ -59,10 +59,16 @@ def seed_checkpoint(volume: Path) -> None:
     write_manifest(folder, step=10, world_size=2)
 
 
-def job_manifest(name: str, nodes: list[str]) -> dict:
-    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-        "nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}}}  # fmt: skip
+def job_manifest(name: str, nodes: list[str] | None = None, directory: str = "run") -> dict:
+    """A 2-pod benchmark job resuming from `directory` of the claim `ckpts`; on `nodes` only,
+    when given."""
+    template_spec: dict = {"terminationGracePeriodSeconds": 0}
+    if nodes:
+        on_nodes = {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
+        required = {"nodeSelectorTerms": [{"matchExpressions": [on_nodes]}]}
+        template_spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}
+        }
     return {
         "apiVersion": c.API_VERSION,
         "kind": c.KIND,
@@ -73,9 +79,9 @@ def job_manifest(name: str, nodes: list[str]) -> dict:
             "resources": {"limits": {"nvidia.com/gpu": 1}},
             "checkpoint": {
                 "volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
-                "directory": "run",
+                "directory": directory,
             },
-            "template": {"spec": {"terminationGracePeriodSeconds": 0, "affinity": affinity}},
+            "template": {"spec": template_spec},
         },
     }
 

@@ -42,6 +42,7 @@ import yaml  # noqa: E402
 from kube_steps import bind_claim  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
+from recovery_latency import job_manifest, percentile  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
 
@@ -52,34 +53,11 @@ RESUMING = re.compile(r"^(\S+ \S+) INFO rljob_operator\.controller: resuming", r
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def spread(values: list[float]) -> str:
     return (
         f"p50 {statistics.median(values):.2f}s  p95 {percentile(values, 0.95):.2f}s  "
         f"max {max(values):.2f}s  (n={len(values)})"
     )
-
-
-def job_manifest(name: str) -> dict:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "image": "rljob-trainer:bench",
-            "nnodes": 2,
-            "resources": {"limits": {"nvidia.com/gpu": 1}},
-            "checkpoint": {
-                "volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
-                "directory": f"runs/{name}",
-            },
-            "template": {"spec": {"terminationGracePeriodSeconds": 0}},
-        },
-    }
 
 
 class PodTimes:
@@ -251,7 +229,8 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> int:
     started = time.time()
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda n: bench.custom.create_namespaced_custom_object(
-            c.GROUP, c.VERSION, NAMESPACE, c.PLURAL, job_manifest(n)), names))  # fmt: skip
+            c.GROUP, c.VERSION, NAMESPACE, c.PLURAL,
+            job_manifest(n, directory=f"runs/{n}")), names))  # fmt: skip
     created = time.time()
     all_running = bench.wait_running(args.jobs, {}, timeout=1800)
     print(f"created {args.jobs} jobs in {created - started:.1f}s; all Running "
