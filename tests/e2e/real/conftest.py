@@ -21,6 +21,7 @@ from chart_helpers import CHART
 from e2e_steps import CLAIM
 from kube_steps import wait_for
 from kubernetes import client
+from rljob_operator import constants as c
 from rljob_testenv import onrealnodes
 
 REAL_NODES = 2
@@ -134,6 +135,16 @@ def real_claim(real_core: client.CoreV1Api, jobs_namespace: str) -> Iterator[Pat
         "the checkpoint claim to bind",
     )
     yield folder
+    # A test that failed left its job, whose pods hold the claim: remove them first, so that
+    # one failure does not fail the next test's set-up as well.
+    client.CustomObjectsApi(real_core.api_client).delete_collection_namespaced_custom_object(
+        c.GROUP, c.VERSION, jobs_namespace, c.PLURAL
+    )
+    wait_for(
+        lambda: not real_core.list_namespaced_pod(jobs_namespace, label_selector=c.LABEL_JOB).items,
+        120,
+        "the jobs' pods to go",
+    )
     real_core.delete_namespaced_persistent_volume_claim(CLAIM, jobs_namespace)
     real_core.delete_persistent_volume(pv_name)
     # The next test makes a claim of the same name: wait out pvc-protection's finalizer.

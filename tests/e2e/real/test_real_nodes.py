@@ -40,6 +40,7 @@ from e2e_steps import (
 from kube_steps import wait_for
 from kubernetes import client
 from rljob_operator import constants as c
+from rljob_operator.checkpoints.candidates import parse_step
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE
 from tiny_trainer import EXACT_METRICS
 
@@ -348,7 +349,10 @@ def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
     wait_step(checkpoints, SAVE_INTERVAL + 1, 0, 300)
     where = cluster.cluster_dir(real_cluster)
     realnodes.power_off(real_cluster, where, doomed)
-    last_step = read_progress(checkpoints)["step"]  # nothing of the node runs any more
+    # Nothing of the node runs any more. A save is written before its step's progress, so a
+    # kill between the two leaves a step folder newer than the progress file.
+    saved = [parse_step(d.name) or 0 for d in checkpoints.iterdir()]
+    last_step = max([read_progress(checkpoints)["step"], *saved])
     try:
         # Let the job go to the other node (a merge patch: None drops the key).
         selector = {"kubernetes.io/hostname": None, **REAL}
