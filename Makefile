@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devtools/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries host-deps lock cluster-up cluster-down clean chart-crds
+.PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries host-deps lock cluster-up cluster-down clean chart-crds crd
 
 all: test
 
@@ -76,6 +76,13 @@ demo: venv binaries
 ## builds the trainer image, about 8 minutes).
 demo-real: venv host-deps node-binaries
 	$(BIN)/python hack/demo.py --real-nodes --cluster demo-real
+
+## After editing crds/: the pod template's PodSpec (from the pinned Kubernetes release),
+## docs/api.md and the chart's copy; tests/unit/test_crd.py fails until they are current.
+crd: venv
+	$(BIN)/python hack/gen_pod_template_schema.py
+	$(BIN)/python hack/gen_api_docs.py
+	$(MAKE) chart-crds
 
 ## The Helm chart carries a copy of the CRD (a packaged chart cannot hold a symlink);
 ## tests/cluster/test_chart.py fails until the copy matches crds/ again.

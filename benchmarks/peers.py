@@ -328,7 +328,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="rljob-peers-") as tmp:
         work = Path(tmp)
         try:
-            cluster.kubectl(name, "apply", "--server-side", "-f", str(REPO / "crds"))
+            cluster.install_crds(name, REPO / "crds")
             cluster.kubectl(name, "create", "namespace", namespace)
             configuration = client.Configuration()
             config.load_kube_config(str(kubeconfig), client_configuration=configuration)

@@ -190,7 +190,7 @@ def main() -> int:
     name = args.cluster or f"burst-{uuid.uuid4().hex[:6]}"
     kubeconfig = cluster.up(name, gpu_nodes=args.nodes, say=peers.say, kubelet_like_pods=True)
     try:
-        cluster.kubectl(name, "apply", "--server-side", "-f", str(REPO / "crds"))
+        cluster.install_crds(name, REPO / "crds")
         with tempfile.TemporaryDirectory(prefix="rljob-burst-") as tmp:
             run(args, kubeconfig, Path(tmp), name)
     finally:

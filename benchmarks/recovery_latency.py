@@ -219,8 +219,7 @@ def main() -> int:
     name = args.cluster or f"bench-{uuid.uuid4().hex[:6]}"
     kubeconfig = cluster.up(name, gpu_nodes=0, say=lambda m: print(m, file=sys.stderr))
     try:
-        cluster.kubectl(name, "apply", "--server-side", "-f", str(REPO / "crds"))
-        cluster.kubectl(name, "wait", "--for=condition=Established", "crd/rltrainingjobs.rljob.io")
+        cluster.install_crds(name, REPO / "crds")
         nodes = cluster.add_gpu_nodes(name, 3, prefix=f"bench{uuid.uuid4().hex[:4]}")
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
         cluster.kubectl(name, "create", "namespace", namespace)

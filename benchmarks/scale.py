@@ -218,7 +218,7 @@ def run(args: argparse.Namespace, kubeconfig: Path) -> int:
     gpus = -(-2 * args.jobs // args.nodes)  # every pod asks for one GPU
     cluster.add_gpu_nodes(name, args.nodes, cluster.NodeShape(gpus=gpus), prefix="scale")
     for path in (REPO / "crds", PEERING_CRD):
-        cluster.kubectl(name, "apply", "--server-side", "-f", str(path))
+        cluster.install_crds(name, path)
     cluster.kubectl(name, "create", "namespace", NAMESPACE)
     bench = Bench(name, kubeconfig)
     bind_claim(bench.core, NAMESPACE)

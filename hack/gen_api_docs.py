@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from gen_pod_template_schema import RLJOB_FIELDS
 
 REPO = Path(__file__).resolve().parent.parent
 CRD = REPO / "crds" / "rljob.io_rltrainingjobs.yaml"
@@ -51,10 +52,19 @@ def constraints(schema: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+POD_SPEC = "spec.template.spec"
+
+
 def rows(schema: dict[str, Any], path: str, required: set[str]) -> list[str]:
+    """One row per field. Of the pod spec, only the fields where rljob differs from a pod:
+    the rest is Kubernetes' PodSpec as it stands, which `kubectl explain` shows."""
     lines = []
     for name, sub in schema.get("properties", {}).items():
         field = f"{path}.{name}"
+        if path == POD_SPEC and name not in RLJOB_FIELDS:
+            continue
+        if path.startswith(POD_SPEC + "."):
+            continue
         description = " ".join(sub.get("description", "").split())
         flag = " (required)" if name in required else ""
         lines.append(
@@ -69,10 +79,15 @@ def rows(schema: dict[str, Any], path: str, required: set[str]) -> list[str]:
     return lines
 
 
-def rules(schema: dict[str, Any]) -> list[str]:
-    found = [f"- {r['message']}" for r in schema.get("x-kubernetes-validations", [])]
-    for sub in schema.get("properties", {}).values():
-        found += rules(sub)
+def rules(schema: dict[str, Any], path: str = "") -> list[str]:
+    """Each CEL rule's message, after the field it is about unless the message names it."""
+    found = []
+    for rule in schema.get("x-kubernetes-validations", []):
+        field, message = path + rule.get("fieldPath", ""), rule["message"]
+        named = message.startswith(("spec.", "metadata.")) or not field
+        found.append(f"- {message}" if named else f"- `{field}`: {message}")
+    for name, sub in schema.get("properties", {}).items():
+        found += rules(sub, f"{path}.{name}" if path else name)
     return found
 
 

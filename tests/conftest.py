@@ -89,11 +89,7 @@ def crd(cluster_name: str) -> str:
     """The RLTrainingJob CRD, installed and Established."""
     from rljob_testenv import cluster
 
-    cluster.kubectl(cluster_name, "apply", "--server-side", "-f", str(CRD_FILE))
-    cluster.kubectl(
-        cluster_name, "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/rltrainingjobs.rljob.io",
-    )  # fmt: skip
+    cluster.install_crds(cluster_name, CRD_FILE)
     return "rltrainingjobs.rljob.io"
 
 

@@ -121,6 +121,28 @@ def kubectl(name: str, *args: str, input: str | None = None, check: bool = True)
     return result.stdout
 
 
+def install_crds(name: str, path: Path, timeout: float = 60) -> list[str]:
+    """Apply the CRDs at `path` server-side and wait until each is Established.
+
+    Polled rather than `kubectl wait`, which fails at once on a CRD whose status has no
+    conditions yet: a CRD with a large schema (the pod template's PodSpec) shows that for
+    a moment after it is created.
+    """
+    crds = kubectl(name, "apply", "--server-side", "-o", "name", "-f", str(path)).split()
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        while not _established(json.loads(kubectl(name, "get", crd, "-o", "json"))):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{crd} is not Established after {timeout:.0f}s")
+            time.sleep(0.2)
+    return crds
+
+
+def _established(crd: dict) -> bool:
+    conditions = crd.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+
 def gpu_node_manifest(name: str, shape: NodeShape) -> dict:
     """A Node that kwok keeps Ready, advertising `nvidia.com/gpu` like a GPU-operator node."""
     capacity = shape.capacity()
@@ -204,6 +226,12 @@ REAL_NODE_ARGS = (
 )
 
 
+# The Workload API's gang scheduling (alpha in 1.35 and 1.36): PodGroups that the scheduler
+# places all or nothing.
+FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
+RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
+
+
 def extra_args(args: tuple[tuple[str, str, str], ...]) -> list[str]:
     """kwokctl's --extra-args, each component's first one ahead of all the others.
 
@@ -276,6 +304,8 @@ def up(
                 "--kubeconfig=",
                 "--wait=120s",
                 "--quiet-pull",
+                f"--kube-feature-gates={FEATURE_GATES}",
+                f"--kube-runtime-config={RUNTIME_CONFIG}",
                 *config,
                 *extra_args(args),
             ]

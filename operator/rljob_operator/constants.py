@@ -8,6 +8,11 @@ PLURAL = "rltrainingjobs"
 KIND = "RLTrainingJob"
 API_VERSION = f"{GROUP}/{VERSION}"
 
+# The Workload API (Kubernetes 1.36, alpha), for gangs scheduled all or nothing.
+SCHEDULING_GROUP = "scheduling.k8s.io"
+SCHEDULING_VERSION = "v1alpha2"
+SCHEDULING_PLURALS = {"Workload": "workloads", "PodGroup": "podgroups"}
+
 # Labels on everything the operator creates.
 LABEL_JOB = "rljob.io/job-name"
 LABEL_ATTEMPT = "rljob.io/attempt"

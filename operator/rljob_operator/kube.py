@@ -7,6 +7,7 @@ never sees an ApiException and tests of the logic never need a client.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import uuid
 from datetime import UTC, datetime
@@ -142,14 +143,22 @@ class Kube:
             raise KubeError(f"update status of {namespace}/{name}", exc) from exc
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        """Create a Pod or Service; the object as stored, or None when one of that name
-        exists already."""
+        """Create a Pod, Service, Workload or PodGroup; the object as stored, or None when
+        one of that name exists already."""
         namespace = obj["metadata"]["namespace"]
-        create = {
-            "Pod": self.core.create_namespaced_pod,
-            "Service": self.core.create_namespaced_service,
-        }[obj["kind"]]
         try:
+            if obj["kind"] in ("Workload", "PodGroup"):
+                return self.custom.create_namespaced_custom_object(
+                    c.SCHEDULING_GROUP,
+                    c.SCHEDULING_VERSION,
+                    namespace,
+                    c.SCHEDULING_PLURALS[obj["kind"]],
+                    obj,
+                )
+            create = {
+                "Pod": self.core.create_namespaced_pod,
+                "Service": self.core.create_namespaced_service,
+            }[obj["kind"]]
             return _data(create(namespace, obj, _preload_content=False))
         except ApiException as exc:
             if exc.status == 409:
@@ -165,6 +174,31 @@ class Kube:
         except ApiException as exc:
             if exc.status != 404:
                 raise KubeError(f"delete pod {namespace}/{name}", exc) from exc
+
+    def delete_pod_group(self, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(
+                c.SCHEDULING_GROUP,
+                c.SCHEDULING_VERSION,
+                namespace,
+                c.SCHEDULING_PLURALS["PodGroup"],
+                name,
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"delete PodGroup {namespace}/{name}", exc) from exc
+
+    @functools.cached_property
+    def serves_workload_api(self) -> bool:
+        """Whether the API server serves PodGroups (asked once: enabling the API means
+        restarting the API server, and with it the operator's watches)."""
+        try:
+            resources = self.custom.get_api_resources(c.SCHEDULING_GROUP, c.SCHEDULING_VERSION)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise KubeError(f"discover {c.SCHEDULING_GROUP}/{c.SCHEDULING_VERSION}", exc) from exc
+        return any(r.name == c.SCHEDULING_PLURALS["PodGroup"] for r in resources.resources)
 
     def delete_job(self, namespace: str, name: str) -> None:
         try:

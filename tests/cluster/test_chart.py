@@ -175,6 +175,8 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         (("rljob.io",), ("rltrainingjobs/finalizers",), ("update",), ()),
         (("",), ("pods",), ("get", "list", "watch", "create", "patch", "delete"), ()),
         (("",), ("services",), ("create",), ()),
+        (("scheduling.k8s.io",), ("workloads", "podgroups"), ("create",), ()),
+        (("scheduling.k8s.io",), ("podgroups",), ("delete",), ()),
         (("",), ("events",), ("create",), ()),
         (("kopf.dev",), ("kopfpeerings",), ("list", "watch"), ()),
         (("kopf.dev",), ("kopfpeerings",), ("patch",), ("rljob-operator",)),
@@ -182,7 +184,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
     clusterwide = render("--set", "watchAllNamespaces=true")
     assert not rules(clusterwide, "Role")
     assert set(rules(clusterwide, "ClusterRole")) == {
-        *rules(namespaced, "Role")[:6],
+        *rules(namespaced, "Role")[:8],
         (("kopf.dev",), ("clusterkopfpeerings",), ("list", "watch"), ()),
         (("kopf.dev",), ("clusterkopfpeerings",), ("patch",), ("rljob-system-rljob-operator",)),
         *rules(namespaced, "ClusterRole")[:2],

@@ -77,6 +77,15 @@ INVALID = [
     (with_spec(framework="custom", launcher="ray"), "spec.command"),
     (with_spec(framework="verl", command=["python", "x.py"], ray__startArgs=["--address=other:6379"]), "spec.ray.startArgs[0]"),
     (with_spec(framework="verl", command=["python", "x.py"], ray__joinTimeoutSeconds=0), "spec.ray.joinTimeoutSeconds"),
+    # The pod template is a PodSpec, with the parts that are rljob's refused (issue #14).
+    (with_spec(template__spec__restartPolicy="OnFailure"), "spec.template.spec.restartPolicy"),
+    (with_spec(template__spec__hostname="mine"), "spec.template.spec.hostname"),
+    (with_spec(template__spec__containers=[{"name": "a"}, {"name": "b"}]), "spec.template.spec.containers"),
+    (with_spec(template__spec__containers=[{"image": "x"}]), "spec.template.spec.containers[0].name"),
+    (with_spec(template__spec__containers=[{"name": "trainer", "ports": [{"containerPort": "x"}]}]),
+     "spec.template.spec.containers[0].ports[0].containerPort"),
+    (with_spec(template__spec__hostNetwork="yes"), "spec.template.spec.hostNetwork"),
+    (with_spec(template__spec__containerSecurityContext={"privileged": True}), "spec.template.spec.containerSecurityContext"),
 ]  # fmt: skip
 
 
@@ -162,6 +171,18 @@ def test_kubectl_explain_describes_the_checkpoint_fields(kubeconfig, crd):
     assert "global_step_N" in out
     for field in ("mountPath", "resume", "saveInterval", "maxToKeep", "volume"):
         assert field in out
+
+
+def test_kubectl_explain_describes_the_pod_template_as_a_pod_spec(kubeconfig, crd):
+    def explain(field):
+        return subprocess.run(
+            [str(binaries.require("kubectl")), "--kubeconfig", str(kubeconfig), "explain", f"rltj.spec.template.spec.{field}"],
+            capture_output=True, text=True, check=False,
+        ).stdout  # fmt: skip
+
+    assert "Must be Never" in wait_for(lambda: explain("restartPolicy"), what="kubectl explain")
+    assert "host's network namespace" in explain("hostNetwork")
+    assert "environment variables to set in the container" in explain("containers.env")
 
 
 def test_kubectl_get_shows_the_printer_columns(kubeconfig, api_client, namespace, crd):

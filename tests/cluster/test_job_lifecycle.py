@@ -197,7 +197,7 @@ def test_operator_restarted_mid_run_neither_duplicates_nor_orphans_pods(
     [
         ({"priorityClassName": "does-not-exist"}, {}, "no PriorityClass with name does-not-exist"),
         ({"serviceAccountName": "nobody"}, {}, 'serviceaccount "nobody" not found'),
-        ({"containerSecurityContext": {"privileged": True}},
+        ({"containers": [{"name": "trainer", "securityContext": {"privileged": True}}]},
          {"pod-security.kubernetes.io/enforce": "baseline"}, 'violates PodSecurity "baseline'),
     ],
     ids=["priority-class", "service-account", "pod-security"],
@@ -217,6 +217,35 @@ def test_pods_refused_by_admission_fail_the_job_with_the_servers_message(
     failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
     assert failed["reason"] == "PodRejected" and words in failed["message"]
     assert "PodRejected" in event_reasons(core, namespace)
+    assert trainer_pods(core, namespace) == []
+
+
+@pytest.mark.parametrize(
+    ("template_spec", "field"),
+    [
+        ({"containers": [{"name": "trainer", "command": ["python", "train.py"]}]},
+         "spec.template.spec.containers[trainer].command"),
+        ({"containers": [{"name": "trainer", "env": [{"name": "MASTER_PORT", "value": "1"}]}]},
+         "spec.template.spec.containers[trainer].env[MASTER_PORT]"),
+        ({"volumes": [{"name": "checkpoints", "hostPath": {"path": "/"}}]},
+         "spec.template.spec.volumes[checkpoints]"),
+    ],
+    ids=["command", "env", "volume"],
+)  # fmt: skip
+def test_a_template_that_sets_a_part_of_rljobs_fails_the_job_naming_the_field(
+    api_client, core, namespace, operator, template_spec, field
+):
+    """What the API server's schema cannot tell (it is rljob's, not a pod's, rule), the
+    operator says before it creates anything."""
+    body = copy.deepcopy(JOB)
+    body["spec"]["template"] = {"spec": template_spec}
+    create_job(api_client, namespace, body)
+
+    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED), 30, "the job to fail")
+
+    failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "InvalidSpec" and failed["message"].startswith(field)
+    assert "InvalidSpec" in event_reasons(core, namespace)
     assert trainer_pods(core, namespace) == []
 
 

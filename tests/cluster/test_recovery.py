@@ -469,13 +469,21 @@ def test_the_inspector_verifies_an_explicit_resume_folder_before_the_gang_resume
     assert all(env_of(p)["RLJOB_RESUME_DIR"] == f"{CKPT_DIR}/global_step_20" for p in pods)
 
 
-def test_a_gang_no_node_has_room_for_says_so_with_the_schedulers_message(
-    api_client, core, namespace, nodes, recovering_operator
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"resources": {"limits": {"nvidia.com/gpu": 64}}}, "Insufficient nvidia.com/gpu"),  # 8 a node
+        ({"checkpoint": {"volume": {"persistentVolumeClaim": {"claimName": "nope"}}, "resume": "never"}},
+         'persistentvolumeclaim "nope" not found'),
+    ],
+    ids=["gpus", "missing-claim"],
+)  # fmt: skip
+def test_a_gang_the_scheduler_cannot_place_says_why_with_the_schedulers_message(
+    api_client, core, namespace, nodes, recovering_operator, spec, words
 ):
     client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        c.GROUP, c.VERSION, namespace, c.PLURAL,
-        job_body(nodes, resources={"limits": {"nvidia.com/gpu": 64}}),  # 8 per node
-    )  # fmt: skip
+        c.GROUP, c.VERSION, namespace, c.PLURAL, job_body(nodes, **spec)
+    )
 
     def unschedulable():
         conditions = (get_job(api_client, namespace).get("status") or {}).get("conditions") or []
@@ -484,7 +492,7 @@ def test_a_gang_no_node_has_room_for_says_so_with_the_schedulers_message(
 
     condition = wait_for(unschedulable, what="the PodsUnschedulable condition")
     assert condition["reason"] == "Unschedulable"
-    assert "Insufficient nvidia.com/gpu" in condition["message"]
+    assert words in condition["message"]
     messages = wait_for(lambda: event_messages(core, namespace, "Unschedulable"), what="the Event")
-    assert "Insufficient nvidia.com/gpu" in messages[0]
+    assert words in messages[0]
     assert get_job(api_client, namespace)["status"]["failures"] == 0

@@ -67,3 +67,29 @@ def test_failure_message_names_the_exit_code():
 def test_disruption_outranks_an_exit_code():
     pod = make_pod(JOB, 0, 0, phase="Failed", exit_code=1, disruption="PreemptionByScheduler")
     assert classify(pod, make_node(), POLICY, NOW).outcome is Outcome.DISRUPTED
+
+
+def test_a_trainer_done_beside_a_sidecar_that_still_runs_is_a_success():
+    pod = make_pod(JOB, 0, 0, phase="Running", exit_code=0)
+    pod["status"]["containerStatuses"].append({"name": "log-shipper", "state": {"running": {}}})
+
+    assert classify(pod, make_node(), POLICY, NOW).outcome is Outcome.SUCCEEDED
+
+
+def test_the_only_container_is_the_trainer_whatever_its_name():
+    pod = make_pod(JOB, 0, 0, phase="Failed", exit_code=3)
+    pod["status"]["containerStatuses"][0]["name"] = "main"
+
+    end = classify(pod, make_node(), POLICY, NOW)
+
+    assert (end.outcome, end.reason) == (Outcome.FAILED, "ExitCode") and "code 3" in end.message
+
+
+def test_with_several_containers_only_the_trainers_end_counts():
+    pod = make_pod(JOB, 0, 0, phase="Running")
+    pod["status"]["containerStatuses"] = [
+        {"name": "log-shipper", "state": {"terminated": {"exitCode": 0}}},
+        {"name": "trainer", "state": {"running": {}}},
+    ]
+
+    assert classify(pod, make_node(), POLICY, NOW).outcome is Outcome.ACTIVE

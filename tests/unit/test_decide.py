@@ -46,6 +46,58 @@ def test_new_job_with_resume_never_creates_service_and_one_pod_per_node():
     assert any(e.reason == "GangCreated" and "starting fresh" in e.message for e in plan.events)
 
 
+def test_where_the_workload_api_is_served_a_gang_gets_a_workload_and_a_pod_group_per_attempt():
+    job = make_job(checkpoint={"resume": "never"})
+
+    plan = decide(job, [], NODES, NOW, workload_api=True)
+
+    kinds = [o["kind"] for o in plan.create]
+    assert kinds == ["Service", "Workload", "PodGroup", "Pod", "Pod"]
+    workload, group = plan.create[1], plan.create[2]
+    assert workload["spec"]["podGroupTemplates"] == [
+        {"name": "gang", "schedulingPolicy": {"gang": {"minCount": 2}}}
+    ]
+    assert group["metadata"]["name"] == plan.status["podGroup"] == "grpo-a0"
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    assert group["spec"]["podGroupTemplateRef"]["workload"]["workloadName"] == "grpo"
+    assert group["metadata"]["ownerReferences"][0]["name"] == "grpo"
+    for pod in plan.create[3:]:
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "grpo-a0"}
+
+
+def test_the_next_attempt_gets_its_own_pod_group_and_the_last_ones_goes():
+    job = started(make_job(checkpoint={"resume": "never"}), phase=c.RUNNING)
+    job["status"]["podGroup"] = "grpo-a0"
+    pods = [make_pod(job, 0, 0, disruption="PreemptionByScheduler"),
+            make_pod(job, 0, 1, node="gpu-node-1")]  # fmt: skip
+    ended = with_status(job, decide(job, pods, NODES, NOW, workload_api=True).status)
+
+    plan = decide(ended, [], NODES, NOW, workload_api=True)
+
+    assert plan.status["attempt"] == 1 and plan.status["podGroup"] == "grpo-a1"
+    assert plan.delete_pod_groups == ["grpo-a0"]
+    assert {
+        p["spec"]["schedulingGroup"]["podGroupName"] for p in plan.create if p["kind"] == "Pod"
+    } == {"grpo-a1"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "workload_api"),
+    [({}, False), ({"gangScheduling": "Off"}, True), ({"nnodes": 1}, True)],
+    ids=["not-served", "off", "one-pod"],
+)
+def test_without_the_api_when_off_or_for_one_pod_the_gang_is_scheduled_pod_by_pod(
+    spec, workload_api
+):
+    job = make_job(checkpoint={"resume": "never"}, **spec)
+
+    plan = decide(job, [], NODES, NOW, workload_api=workload_api)
+
+    assert {o["kind"] for o in plan.create} == {"Service", "Pod"}
+    assert "podGroup" not in plan.status
+    assert all("schedulingGroup" not in o["spec"] for o in plan.create if o["kind"] == "Pod")
+
+
 def test_auto_resume_asks_for_a_checkpoint_lookup_before_creating_pods():
     plan = decide(make_job(), [], NODES, NOW)
 
@@ -597,29 +649,24 @@ def test_the_third_failed_lookup_in_a_row_sets_a_condition_that_a_success_clears
     assert found.status["resumeFrom"]["step"] == 4
 
 
-def test_env_entries_that_rljob_sets_itself_are_ignored_with_a_warning():
+def test_a_template_that_sets_rljobs_part_fails_the_job_naming_the_field_and_creates_nothing():
     job = make_job(checkpoint={"resume": "never"}, env=[
-        {"name": "MASTER_PORT", "value": "1"}, {"name": "RLJOB_ATTEMPT", "value": "9"},
-        {"name": "WANDB_PROJECT", "value": "grpo"},
+        {"name": "MASTER_PORT", "value": "1"}, {"name": "WANDB_PROJECT", "value": "grpo"},
     ])  # fmt: skip
 
     plan = decide(job, [], NODES, NOW)
 
-    (warning,) = [e for e in plan.events if e.reason == "EnvIgnored"]
-    assert "MASTER_PORT, RLJOB_ATTEMPT" in warning.message and "WANDB" not in warning.message
-    env = {e["name"]: e.get("value") for e in plan.create[1]["spec"]["containers"][0]["env"]}
-    assert (env["MASTER_PORT"], env["RLJOB_ATTEMPT"], env["WANDB_PROJECT"]) == (
-        "29500",
-        "0",
-        "grpo",
-    )
+    assert plan.status["phase"] == c.FAILED and plan.create == []
+    (warning,) = [e for e in plan.events if e.reason == "InvalidSpec"]
+    assert warning.message == "spec.env: MASTER_PORT: rljob sets these on the job's pods"
 
 
-def test_env_without_collisions_gets_no_warning():
+def test_env_without_collisions_reaches_the_pods():
     plan = decide(
         make_job(checkpoint={"resume": "never"}, env=[{"name": "A", "value": "1"}]), [], NODES, NOW
     )
-    assert "EnvIgnored" not in [e.reason for e in plan.events]
+    env = {e["name"]: e.get("value") for e in plan.create[1]["spec"]["containers"][0]["env"]}
+    assert env["A"] == "1" and "InvalidSpec" not in [e.reason for e in plan.events]
 
 
 def _waiting(pod, reason, message):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 from builders import job_ref, make_job
-from rljob_operator.api.spec import parse_spec
+from rljob_operator.api.spec import SpecError, parse_spec
 from rljob_operator.launcher.pods import (
+    JobRef,
     ResumeTarget,
+    check_template,
     desired_pods,
     desired_service,
     resume_arguments,
@@ -72,32 +74,125 @@ def test_pods_carry_rendezvous_and_checkpoint_settings():
     assert pod["spec"]["restartPolicy"] == "Never"
 
 
-def test_user_env_cannot_override_the_operators_variables():
-    pod = render(
-        env=[{"name": "MASTER_ADDR", "value": "evil"}, {"name": "WANDB_MODE", "value": "offline"}]
-    )
-
-    names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
-    assert names.count("MASTER_ADDR") == 1 and env_of(pod)["MASTER_ADDR"] != "evil"
-    assert env_of(pod)["WANDB_MODE"] == "offline"
+def test_user_env_that_rljob_sets_is_refused_naming_it():
+    with pytest.raises(SpecError, match=r"spec.env: MASTER_ADDR, RLJOB_RESUME_DIR: rljob sets"):
+        render(env=[{"name": "MASTER_ADDR", "value": "evil"}, {"name": "WANDB_MODE", "value": "x"},
+                    {"name": "RLJOB_RESUME_DIR", "value": "/elsewhere"}])  # fmt: skip
 
 
-def test_template_overlay_reaches_the_pod_and_our_labels_win():
-    pod = render(
-        template={
-            "metadata": {"labels": {"team": "rl", "rljob.io/attempt": "99"}},
-            "spec": {
-                "priorityClassName": "spot",
-                "tolerations": [{"key": "gpu"}],
-                "nodeSelector": {"pool": "h100"},
-            },
-        }
-    )
+def test_template_metadata_reaches_the_pod_and_rljob_keys_are_refused():
+    pod = render(template={"metadata": {"labels": {"team": "rl"}, "annotations": {"a": "b"}},
+                           "spec": {"priorityClassName": "spot", "nodeSelector": {"pool": "h100"}}})  # fmt: skip
 
-    assert pod["metadata"]["labels"]["team"] == "rl"
+    assert pod["metadata"]["labels"]["team"] == "rl" and pod["metadata"]["annotations"] == {
+        "a": "b"
+    }
     assert pod["metadata"]["labels"]["rljob.io/attempt"] == "3"
-    assert pod["spec"]["priorityClassName"] == "spot"
-    assert pod["spec"]["nodeSelector"] == {"pool": "h100"}
+    assert (pod["spec"]["priorityClassName"], pod["spec"]["nodeSelector"]) == (
+        "spot",
+        {"pool": "h100"},
+    )
+    with pytest.raises(SpecError, match=r"spec.template.metadata.labels\[rljob.io/attempt\]"):
+        render(template={"metadata": {"labels": {"rljob.io/attempt": "99"}}})
+
+
+FULL_TEMPLATE = {
+    "spec": {
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "runtimeClassName": "nvidia",
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                                       "whenUnsatisfiable": "DoNotSchedule"}],
+        "initContainers": [
+            {"name": "fetch-model", "image": "busybox", "command": ["true"]},
+            {"name": "dashboard", "image": "ray", "restartPolicy": "Always"},
+        ],
+        "containers": [
+            {"name": "log-shipper", "image": "fluent-bit"},
+            {
+                "name": "trainer",
+                "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+                "ports": [{"name": "metrics", "containerPort": 9000}],
+                "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
+                "resources": {"limits": {"nvidia.com/gpu": 8, "rdma/ib": 1}},
+            },
+        ],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+}  # fmt: skip
+
+
+def test_a_full_pod_template_reaches_the_pod_with_rljobs_parts_merged_into_the_trainer():
+    pod = render(template=FULL_TEMPLATE)
+
+    spec = pod["spec"]
+    for field in ("hostNetwork", "dnsPolicy", "runtimeClassName", "topologySpreadConstraints",
+                  "initContainers"):  # fmt: skip
+        assert spec[field] == FULL_TEMPLATE["spec"][field]
+    shipper, trainer = spec["containers"]
+    assert shipper == {"name": "log-shipper", "image": "fluent-bit"}
+    assert trainer["command"][0] == "torchrun" and trainer["image"] == "trainer:1"
+    assert trainer["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert trainer["resources"] == {"limits": {"nvidia.com/gpu": 8, "rdma/ib": 1}}
+    env = {e["name"]: e for e in trainer["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "hf" and "MASTER_ADDR" in env
+    assert {p["name"] for p in trainer["ports"]} == {"metrics", "rendezvous"}
+    mounts = {m["mountPath"]: m["name"] for m in trainer["volumeMounts"]}
+    assert mounts["/dev/shm"] == "dshm" and mounts["/checkpoints"] == "checkpoints"
+    assert {v["name"] for v in spec["volumes"]} == {"dshm", "checkpoints", "rljob-podinfo"}
+    assert (spec["restartPolicy"], spec["hostname"]) == ("Never", "grpo-n0")
+
+
+def test_the_only_container_is_the_trainer_whatever_its_name():
+    pod = render(template={"spec": {"containers": [{"name": "main", "workingDir": "/w"}]}})
+
+    (container,) = pod["spec"]["containers"]
+    assert container["name"] == "main" and container["workingDir"] == "/w"
+    assert container["command"][0] == "torchrun"
+
+
+def test_rljobs_own_value_written_again_is_no_conflict():
+    pod = render(template={"spec": {"restartPolicy": "Never", "containers": [
+        {"name": "trainer", "image": "trainer:1", "ports": [{"name": "rendezvous", "containerPort": 29500}]},
+    ]}})  # fmt: skip
+
+    assert pod["spec"]["containers"][0]["ports"] == [{"name": "rendezvous", "containerPort": 29500}]
+
+
+def _trainer(**fields):
+    return {"spec": {"containers": [{"name": "trainer", **fields}]}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"template": _trainer(command=["python", "train.py"])}, "containers[trainer].command"),
+        ({"template": _trainer(args=["--lr", "1"])}, "containers[trainer].args"),
+        ({"template": _trainer(image="other:2")}, "containers[trainer].image"),
+        ({"template": _trainer(terminationMessagePath="/tmp/x")}, "containers[trainer].terminationMessagePath"),
+        ({"template": _trainer(ports=[{"name": "rendezvous", "containerPort": 1234}])}, "containers[trainer].ports[rendezvous]"),
+        ({"template": _trainer(ports=[{"name": "mine", "containerPort": 29500}])}, "containers[trainer].ports[29500]"),
+        ({"template": _trainer(env=[{"name": "NODE_RANK", "value": "7"}])}, "containers[trainer].env[NODE_RANK]"),
+        ({"env": [{"name": "A", "value": "1"}], "template": _trainer(env=[{"name": "A", "value": "2"}])}, "containers[trainer].env[A]"),
+        ({"template": _trainer(volumeMounts=[{"name": "x", "mountPath": "/checkpoints"}])}, "containers[trainer].volumeMounts[/checkpoints]"),
+        ({"resources": {"limits": {"cpu": 1}}, "template": _trainer(resources={"limits": {"cpu": 2}})}, "containers[trainer].resources"),
+        ({"template": {"spec": {"volumes": [{"name": "checkpoints", "hostPath": {"path": "/x"}}]}}}, "spec.volumes[checkpoints]"),
+        ({"template": {"spec": {"hostname": "mine"}}}, "spec.hostname"),
+        ({"template": {"spec": {"restartPolicy": "OnFailure"}}}, "spec.restartPolicy"),
+        ({"template": {"spec": {"containers": [{"name": "a"}, {"name": "b"}]}}}, "spec.containers: with more than one container"),
+        ({"launcher": "ray", "framework": "verl", "command": ["python", "-m", "verl"], "nprocPerNode": 1,
+          "template": _trainer(readinessProbe={"exec": {"command": ["true"]}})}, "containers[trainer].readinessProbe"),
+        ({"launcher": "ray", "framework": "verl", "command": ["python", "-m", "verl"], "nprocPerNode": 1,
+          "template": _trainer(volumeMounts=[{"name": "dshm", "mountPath": "/dev/shm"}])}, "containers[trainer].volumeMounts[/dev/shm]"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)  # fmt: skip
+def test_a_template_field_that_is_rljobs_is_refused_naming_it(extra, field):
+    with pytest.raises(SpecError) as refused:
+        check_template(parse_spec(make_job(**extra)["spec"]), JobRef("grpo", "ns", "uid"))
+
+    assert str(refused.value).startswith("spec.template.") and field in str(refused.value)
 
 
 def test_checkpoint_volume_and_request_file_are_mounted():

@@ -27,6 +27,15 @@ The operator's permissions, derived from its code (docs/install.md explains each
 - apiGroups: [""]
   resources: [services]
   verbs: [create]
+# All-or-nothing gangs where the cluster serves the Workload API: a Workload per job and a
+# PodGroup per attempt (the garbage collector removes them with the job); the last attempt's
+# PodGroup is deleted when the next one starts.
+- apiGroups: [scheduling.k8s.io]
+  resources: [workloads, podgroups]
+  verbs: [create]
+- apiGroups: [scheduling.k8s.io]
+  resources: [podgroups]
+  verbs: [delete]
 # Events on the job (Preempted, GangCreated, ...).
 - apiGroups: [""]
   resources: [events]

@@ -14,6 +14,7 @@ from typing import Any
 FRAMEWORKS = ("rljob", "rlinf", "verl", "custom")
 BACKENDS = ("fsdp", "megatron")
 LAUNCHERS = ("torchrun", "ray")
+GANG_SCHEDULING = ("Auto", "Off")
 # RLinf and verl are Ray programs: one driver on the head places workers on every node.
 RAY_FRAMEWORKS = frozenset({"rlinf", "verl"})
 RLJOB_TRAINER_COMMAND = ("python", "-m", "rljob_trainer")
@@ -102,6 +103,7 @@ class JobSpec:
     template_spec: dict[str, Any] = field(default_factory=dict)
     checkpoint: CheckpointSpec = CheckpointSpec()
     restart_policy: RestartPolicy = RestartPolicy()
+    gang_scheduling: str = "Auto"
     suspend: bool = False
     ttl_seconds_after_finished: int | None = None
 
@@ -230,6 +232,7 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
         template_spec=template.get("spec") or {},
         checkpoint=parse_checkpoint(spec.get("checkpoint") or {}),
         restart_policy=parse_restart_policy(spec.get("restartPolicy") or {}),
+        gang_scheduling=_choice(spec, "gangScheduling", "spec", "Auto", GANG_SCHEDULING),
         suspend=bool(spec.get("suspend", False)),
         ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None),
     )

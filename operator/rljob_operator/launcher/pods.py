@@ -17,9 +17,9 @@ from typing import Any
 import rljob_contract as contract
 
 from .. import constants as c
-from ..api.spec import JobSpec
+from ..api.spec import JobSpec, SpecError
 from ..checkpoints.resume import resume_overrides
-from . import ray
+from . import ray, template
 
 
 @dataclass(frozen=True)
@@ -163,20 +163,18 @@ def _own_env(
     return ours
 
 
-def overridden_env(
-    spec: JobSpec, job: JobRef, attempt: int, resume: ResumeTarget | None
-) -> list[str]:
-    """The names in spec.env that rljob sets itself on some pod, and so ignores there."""
-    ours = {
-        e["name"] for rank in range(spec.nnodes) for e in _own_env(spec, job, attempt, rank, resume)
-    }
-    return sorted({e.get("name") for e in spec.env} & ours)
+# Set on the attempts that resume; a user's value would be taken for rljob's on the others.
+RESUME_ENV = (contract.ENV_RESUME_DIR, contract.ENV_RESUME_STEP)
 
 
 def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None):
+    """spec.env, then rljob's own variables; a name in both is refused, naming it."""
     ours = _own_env(spec, job, attempt, rank, resume)
-    taken = {e["name"] for e in ours}
-    return [e for e in spec.env if e.get("name") not in taken] + ours
+    taken = {e["name"] for e in ours} | set(RESUME_ENV)
+    clash = sorted({e.get("name") for e in spec.env} & taken)
+    if clash:
+        raise SpecError("spec.env", f"{', '.join(clash)}: rljob sets these on the job's pods")
+    return [*spec.env, *ours]
 
 
 def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -207,8 +205,6 @@ def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
         ray_volumes, ray_mounts = ray.volumes()
         volumes += ray_volumes
         mounts += ray_mounts
-    volumes += spec.template_spec.get("volumes", [])
-    mounts += spec.template_spec.get("volumeMounts", [])
     return volumes, mounts
 
 
@@ -220,25 +216,20 @@ def _quantities_as_strings(resources: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-POD_SPEC_PASSTHROUGH = (
-    "nodeSelector",
-    "tolerations",
-    "affinity",
-    "priorityClassName",
-    "schedulerName",
-    "serviceAccountName",
-    "securityContext",
-    "imagePullSecrets",
-)
-
-
 def desired_pod(
-    spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None
+    spec: JobSpec,
+    job: JobRef,
+    attempt: int,
+    rank: int,
+    resume: ResumeTarget | None,
+    pod_group: str | None = None,
 ) -> dict[str, Any]:
-    """The pod of node `rank` in attempt `attempt`.
+    """The pod of node `rank` in attempt `attempt`: rljob's parts merged into the template.
 
     Under torchrun every pod runs the trainer with its arguments; under Ray only the head
-    runs the driver, so only the head gets the arguments and the resume switch.
+    runs the driver, so only the head gets the arguments and the resume switch. With a
+    `pod_group` the scheduler places the gang all or nothing (launcher.gang). Raises
+    SpecError when the template sets a part that is rljob's.
     """
     volumes, mounts = _volumes(spec)
     runs_trainer = spec.launcher == "torchrun" or rank == 0
@@ -265,39 +256,47 @@ def desired_pod(
         container["readinessProbe"] = probe
     if spec.resources:
         container["resources"] = _quantities_as_strings(spec.resources)
-    if "containerSecurityContext" in spec.template_spec:
-        container["securityContext"] = spec.template_spec["containerSecurityContext"]
-    pod_spec: dict[str, Any] = {
-        k: spec.template_spec[k] for k in POD_SPEC_PASSTHROUGH if k in spec.template_spec
+    pod_spec = {
+        "restartPolicy": "Never",
+        "hostname": host_name(job.name, rank),
+        "subdomain": service_name(job.name),
+        "terminationGracePeriodSeconds": grace_period(spec),
+        "containers": [container],
+        "volumes": volumes,
     }
-    pod_spec.update(
-        restartPolicy="Never",
-        hostname=host_name(job.name, rank),
-        subdomain=service_name(job.name),
-        terminationGracePeriodSeconds=grace_period(spec),
-        containers=[container],
-        volumes=volumes,
-    )
-    meta = spec.template_metadata
+    if pod_group:
+        pod_spec["schedulingGroup"] = {"podGroupName": pod_group}
+    metadata = {
+        "name": pod_name(job.name, attempt, rank),
+        "namespace": job.namespace,
+        "labels": labels(job.name, attempt, rank),
+        "annotations": {},
+        "ownerReferences": [owner_reference(job)],
+        "finalizers": [c.FINALIZER],
+    }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {
-            "name": pod_name(job.name, attempt, rank),
-            "namespace": job.namespace,
-            "labels": {**meta.get("labels", {}), **labels(job.name, attempt, rank)},
-            "annotations": dict(meta.get("annotations", {})),
-            "ownerReferences": [owner_reference(job)],
-            "finalizers": [c.FINALIZER],
-        },
-        "spec": pod_spec,
+        "metadata": template.merge_metadata(spec.template_metadata, metadata),
+        "spec": template.merge_pod_spec(spec.template_spec, pod_spec),
     }
 
 
+def check_template(spec: JobSpec, job: JobRef) -> None:
+    """Raise SpecError if the template sets a part of a pod that is rljob's (the head's and
+    a worker's differ under Ray), before any attempt is created."""
+    for rank in {0, spec.nnodes - 1}:
+        desired_pod(spec, job, 0, rank, None)
+
+
 def desired_pods(
-    spec: JobSpec, job: JobRef, attempt: int, resume: ResumeTarget | None
+    spec: JobSpec,
+    job: JobRef,
+    attempt: int,
+    resume: ResumeTarget | None,
+    pod_group: str | None = None,
 ) -> list[dict[str, Any]]:
-    return [desired_pod(spec, job, attempt, rank, resume) for rank in range(spec.nnodes)]
+    return [desired_pod(spec, job, attempt, rank, resume, pod_group) for rank in range(spec.nnodes)]
 
 
 def _service_ports(spec: JobSpec) -> dict[str, int]:

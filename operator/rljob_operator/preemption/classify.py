@@ -87,10 +87,11 @@ class PodFacts:
 
 
 def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for status in pod.get("status", {}).get("containerStatuses") or []:
-        if status.get("name") == c.TRAINER_CONTAINER:
-            return (status.get("state") or {}).get("terminated")
-    return None
+    """How the trainer container ended: the one named `trainer`, or the pod's only one."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    named = [s for s in statuses if s.get("name") == c.TRAINER_CONTAINER]
+    trainer = named or (statuses if len(statuses) == 1 else [])
+    return (trainer[0].get("state") or {}).get("terminated") if trainer else None
 
 
 def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
@@ -200,7 +201,8 @@ def _deleted_by_someone_else(f: PodFacts, _: RestartPolicy):
 
 
 def _succeeded(f: PodFacts, _: RestartPolicy):
-    if f.phase == "Succeeded":
+    # A sidecar that is a plain container keeps the pod Running after the trainer is done.
+    if f.phase == "Succeeded" or (f.phase == "Running" and f.exit_code == 0):
         return Outcome.SUCCEEDED, "Completed", "the trainer exited 0"
 
 

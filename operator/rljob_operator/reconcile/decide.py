@@ -22,12 +22,13 @@ from .. import constants as c
 from ..api.spec import JobSpec, RestartPolicy, SpecError, parse_spec
 from ..api.status import find_condition, set_condition
 from ..api.timestamps import iso, iso_precise, parse_iso
+from ..launcher import gang
 from ..launcher.pods import (
     JobRef,
     ResumeTarget,
+    check_template,
     desired_pods,
     desired_service,
-    overridden_env,
 )
 from ..preemption.classify import Outcome, PodEnd, classify_facts, facts, not_ready_seconds
 from . import goodput
@@ -82,6 +83,7 @@ class Plan:
     force_delete: list[str] = field(default_factory=list)  # on a node that is gone: grace 0
     request_checkpoint: list[str] = field(default_factory=list)  # pods to ask to save now
     release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
+    delete_pod_groups: list[str] = field(default_factory=list)  # of attempts that are over
     events: list[Event] = field(default_factory=list)
     needs_checkpoint_lookup: bool = False
     delete_job: bool = False
@@ -199,9 +201,10 @@ def observe(
 class _Pass:
     """The state of one decision: the status being built, and what to do."""
 
-    def __init__(self, job: dict[str, Any], now: datetime) -> None:
+    def __init__(self, job: dict[str, Any], now: datetime, workload_api: bool = False) -> None:
         meta = job["metadata"]
         self.now = now
+        self.workload_api = workload_api  # the API server serves gang scheduling
         self.generation = meta.get("generation")
         self.ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
         status = dict(job.get("status") or {})
@@ -267,13 +270,15 @@ def decide(
     nodes: dict[str, dict[str, Any] | None],
     now: datetime,
     lookup: LookupResult | None = None,
+    workload_api: bool = False,
 ) -> Plan:
     """Drive the job one step towards its spec.
 
     `lookup` is what the caller found in the checkpoint directory, when it looked;
     a plan with `needs_checkpoint_lookup` asks it to look (skipping `lookup_exclude`).
+    `workload_api`: the API server serves the Workload API, for all-or-nothing gangs.
     """
-    p = _Pass(job, now)
+    p = _Pass(job, now, workload_api)
     pods = [
         pod for pod in pods if pod["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
     ]
@@ -353,6 +358,7 @@ def _decide(
 ) -> None:
     try:
         spec = parse_spec(job.get("spec") or {})
+        check_template(spec, p.ref)
         p.not_ready_tolerance = spec.restart_policy.node_not_ready_tolerance_seconds
     except SpecError as exc:
         if p.status.get("phase") != c.FAILED:
@@ -607,14 +613,22 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
             p.plan.needs_checkpoint_lookup = True
             return
         resume = lookup.target
+    group = gang.pod_group_name(p.ref.name, attempt) if gang.wanted(spec, p.workload_api) else None
     try:
-        pods = desired_pods(spec, p.ref, attempt, resume)
+        pods = desired_pods(spec, p.ref, attempt, resume, group)
     except ValueError as exc:
         message = f"cannot resume from {resume.path if resume else '-'}: {exc}"
         p.phase(c.FAILED, "InvalidResumeTarget", message)
         p.event("Warning", "InvalidResumeTarget", message)
         return
-    p.plan.create = [desired_service(spec, p.ref), *pods]
+    scheduling = gang.desired_objects(spec, p.ref, attempt) if group else []
+    p.plan.create = [desired_service(spec, p.ref), *scheduling, *pods]
+    if status.get("podGroup") and status["podGroup"] != group:
+        p.plan.delete_pod_groups = [status["podGroup"]]  # the last attempt's: its pods are gone
+    if group:
+        status["podGroup"] = group
+    else:
+        status.pop("podGroup", None)
     status["attemptCreationTime"] = iso(p.now)
     status.setdefault("startTime", iso(p.now))
     status.pop("restartAfter", None)
@@ -636,10 +650,6 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
         }  # fmt: skip
     p.lost = _record_gang_creation(status, attempt, resume, lookup, p.now)
     p.event("Normal", "GangCreated", f"attempt {attempt}: created {spec.nnodes} pods, {where}")
-    ignored = overridden_env(spec, p.ref, attempt, resume)
-    if ignored:
-        p.event("Warning", "EnvIgnored", f"spec.env sets {', '.join(ignored)}, which rljob sets "
-                "itself on the job's pods: those entries are ignored")  # fmt: skip
     if not status.get("phase") or status.get("phase") == c.SUSPENDED:
         p.phase(c.PENDING, "GangCreated", f"attempt {attempt}: waiting for its pods to run")
     p.requeue(1)

@@ -56,7 +56,8 @@ def apply(
     namespace, name = meta["namespace"], meta["name"]
     revision = meta.get("resourceVersion")
     patch = status_patch(job.get("status") or {}, plan.status)
-    acts = plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
+    acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
+            or plan.delete_pod_groups)  # fmt: skip
     if plan.create or (acts and not patch):
         cache.on_job(None, kube.patch_status(namespace, name, {}, revision))
     for obj in plan.create:
@@ -75,6 +76,8 @@ def apply(
         kube.delete_pod(namespace, pod, grace_seconds=0)
     for pod in plan.release:
         kube.release_pod(namespace, pod)
+    for group in plan.delete_pod_groups:
+        kube.delete_pod_group(namespace, group)
     for event in plan.events:
         tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
@@ -90,9 +93,10 @@ def plan_pass(
     nodes: dict[str, dict[str, Any] | None],
     finder: CheckpointLookup,
     now: datetime,
+    workload_api: bool = False,
 ) -> Plan:
     """Decide, looking at the checkpoints as often as the decision asks (bounded)."""
-    plan = decide(job, pods, nodes, now)
+    plan = decide(job, pods, nodes, now, workload_api=workload_api)
     events = []
     for _ in range(MAX_LOOKUPS_PER_PASS):
         if not plan.needs_checkpoint_lookup:
@@ -103,7 +107,7 @@ def plan_pass(
             found = finder.lookup(seen, plan.lookup_exclude)
         except LookupFailed as exc:
             found = LookupResult(None, failure=str(exc))
-        plan = decide(seen, pods, nodes, now, found)
+        plan = decide(seen, pods, nodes, now, found, workload_api)
     plan.events = events + plan.events
     return plan
 
@@ -131,7 +135,7 @@ def reconcile(
     ]
     nodes = _nodes_of(kube, cache, trainer_pods)
     moment = now or datetime.now(UTC)
-    plan = plan_pass(job, trainer_pods, nodes, finder, moment)
+    plan = plan_pass(job, trainer_pods, nodes, finder, moment, kube.serves_workload_api)
     try:
         apply(kube, cache, job, plan, tell)
     except KubeError as exc:

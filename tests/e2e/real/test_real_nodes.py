@@ -10,6 +10,7 @@ training runs, weights bitwise equal to an uninterrupted run.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from datetime import datetime
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from e2e_steps import (
+    CLAIM,
     MAX_STEPS,
     REPORTS,
     SAVE_INTERVAL,
@@ -283,6 +285,79 @@ def test_a_container_killed_by_the_oom_killer_is_a_failure_not_a_disruption(
     assert "OOMKilled" in failed["reason"] + failed["message"], failed
     assert job["status"]["preemptions"] == 0
     delete_job(real_api, jobs_namespace, name)
+
+
+# What the trainer container finds, written to the checkpoint volume for the test to read.
+PROBE = """
+import json, os, time
+shm = os.statvfs("/dev/shm")
+found = {
+    "token": os.environ.get("HF_TOKEN"),
+    "shm_bytes": shm.f_blocks * shm.f_frsize,
+    "model": open("/models/ready").read(),
+}
+with open(os.path.join(os.environ["RLJOB_CHECKPOINT_DIR"], "probe.json"), "w") as out:
+    json.dump(found, out)
+time.sleep(5)
+"""
+SLEEPER = ["python", "-c", "import time; time.sleep(3600)"]
+
+
+def test_a_full_pod_template_runs_with_its_sidecars_init_container_shm_host_network_and_secret(
+    real_api, real_core, jobs_namespace, chart_operator, real_claim
+):
+    """The template users bring to a GPU cluster: an init container that fetches the
+    model, a native sidecar and a plain second container, a memory-backed /dev/shm, the
+    node's network, and a token from a Secret. The trainer's exit 0 ends the job although
+    the plain sidecar still runs."""
+    name = "full-template"
+    real_core.create_namespaced_secret(jobs_namespace, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="hf"), string_data={"token": "s3cret"}))  # fmt: skip
+    folder = f"{name}/checkpoints"
+    body = custom_job(name, ["sh", "-c", 'exec python -c "$PROBE"'], image=TRAINER_IMAGE,
+                      rendezvousPort=free_port(), env=[{"name": "PROBE", "value": PROBE}],
+                      checkpoint={"volume": {"persistentVolumeClaim": {"claimName": CLAIM}},
+                                  "directory": folder, "resume": "never"})  # fmt: skip
+    models = {"name": "models", "mountPath": "/models"}
+    body["spec"]["template"]["spec"].update(
+        hostNetwork=True,
+        dnsPolicy="ClusterFirstWithHostNet",
+        initContainers=[
+            {"name": "fetch-model", "image": TRAINER_IMAGE, "imagePullPolicy": "Never",
+             "command": ["python", "-c", "open('/models/ready', 'w').write('fetched')"],
+             "volumeMounts": [models]},
+            {"name": "dashboard-agent", "image": TRAINER_IMAGE, "imagePullPolicy": "Never",
+             "restartPolicy": "Always", "command": SLEEPER},
+        ],
+        containers=[
+            {"name": "log-shipper", "image": TRAINER_IMAGE, "imagePullPolicy": "Never",
+             "command": SLEEPER},
+            {"name": "trainer", "volumeMounts": [models, {"name": "dshm", "mountPath": "/dev/shm"}],
+             "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]},
+        ],
+        volumes=[{"name": "models", "emptyDir": {}},
+                 {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}],
+    )  # fmt: skip
+    create_job(real_api, jobs_namespace, body)
+    probe = real_claim / folder / "probe.json"
+    wait_for(probe.exists, 180, "the trainer container to report what it found")
+
+    (pod,) = trainer_pods(real_core, jobs_namespace, 0)
+    node = real_core.read_node(pod.spec.node_name)
+    node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    assert pod.status.pod_ip == node_ip  # on the node's network
+    assert [x.name for x in pod.spec.containers] == ["log-shipper", "trainer"]
+    assert {x.name for x in pod.status.init_container_statuses} == {
+        "fetch-model",
+        "dashboard-agent",
+    }
+    found = json.loads(probe.read_text())
+    assert found["token"] == "s3cret" and found["model"] == "fetched"
+    assert found["shm_bytes"] > 64 * 2**20  # the emptyDir, not the runtime's 64 MiB default
+    job = wait_succeeded(real_api, jobs_namespace, name, timeout=120)
+    assert job["status"]["failures"] == 0
+    delete_job(real_api, jobs_namespace, name)
+    real_core.delete_namespaced_secret("hf", jobs_namespace)
 
 
 def wait_failed(real_api, namespace: str, name: str) -> dict[str, Any]:
