@@ -296,6 +296,7 @@ found = {
     "shm_bytes": shm.f_blocks * shm.f_frsize,
     "model": open("/models/ready").read(),
 }
+os.makedirs(os.environ["RLJOB_CHECKPOINT_DIR"], exist_ok=True)
 with open(os.path.join(os.environ["RLJOB_CHECKPOINT_DIR"], "probe.json"), "w") as out:
     json.dump(found, out)
 time.sleep(5)
