@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devtools/pyproject.toml | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries host-deps lock cluster-up cluster-down clean chart-crds crd
+.PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries kueue-binaries host-deps lock cluster-up cluster-down clean chart-crds crd
 
 all: test
 
@@ -32,6 +32,10 @@ binaries: venv
 ## device plugin.
 node-binaries: binaries
 	$(BIN)/rljob testenv install --real-nodes
+
+## And Kueue, for the tests of queued jobs (tests/cluster/test_kueue.py).
+kueue-binaries: binaries
+	$(BIN)/rljob testenv install --kueue
 
 ## What the real test nodes need from Debian (root): the OCI runtime, CNI plugins, iptables,
 ## catatonit (the pause image), and mmdebstrap and buildah to build the images without Docker.
@@ -64,7 +68,7 @@ unit: venv
 ## The whole suite: lint, unit tests, tests on a local control plane with kwok nodes and node
 ## agents, and tests on real nodes (kubelet + containerd, the images built from the Dockerfiles,
 ## the operator installed by the chart). The real nodes need root, host-deps and ~30 GB of disk.
-test: venv host-deps node-binaries lint
+test: venv host-deps node-binaries kueue-binaries lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## The main job: start a local cluster and run the demo.

@@ -32,6 +32,7 @@ COREDNS_VERSION = "v1.14.7"
 # The operators benchmarks/peers.py compares rljob with (`testenv install --peers`).
 JOBSET_VERSION = "v0.12.0"
 TRAINING_OPERATOR_VERSION = "v1.9.4"
+KUEUE_VERSION = "v0.17.0"
 
 # Kubernetes' own go.mod points these at ./staging; a wrapper module must pin each
 # one to the published v0.X.Y that matches the release.
@@ -191,6 +192,15 @@ PEER_COMPONENTS: tuple[GoComponent, ...] = (
     ),
 )
 
+# Kueue, for the tests of jobs admitted, preempted and readmitted by a queue.
+KUEUE = GoComponent(
+    name="kueue",
+    module="sigs.k8s.io/kueue",
+    version=KUEUE_VERSION,
+    commands={"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"},
+    ldflags=(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}",),
+)
+
 ALL_BINARIES: tuple[str, ...] = tuple(b for c in COMPONENTS for b in c.commands)
 NODE_BINARIES: tuple[str, ...] = tuple(b for c in NODE_COMPONENTS for b in c.commands)
 PEER_BINARIES: tuple[str, ...] = tuple(b for c in PEER_COMPONENTS for b in c.commands)
@@ -246,11 +256,12 @@ def locate(binary: str) -> Path | None:
     if binary == GPU_PLUGIN.name:
         cached = cache_root() / "bin" / GPU_PLUGIN.key / binary
         return cached if os.access(cached, os.X_OK) else None
-    for component in (*COMPONENTS, *NODE_COMPONENTS, *PEER_COMPONENTS):
+    for component in (*COMPONENTS, *NODE_COMPONENTS, *PEER_COMPONENTS, KUEUE):
         if binary in component.commands:
             cached = component_dir(component) / binary
             return cached if os.access(cached, os.X_OK) else None
-    known = ", ".join((*ALL_BINARIES, *NODE_BINARIES, *PEER_BINARIES, GPU_PLUGIN.name))
+    known = ", ".join((*ALL_BINARIES, *NODE_BINARIES, *PEER_BINARIES, *KUEUE.commands,
+                       GPU_PLUGIN.name))  # fmt: skip
     raise KeyError(f"unknown binary {binary!r}; known: {known}")
 
 
@@ -398,12 +409,14 @@ def install(
     say: Callable[[str], None] = print,
     real_nodes: bool = False,
     peers: bool = False,
+    kueue: bool = False,
 ) -> dict[str, Path]:
     """Make every binary available, building what is neither preinstalled nor cached."""
     components = (
         *COMPONENTS,
         *(NODE_COMPONENTS if real_nodes else ()),
         *(PEER_COMPONENTS if peers else ()),
+        *((KUEUE,) if kueue else ()),
     )
     known = {b for c in components for b in c.commands}
     if real_nodes:

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also the operators benchmarks/peers.py compares with (JobSet, training-operator)",
     )
+    install.add_argument(
+        "--kueue", action="store_true", help="also Kueue, for the tests of queued jobs"
+    )
     install.set_defaults(handler=_reported(_install))
 
     def named(cmd: str, help_text: str) -> argparse.ArgumentParser:
@@ -70,7 +73,7 @@ def _say(message: str) -> None:
 
 def _install(args: argparse.Namespace) -> int:
     for name, path in binaries.install(
-        say=_say, real_nodes=args.real_nodes, peers=args.peers
+        say=_say, real_nodes=args.real_nodes, peers=args.peers, kueue=args.kueue
     ).items():
         print(f"{name}\t{path}")
     return 0

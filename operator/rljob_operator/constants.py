@@ -13,6 +13,16 @@ SCHEDULING_GROUP = "scheduling.k8s.io"
 SCHEDULING_VERSION = "v1alpha2"
 SCHEDULING_PLURALS = {"Workload": "workloads", "PodGroup": "podgroups"}
 
+# Kueue: a job labeled with a LocalQueue has each attempt's pods admitted as one pod group.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+# An attempt is never retried in place, rljob makes the next one: once its pods have ended,
+# Kueue finishes its workload (and frees its quota) instead of waiting for replacements.
+KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
+KUEUE_STOP_CONDITION = "TerminationTarget"  # set on a pod Kueue stops (then deletes)
+
 # Labels on everything the operator creates.
 LABEL_JOB = "rljob.io/job-name"
 LABEL_ATTEMPT = "rljob.io/attempt"

@@ -93,3 +93,16 @@ def test_with_several_containers_only_the_trainers_end_counts():
     ]
 
     assert classify(pod, make_node(), POLICY, NOW).outcome is Outcome.ACTIVE
+
+
+def test_a_pod_kueue_stopped_is_a_disruption_with_kueues_reason():
+    pod = make_pod(JOB, 0, 0, phase="Running", deleting=True)
+    pod["status"]["conditions"].append({
+        "type": "TerminationTarget", "status": "True", "reason": "WorkloadEvicted",
+        "message": "Preempted to accommodate a workload due to prioritization in the ClusterQueue",
+    })  # fmt: skip
+
+    end = classify(pod, make_node(), POLICY, NOW)
+
+    assert (end.outcome, end.reason) == (Outcome.DISRUPTED, "StoppedByKueue")
+    assert "WorkloadEvicted" in end.message and "Preempted to accommodate" in end.message

@@ -98,6 +98,52 @@ def test_without_the_api_when_off_or_for_one_pod_the_gang_is_scheduled_pod_by_po
     assert all("schedulingGroup" not in o["spec"] for o in plan.create if o["kind"] == "Pod")
 
 
+def test_a_job_with_a_kueue_queue_has_each_attempts_pods_in_one_kueue_pod_group():
+    job = make_job(checkpoint={"resume": "never"})
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team"}
+
+    plan = decide(job, [], NODES, NOW)
+
+    for pod in (o for o in plan.create if o["kind"] == "Pod"):
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team"
+        assert pod["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "grpo-a0"
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] == "2"
+        assert pod["metadata"]["annotations"]["kueue.x-k8s.io/retriable-in-group"] == "false"
+
+
+def test_a_template_that_sets_the_kueue_pod_group_itself_is_refused_naming_it():
+    job = make_job(checkpoint={"resume": "never"},
+                   template={"metadata": {"labels": {"kueue.x-k8s.io/pod-group-name": "mine"}}})  # fmt: skip
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "team"}
+
+    plan = decide(job, [], NODES, NOW)
+
+    assert plan.status["phase"] == c.FAILED and plan.create == []
+    failed = {x["type"]: x for x in plan.status["conditions"]}["Failed"]
+    assert failed["reason"] == "InvalidSpec"
+    assert failed["message"].startswith(
+        "spec.template.metadata.labels[kueue.x-k8s.io/pod-group-name]"
+    )
+
+
+def test_a_gang_waiting_for_kueue_says_so_in_a_condition_and_a_normal_event():
+    job = started(make_job(), phase=c.PENDING)
+    pods = [make_pod(job, 0, rank, phase="Pending", node=None) for rank in (0, 1)]
+    for pod in pods:
+        pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team"
+        pod["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
+                                        "reason": "SchedulingGated"}]  # fmt: skip
+
+    plan = decide(job, pods, NODES, NOW)
+
+    queued = {x["type"]: x for x in plan.status["conditions"]}["PodsUnschedulable"]
+    assert queued["reason"] == "WaitingForKueue" and "queue team" in queued["message"]
+    (event,) = [e for e in plan.events if e.reason == "WaitingForKueue"]
+    assert event.type == "Normal"
+    assert plan.status["failures"] == 0 and plan.delete == []
+
+
 def test_auto_resume_asks_for_a_checkpoint_lookup_before_creating_pods():
     plan = decide(make_job(), [], NODES, NOW)
 

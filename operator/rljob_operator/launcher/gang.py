@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import constants as c
 from ..api.spec import JobSpec
-from .pods import JobRef, labels, owner_reference
+from .pods import JobRef, attempt_name, labels, owner_reference
 
 API_VERSION = f"{c.SCHEDULING_GROUP}/{c.SCHEDULING_VERSION}"
 TEMPLATE = "gang"
@@ -23,10 +23,6 @@ TEMPLATE = "gang"
 def wanted(spec: JobSpec, workload_api: bool) -> bool:
     """Whether this job's gang goes through a PodGroup: a gang of one needs none."""
     return workload_api and spec.gang_scheduling == "Auto" and spec.nnodes > 1
-
-
-def pod_group_name(job: str, attempt: int) -> str:
-    return f"{job}-a{attempt}"
 
 
 def _metadata(name: str, job: JobRef) -> dict[str, Any]:
@@ -55,7 +51,7 @@ def desired_objects(spec: JobSpec, job: JobRef, attempt: int) -> list[dict[str, 
     pod_group = {
         "apiVersion": API_VERSION,
         "kind": "PodGroup",
-        "metadata": _metadata(pod_group_name(job.name, attempt), job),
+        "metadata": _metadata(attempt_name(job.name, attempt), job),
         "spec": {"podGroupTemplateRef": template, "schedulingPolicy": policy},
     }
     return [workload, pod_group]

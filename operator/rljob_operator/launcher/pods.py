@@ -37,8 +37,22 @@ class ResumeTarget:
     step: int
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Who places the attempt's pods besides the template: a PodGroup of the Workload API
+    (launcher.gang), and a Kueue LocalQueue, which admits the attempt's pods as one group."""
+
+    pod_group: str | None = None
+    queue: str | None = None
+
+
+def attempt_name(job: str, attempt: int) -> str:
+    """The name of what one attempt's gang shares: its PodGroup, its Kueue pod group."""
+    return f"{job}-a{attempt}"
+
+
 def pod_name(job: str, attempt: int, rank: int) -> str:
-    return f"{job}-a{attempt}-n{rank}"
+    return f"{attempt_name(job, attempt)}-n{rank}"
 
 
 def host_name(job: str, rank: int) -> str:
@@ -222,14 +236,15 @@ def desired_pod(
     attempt: int,
     rank: int,
     resume: ResumeTarget | None,
-    pod_group: str | None = None,
+    placement: Placement = Placement(),
 ) -> dict[str, Any]:
     """The pod of node `rank` in attempt `attempt`: rljob's parts merged into the template.
 
     Under torchrun every pod runs the trainer with its arguments; under Ray only the head
-    runs the driver, so only the head gets the arguments and the resume switch. With a
-    `pod_group` the scheduler places the gang all or nothing (launcher.gang). Raises
-    SpecError when the template sets a part that is rljob's.
+    runs the driver, so only the head gets the arguments and the resume switch. The
+    `placement` names the attempt's PodGroup (the scheduler binds the gang all or nothing)
+    and its Kueue queue (Kueue admits it as one pod group). Raises SpecError when the
+    template sets a part that is rljob's.
     """
     volumes, mounts = _volumes(spec)
     runs_trainer = spec.launcher == "torchrun" or rank == 0
@@ -264,8 +279,8 @@ def desired_pod(
         "containers": [container],
         "volumes": volumes,
     }
-    if pod_group:
-        pod_spec["schedulingGroup"] = {"podGroupName": pod_group}
+    if placement.pod_group:
+        pod_spec["schedulingGroup"] = {"podGroupName": placement.pod_group}
     metadata = {
         "name": pod_name(job.name, attempt, rank),
         "namespace": job.namespace,
@@ -274,6 +289,11 @@ def desired_pod(
         "ownerReferences": [owner_reference(job)],
         "finalizers": [c.FINALIZER],
     }
+    if placement.queue:  # Kueue's pod group: admitted, preempted and readmitted as one
+        metadata["labels"][c.KUEUE_QUEUE_LABEL] = placement.queue
+        metadata["labels"][c.KUEUE_POD_GROUP_LABEL] = attempt_name(job.name, attempt)
+        metadata["annotations"][c.KUEUE_POD_GROUP_COUNT_ANNOTATION] = str(spec.nnodes)
+        metadata["annotations"][c.KUEUE_RETRIABLE_ANNOTATION] = "false"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -294,9 +314,9 @@ def desired_pods(
     job: JobRef,
     attempt: int,
     resume: ResumeTarget | None,
-    pod_group: str | None = None,
+    placement: Placement = Placement(),
 ) -> list[dict[str, Any]]:
-    return [desired_pod(spec, job, attempt, rank, resume, pod_group) for rank in range(spec.nnodes)]
+    return [desired_pod(spec, job, attempt, rank, resume, placement) for rank in range(spec.nnodes)]
 
 
 def _service_ports(spec: JobSpec) -> dict[str, int]:

@@ -84,6 +84,7 @@ class PodFacts:
     ready: bool = False  # the pod's Ready condition (its readiness probe, if it has one)
     not_starting: tuple[str, str] | None = None  # (kubelet reason, message) of a stuck container
     unschedulable: tuple[str, str] | None = None  # (scheduler reason, message) of a pending pod
+    stopped_by_kueue: tuple[str, str] | None = None  # (Kueue's reason, message): it evicted
 
 
 def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -105,13 +106,29 @@ def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _unschedulable(status: dict[str, Any]) -> tuple[str, str] | None:
+QUEUED_REASON = "WaitingForKueue"  # gated until Kueue admits the pod group
+
+
+def _unschedulable(pod: dict[str, Any]) -> tuple[str, str] | None:
     """Why the scheduler cannot place the pod, from its PodScheduled=False condition."""
+    status = pod.get("status") or {}
     scheduled = find_condition(status.get("conditions") or [], "PodScheduled")
     if scheduled is None or scheduled.get("status") != "False":
         return None
     reason = scheduled.get("reason") or "Unschedulable"
+    gates = {g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []}
+    if c.KUEUE_ADMISSION_GATE in gates:
+        queue = (pod.get("metadata") or {}).get("labels", {}).get(c.KUEUE_QUEUE_LABEL)
+        return QUEUED_REASON, f"Kueue has not admitted the gang yet (queue {queue})"
     return reason, scheduled.get("message") or reason
+
+
+def _stopped_by_kueue(status: dict[str, Any]) -> tuple[str, str] | None:
+    """Kueue marks each pod of a workload it evicts (preempted, say) before deleting it."""
+    stop = find_condition(status.get("conditions") or [], c.KUEUE_STOP_CONDITION)
+    if stop is None or stop.get("status") != "True":
+        return None
+    return stop.get("reason") or "Stopped", stop.get("message") or ""
 
 
 def node_ready_condition(node: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -163,7 +180,8 @@ def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> Po
             for cond in status.get("conditions") or []
         ),
         not_starting=_not_starting(status),
-        unschedulable=_unschedulable(status),
+        unschedulable=_unschedulable(pod),
+        stopped_by_kueue=_stopped_by_kueue(status),
     )
 
 
@@ -173,6 +191,12 @@ Rule = Callable[[PodFacts, RestartPolicy], tuple[Outcome, str, str] | None]
 def _disruption_target(f: PodFacts, _: RestartPolicy):
     if f.disruption_reason:
         return Outcome.DISRUPTED, f.disruption_reason, "the pod has the DisruptionTarget condition"
+
+
+def _kueue(f: PodFacts, _: RestartPolicy):
+    if f.stopped_by_kueue:
+        reason, message = f.stopped_by_kueue
+        return Outcome.DISRUPTED, "StoppedByKueue", f"Kueue stopped the pod ({reason}): {message}"
 
 
 def _evicted(f: PodFacts, _: RestartPolicy):
@@ -242,6 +266,7 @@ def _last_line(message: str, limit: int = 300) -> str:
 
 RULES: tuple[Rule, ...] = (
     _disruption_target,
+    _kueue,
     _evicted,
     _node_lost,
     _node_not_ready,

@@ -25,12 +25,21 @@ from ..api.timestamps import iso, iso_precise, parse_iso
 from ..launcher import gang
 from ..launcher.pods import (
     JobRef,
+    Placement,
     ResumeTarget,
+    attempt_name,
     check_template,
     desired_pods,
     desired_service,
 )
-from ..preemption.classify import Outcome, PodEnd, classify_facts, facts, not_ready_seconds
+from ..preemption.classify import (
+    QUEUED_REASON,
+    Outcome,
+    PodEnd,
+    classify_facts,
+    facts,
+    not_ready_seconds,
+)
 from . import goodput
 
 MAX_RECOVERIES = 20
@@ -205,6 +214,7 @@ class _Pass:
         meta = job["metadata"]
         self.now = now
         self.workload_api = workload_api  # the API server serves gang scheduling
+        self.queue: str | None = (meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL)
         self.generation = meta.get("generation")
         self.ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
         status = dict(job.get("status") or {})
@@ -613,9 +623,14 @@ def _start_attempt(p: _Pass, spec: JobSpec, lookup: LookupResult | None) -> None
             p.plan.needs_checkpoint_lookup = True
             return
         resume = lookup.target
-    group = gang.pod_group_name(p.ref.name, attempt) if gang.wanted(spec, p.workload_api) else None
+    group = attempt_name(p.ref.name, attempt) if gang.wanted(spec, p.workload_api) else None
+    placement = Placement(pod_group=group, queue=p.queue)
     try:
-        pods = desired_pods(spec, p.ref, attempt, resume, group)
+        pods = desired_pods(spec, p.ref, attempt, resume, placement)
+    except SpecError as exc:  # the template sets what this attempt's placement does
+        p.phase(c.FAILED, "InvalidSpec", str(exc))
+        p.event("Warning", "InvalidSpec", str(exc))
+        return
     except ValueError as exc:
         message = f"cannot resume from {resume.path if resume else '-'}: {exc}"
         p.phase(c.FAILED, "InvalidResumeTarget", message)
@@ -782,8 +797,8 @@ def _report_stuck(
         text = f"pod {pod}: {message}"
         fresh = current is None or current["status"] != "True" or current["reason"] != reason
         p.status["conditions"], _ = set_condition(conditions, condition, True, reason, text, *stamp)
-        if fresh:
-            p.event("Warning", reason, text)
+        if fresh:  # waiting in a queue is no trouble
+            p.event("Normal" if reason == QUEUED_REASON else "Warning", reason, text)
     elif current is not None and current["status"] == "True":
         p.status["conditions"], _ = set_condition(conditions, condition, False, *cleared, *stamp)
 

@@ -1,0 +1,91 @@
+"""Kueue on a test cluster: its manager as a local process, with pod integration on.
+
+Built from source at a pinned version (`binaries.KUEUE`); its CRDs and webhook
+configurations come from the same Go module, out of the module cache. The webhooks point
+at `https://127.0.0.1:PORT`, served with a certificate signed by a CA made here (the API
+server is local), as for the peers. Only pods that name a queue go through its pod
+webhooks, so that a stopped Kueue never blocks the other tests' pods. No leader election,
+no metrics.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from . import binaries
+from .peers import PeerProcess, local_webhooks
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Without its internal certificate management, Kueue v0.17.0 reads a metrics certificate
+# from this fixed folder, and exits without one (even with metrics off).
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+# The webhooks of the kinds the tests use: pods (gated until admitted) and Kueue's own.
+HOOKED = {"pods", "workloads", "clusterqueues", "localqueues", "resourceflavors", "cohorts"}
+
+
+class Kueue(PeerProcess):
+    """Kueue's manager with the `pod` integration (pod groups) and nothing else."""
+
+    name = "kueue"
+
+    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+        super().__init__(kubeconfig, workdir)
+        self.hooks: list[tuple[str, str]] = []  # (kind, name) of its webhook configurations
+
+    def up(self) -> None:
+        source = binaries.module_source(binaries.KUEUE)
+        bases = sorted((source / "config/components/crd/bases").glob("*.yaml"))
+        crds = [yaml.safe_load(path.read_text()) for path in bases]
+        ca, certs = self.certificate()
+        upstream = yaml.safe_load_all(
+            (source / "config/components/webhook/manifests.yaml").read_text()
+        )
+        hooks = [
+            local_webhooks(w, f"kueue-{w['kind'].lower()}", self.webhook_port, ca, HOOKED)
+            for w in upstream if w
+        ]  # fmt: skip
+        queued = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
+        for configuration in hooks:
+            for hook in configuration["webhooks"]:
+                if any("pods" in rule["resources"] for rule in hook["rules"]):
+                    hook["objectSelector"] = queued
+        self.apply(*crds)
+        for crd in crds:
+            self.wait_established(crd["metadata"]["name"])
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": self.webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
+            "integrations": {"frameworks": ["pod"]},
+        }
+        METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key"):
+            shutil.copy(certs / name, METRICS_CERT_DIR / name)
+        config_path = self.workdir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        # Its visibility API server would want certificates of its own at a fixed path too.
+        self.start([str(binaries.require("kueue-manager")), "--config", str(config_path),
+                    "--feature-gates=VisibilityOnDemand=false"])  # fmt: skip
+        self.apply(*hooks)
+        self.hooks = [(h["kind"].lower(), h["metadata"]["name"]) for h in hooks]
+
+    def down(self) -> None:
+        """Its webhooks first (a hook without its server fails every pod it matches), then it."""
+        for kind, name in self.hooks:
+            self.kubectl("delete", kind, name, "--ignore-not-found")
+        self.stop()
+
+
+def start(kubeconfig: Path, workdir: Path) -> Kueue:
+    """Kueue, built if needed, running against the cluster; `down()` it when done."""
+    binaries.install(["kueue-manager"], kueue=True)
+    kueue = Kueue(kubeconfig, workdir)
+    kueue.up()
+    return kueue
