@@ -2,10 +2,12 @@
 
 For each of N recoveries: evict one pod of a running 2-node gang through the
 Eviction API, and measure from the eviction request to the moment the operator
-recorded the new gang's creation (status.recoveries[-1].gangCreatedAt), and to
-the new pods' creation on the API server. Two variants:
+recorded the new gang's creation (status.recoveries[-1].gangCreatedAt), to the new
+pods' creation on the API server, and to both new pods Running. Three variants:
 
-- local: the operator reads the checkpoint volume itself (RLJOB_CHECKPOINT_VOLUMES);
+- local: the operator reads the checkpoint volume itself (RLJOB_CHECKPOINT_VOLUMES), and
+  the gang is scheduled all or nothing through the Workload API (a PodGroup per attempt);
+- local, pod by pod: the same with `gangScheduling: Off`;
 - inspector: it runs an inspector pod; this script plays the kubelet and completes
   the inspector the moment it appears (its own polling adds up to ~50 ms).
 
@@ -59,7 +61,9 @@ def seed_checkpoint(volume: Path) -> None:
     write_manifest(folder, step=10, world_size=2)
 
 
-def job_manifest(name: str, nodes: list[str] | None = None, directory: str = "run") -> dict:
+def job_manifest(
+    name: str, nodes: list[str] | None = None, directory: str = "run", gang: str = "Auto"
+) -> dict:
     """A 2-pod benchmark job resuming from `directory` of the claim `ckpts`; on `nodes` only,
     when given."""
     template_spec: dict = {"terminationGracePeriodSeconds": 0}
@@ -82,6 +86,7 @@ def job_manifest(name: str, nodes: list[str] | None = None, directory: str = "ru
                 "directory": directory,
             },
             "template": {"spec": template_spec},
+            "gangScheduling": gang,
         },
     }
 
@@ -132,7 +137,7 @@ class Bench:
             time.sleep(0.05)
         raise TimeoutError(f"timed out waiting for {what}")
 
-    def one_recovery(self, name: str, attempt: int, use_inspector: bool) -> tuple[float, float]:
+    def one_recovery(self, name: str, attempt: int, use_inspector: bool) -> tuple[float, ...]:
         pods = self.wait("the gang to run", lambda: [
             p for p in self.gang(name, attempt) if p.status.phase == "Running"
         ] if len(self.gang(name, attempt)) == 2 else None)  # fmt: skip
@@ -147,15 +152,18 @@ class Bench:
         seen: dict[str, float] = {}
 
         def done() -> bool:
-            if "pods" not in seen and len(self.gang(name, new)) == 2:
+            gang = self.gang(name, new)
+            if "pods" not in seen and len(gang) == 2:
                 seen["pods"] = time.time()
+            if len(gang) == 2 and all(p.status.phase == "Running" for p in gang):
+                seen.setdefault("running", time.time())
             last = (self.job(name)["status"].get("recoveries") or [{}])[-1]
             if last.get("attempt") == new and last.get("gangCreatedAt"):
                 seen["recorded"] = parse_time(last["gangCreatedAt"])
-            return len(seen) == 2
+            return len(seen) == 3
 
         self.wait("the new gang", done, inspector=inspector)
-        return seen["recorded"] - started, seen["pods"] - started
+        return tuple(seen[k] - started for k in ("recorded", "pods", "running"))
 
 
 def claim_manifests(namespace: str) -> list[dict]:
@@ -183,7 +191,9 @@ def claim_manifests(namespace: str) -> list[dict]:
     ]
 
 
-def run_variant(bench: Bench, kubeconfig: Path, nodes: list[str], count: int, use_inspector: bool):
+def run_variant(
+    bench: Bench, kubeconfig: Path, nodes: list[str], count: int, use_inspector: bool, gang: str
+):
     namespace = bench.namespace
     with tempfile.TemporaryDirectory() as tmp:
         volume = Path(tmp) / "volume"
@@ -191,10 +201,10 @@ def run_variant(bench: Bench, kubeconfig: Path, nodes: list[str], count: int, us
         env = {} if use_inspector else {"RLJOB_CHECKPOINT_VOLUMES": f"ckpts={volume}"}
         operator = OperatorProcess(kubeconfig, namespace, Path(tmp) / "operator.log", **env)
         operator.start()
-        name = "bench-inspector" if use_inspector else "bench-local"
+        name = "bench-inspector" if use_inspector else f"bench-local-{gang.lower()}"
         try:
             bench.custom.create_namespaced_custom_object(
-                c.GROUP, c.VERSION, namespace, c.PLURAL, job_manifest(name, nodes)
+                c.GROUP, c.VERSION, namespace, c.PLURAL, job_manifest(name, nodes, gang=gang)
             )
             if use_inspector:
                 bench.wait(
@@ -227,12 +237,14 @@ def main() -> int:
         cluster.kubectl(name, "apply", "-f", "-", input=json.dumps(claim))
         bench = Bench(kubeconfig, namespace)
         print(f"{args.recoveries} recoveries per variant; seconds from the eviction request")
-        print(f"{'variant':<10} {'to gangCreatedAt':>28} {'new pods seen':>28}")
-        for label, use_inspector in (("local", False), ("inspector", True)):
-            results = run_variant(bench, kubeconfig, nodes, args.recoveries, use_inspector)
-            recorded = [r[0] for r in results]
-            created = [r[1] for r in results]
-            print(f"{label:<10} {summary(recorded):>28} {summary(created):>28}")
+        print(f"{'variant':<22} {'to gangCreatedAt':>28} {'new pods seen':>28} "
+              f"{'new gang Running':>28}")  # fmt: skip
+        variants = (("local", False, "Auto"), ("local, pod by pod", False, "Off"),
+                    ("inspector", True, "Auto"))  # fmt: skip
+        for label, use_inspector, gang in variants:
+            results = run_variant(bench, kubeconfig, nodes, args.recoveries, use_inspector, gang)
+            columns = (summary([r[i] for r in results]) for i in range(3))
+            print(f"{label:<22} " + " ".join(f"{column:>28}" for column in columns))
         cluster.kubectl(name, "delete", "pv", f"ckpts-{namespace}", "--wait=false")
     finally:
         if not args.cluster:

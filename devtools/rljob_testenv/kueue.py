@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from . import binaries
-from .peers import PeerProcess, local_webhooks
+from .peers import PeerProcess, local_webhooks, select_pods
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Without its internal certificate management, Kueue v0.17.0 reads a metrics certificate
@@ -47,31 +47,18 @@ class Kueue(PeerProcess):
             local_webhooks(w, f"kueue-{w['kind'].lower()}", self.webhook_port, ca, HOOKED)
             for w in upstream if w
         ]  # fmt: skip
-        queued = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
-        for configuration in hooks:
-            for hook in configuration["webhooks"]:
-                if any("pods" in rule["resources"] for rule in hook["rules"]):
-                    hook["objectSelector"] = queued
+        select_pods(hooks, {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]})
         self.apply(*crds)
         for crd in crds:
             self.wait_established(crd["metadata"]["name"])
-        config = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "webhook": {"port": self.webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
-            "integrations": {"frameworks": ["pod"]},
-        }
+        config = self.manager_config(
+            "config.kueue.x-k8s.io/v1beta2", certs, integrations={"frameworks": ["pod"]}
+        )
         METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
         for name in ("tls.crt", "tls.key"):
             shutil.copy(certs / name, METRICS_CERT_DIR / name)
-        config_path = self.workdir / "config.yaml"
-        config_path.write_text(yaml.safe_dump(config))
         # Its visibility API server would want certificates of its own at a fixed path too.
-        self.start([str(binaries.require("kueue-manager")), "--config", str(config_path),
+        self.start([str(binaries.require("kueue-manager")), "--config", str(config),
                     "--feature-gates=VisibilityOnDemand=false"])  # fmt: skip
         self.apply(*hooks)
         self.hooks = [(h["kind"].lower(), h["metadata"]["name"]) for h in hooks]

@@ -58,6 +58,14 @@ def local_webhooks(
     return dict(configuration, metadata={"name": name}, webhooks=hooks)
 
 
+def select_pods(hooks: list[dict[str, Any]], selector: dict[str, Any]) -> None:
+    """Send only the pods that match `selector` through the configurations' pod webhooks."""
+    for configuration in hooks:
+        for hook in configuration["webhooks"]:
+            if any("pods" in rule["resources"] for rule in hook["rules"]):
+                hook["objectSelector"] = selector
+
+
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
@@ -108,6 +116,23 @@ class PeerProcess:
         pki.issue(folder, "tls", f"/CN={self.name}-webhook", ips=("127.0.0.1",), dns=dns,
                   server=True)  # fmt: skip
         return (folder / "ca.crt").read_bytes(), folder
+
+    def manager_config(self, api_version: str, certs: Path, **extra: Any) -> Path:
+        """A controller-runtime manager's Configuration, written to a file: one replica, its
+        webhooks served with our certificate on 127.0.0.1, no metrics. Its path."""
+        config = {
+            "apiVersion": api_version,
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": self.webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
+            **extra,
+        }
+        path = self.workdir / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
 
     def start(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         log = self.log_path.open("ab")
@@ -164,25 +189,13 @@ class JobSetController(PeerProcess):
                            {"jobsets", "pods"})
             for w in webhooks if w
         ]  # fmt: skip
-        for configuration in hooks:  # as upstream's kustomize patch: only the pods of JobSets
-            for hook in configuration["webhooks"]:
-                if any("pods" in rule["resources"] for rule in hook["rules"]):
-                    owned = {"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}
-                    hook["objectSelector"] = {"matchExpressions": [owned]}
+        # As upstream's kustomize patch: only the pods of JobSets.
+        owned = {"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}
+        select_pods(hooks, {"matchExpressions": [owned]})
         self.apply(crd)
         self.wait_established("jobsets.jobset.x-k8s.io")
-        config = {
-            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
-            "kind": "Configuration",
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "webhook": {"port": self.webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
-            "metrics": {"bindAddress": "0"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
-        }
-        config_path = self.workdir / "config.yaml"
-        config_path.write_text(yaml.safe_dump(config))
-        self.start([str(binaries.require("jobset-manager")), "--config", str(config_path)])
+        config = self.manager_config("config.jobset.x-k8s.io/v1alpha1", certs)
+        self.start([str(binaries.require("jobset-manager")), "--config", str(config)])
         self.apply(*hooks)
 
 

@@ -18,6 +18,7 @@ from kubernetes import client
 from rljob_operator import constants as c
 from rljob_testenv import cluster
 from test_job_lifecycle import create_job, finish, get_job
+from test_recovery import job_body
 
 URGENT_CLASS = "rljob-test-urgent-no-preempt"
 
@@ -43,27 +44,11 @@ def urgent_class(api_client):
 
 
 def job(name, nodes, gang, priority_class=None):
-    template_spec = {
-        "terminationGracePeriodSeconds": 0,
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}
-        ]}}},
-    }  # fmt: skip
-    if priority_class:
-        template_spec["priorityClassName"] = priority_class
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "image": "rljob-trainer:dev",
-            "nnodes": 2,
-            "resources": {"limits": {"nvidia.com/gpu": 1}},
-            "checkpoint": {"resume": "never"},
-            "gangScheduling": gang,
-            "template": {"spec": template_spec},
-        },
-    }
+    """The recovery tests' two-pod job on `nodes`, one GPU a pod, nothing to resume from."""
+    body = job_body(nodes, priority_class, resources={"limits": {"nvidia.com/gpu": 1}},
+                    checkpoint={"resume": "never"}, gangScheduling=gang)  # fmt: skip
+    body["metadata"] = {"name": name}
+    return body
 
 
 def bound(core, namespace, name):
