@@ -96,7 +96,7 @@ def merge_pod_spec(template: dict[str, Any], ours: dict[str, Any]) -> dict[str, 
         else:
             merged[key] = value
     (trainer,) = ours["containers"]
-    containers = list(template.get("containers") or [])
+    containers = list(merged.get("containers") or [])
     index = trainer_index(containers)
     if index is None:
         containers, index = [{"name": c.TRAINER_CONTAINER}], 0

@@ -44,7 +44,7 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def apply(
     kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan, tell: PostEvent
 ) -> None:
-    """Fence, create, record, ask, delete, release, tell: in this order.
+    """Fence, create, record, ask, delete, release, drop the old PodGroups, tell: in order.
 
     A new gang is created before its creation is recorded, so a pass that dies
     half-way creates the rest next time rather than mistaking the missing pods for
