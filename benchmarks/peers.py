@@ -50,6 +50,7 @@ from operator_process import OperatorProcess  # noqa: E402
 from recovery_latency import percentile, seed_checkpoint  # noqa: E402
 from rljob_nodeagent import AgentPool, claim_dir  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
+from rljob_operator.api.reasons import Phase  # noqa: E402
 from rljob_operator.api.timestamps import parse_iso  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
 from rljob_testenv.peers import JobSetController, TrainingOperator  # noqa: E402
@@ -121,7 +122,7 @@ def rljob_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> Sys
 
     def standing(job: dict[str, Any]) -> tuple[bool, str]:
         status = job.get("status") or {}
-        return status.get("phase") == c.RUNNING, (
+        return status.get("phase") == Phase.RUNNING, (
             f"phase {status.get('phase')}, {status.get('preemptions')} preemptions, "
             f"{status.get('failures')} failures counted"
         )

@@ -44,6 +44,7 @@ from kubernetes import client, config, watch  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
 from recovery_latency import job_manifest, percentile  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
+from rljob_operator.api.reasons import Phase  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
 
 NAMESPACE = "scale"
@@ -116,7 +117,7 @@ class Bench:
         while time.monotonic() < deadline:
             running = [
                 j for j in self.jobs()
-                if (j.get("status") or {}).get("phase") == c.RUNNING
+                if (j.get("status") or {}).get("phase") == Phase.RUNNING
                 and j["status"].get("attempt", 0) == attempt_of.get(j["metadata"]["name"], 0)
             ]  # fmt: skip
             if len(running) >= count:

@@ -1,4 +1,6 @@
-"""Names the operator writes into the cluster: API coordinates, labels, annotations, reasons."""
+"""Names the operator writes into the cluster: API coordinates, labels, annotations, volumes.
+
+Phases, condition types and reasons are in api.reasons."""
 
 from __future__ import annotations
 
@@ -41,11 +43,5 @@ TRAINER_CONTAINER = "trainer"
 CHECKPOINT_VOLUME = "checkpoints"
 PODINFO_VOLUME = "rljob-podinfo"
 
-# Phases of a job.
-PENDING = "Pending"
-RUNNING = "Running"
-RESTARTING = "Restarting"
-SUSPENDED = "Suspended"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-TERMINAL_PHASES = frozenset({SUCCEEDED, FAILED})
+# The pod phases in which a pod has ended (Kubernetes' own, not a job's).
+POD_ENDED_PHASES = frozenset({"Succeeded", "Failed"})

@@ -23,7 +23,7 @@ from typing import Any
 
 from .kube import Kube, KubeError
 from .metrics import JOB_GOODPUT, PASSES, QUEUE_DEPTH
-from .reconcile.lookup import CheckpointFinder, LookupPending
+from .reconcile.lookup import CheckpointFinder
 from .reconcile.run import reconcile
 from .runtime.cache import DELETED, ClusterCache, Key
 from .runtime.events import EventSink
@@ -168,9 +168,6 @@ class Controller:
         try:
             PASSES.inc()
             plan = reconcile(self.kube, self.cache, namespace, name, self.finder, self.events)
-        except LookupPending as exc:
-            log.debug("%s/%s: %s", namespace, name, exc)  # its pod's events bring us back
-            return
         except KubeError as exc:
             self._after_error(key, exc)
             return

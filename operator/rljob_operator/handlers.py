@@ -70,7 +70,7 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube = Kube(api)
     _controller = Controller(
         kube,
-        CheckpointFinder.from_env(kube),
+        CheckpointFinder.from_env(),
         SCOPE.namespaces,
         resync_seconds=SCOPE.resync_seconds,
     )

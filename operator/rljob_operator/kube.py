@@ -87,14 +87,6 @@ class Kube:
             raise KubeError(f"list {what}", exc) from exc
         return listed["items"], listed["metadata"].get("resourceVersion", "")
 
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _data(self.core.read_namespaced_pod(name, namespace, _preload_content=False))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KubeError(f"get pod {namespace}/{name}", exc) from exc
-
     def annotate_pod(self, namespace: str, name: str, key: str, value: str) -> None:
         body = {"metadata": {"annotations": {key: value}}}
         try:

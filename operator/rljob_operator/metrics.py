@@ -14,6 +14,7 @@ from typing import Any
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from .api.status import AttemptEnd, Recovery
 from .api.timestamps import parse_iso
 from .reconcile import goodput
 
@@ -38,21 +39,27 @@ LOST_STEPS = Histogram(
 
 def record_transition(old: dict[str, Any], new: dict[str, Any]) -> None:
     """Count what changed between two statuses of one job."""
-    reason = (new.get("lastEnd") or {}).get("reason", "Unknown")
+    end = AttemptEnd.from_dict(new["lastEnd"]) if new.get("lastEnd") else None
+    reason = end.reason if end else "Unknown"
     if new.get("preemptions", 0) > old.get("preemptions", 0):
         PREEMPTIONS.labels(reason=reason).inc()
     if new.get("failures", 0) > old.get("failures", 0):
         FAILURES.labels(reason=reason).inc()
-    before = (old.get("recoveries") or [{}])[-1]
-    after = (new.get("recoveries") or [{}])[-1]
-    if after.get("gangCreatedAt") and not (
-        before.get("attempt") == after.get("attempt") and before.get("gangCreatedAt")
-    ):
-        RECOVERIES.labels(kind=after.get("kind", "Unknown")).inc()
-        latency = parse_iso(after["gangCreatedAt"]) - parse_iso(after["detectedAt"])
-        RECOVERY_LATENCY.observe(latency.total_seconds())
-        if "lostSteps" in after:
-            LOST_STEPS.observe(after["lostSteps"])
+    before, after = _last_recovery(old), _last_recovery(new)
+    if after is None or after.gang_created_at is None:
+        return
+    if before and before.attempt == after.attempt and before.gang_created_at:
+        return  # counted when that gang was created
+    RECOVERIES.labels(kind=after.kind).inc()
+    latency = parse_iso(after.gang_created_at) - parse_iso(after.detected_at)
+    RECOVERY_LATENCY.observe(latency.total_seconds())
+    if after.lost_steps is not None:
+        LOST_STEPS.observe(after.lost_steps)
+
+
+def _last_recovery(status: dict[str, Any]) -> Recovery | None:
+    recoveries = status.get("recoveries") or []
+    return Recovery.from_dict(recoveries[-1]) if recoveries else None
 
 
 class GoodputCollector:

@@ -37,6 +37,7 @@ from kube_steps import wait_for
 from kubernetes import client
 from operator_process import OperatorProcess, delete_jobs_and_wait, free_port
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 from test_job_lifecycle import finish, get_job, trainer_pods
 from test_recovery import assert_one_recovery_from_step_20, job_body, resumed_gang, start
 
@@ -497,7 +498,7 @@ def test_upgrade_and_uninstall_leave_jobs_and_checkpoints_alone(
             f"{crd} went with the release"
         )
     job = get_job(api_client, namespace)
-    assert (job["status"]["phase"], job["status"]["attempt"]) == (c.RUNNING, 0)
+    assert (job["status"]["phase"], job["status"]["attempt"]) == (Phase.RUNNING, 0)
     assert {p.metadata.uid for p in trainer_pods(core, namespace)} == uids
     assert file_digests(volume) == checkpoints
     assert not permission_trouble(operator.log())
@@ -506,7 +507,7 @@ def test_upgrade_and_uninstall_leave_jobs_and_checkpoints_alone(
     operator = operators(release(*values), "reinstalled")
     wait_for(lambda: handled(operator), what="the job to be resumed")
     job = get_job(api_client, namespace)
-    assert (job["status"]["phase"], job["status"]["attempt"]) == (c.RUNNING, 0)
+    assert (job["status"]["phase"], job["status"]["attempt"]) == (Phase.RUNNING, 0)
     assert {p.metadata.uid for p in trainer_pods(core, namespace)} == uids
     assert file_digests(volume) == checkpoints
 

@@ -16,6 +16,7 @@ import pytest
 from kube_steps import wait_for
 from kubernetes import client
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 from rljob_testenv import cluster
 from test_job_lifecycle import create_job, finish, get_job
 from test_recovery import job_body
@@ -81,7 +82,7 @@ def test_without_gang_scheduling_two_jobs_each_hold_half_a_gang_and_wait_forever
     assert [len(bound(core, namespace, n)) for n in ("early", "urgent")] == [1, 1]
     for name in ("early", "urgent"):
         status = get_job(api_client, namespace, name)["status"]
-        assert status["phase"] == c.PENDING and "podGroup" not in status
+        assert status["phase"] == Phase.PENDING and "podGroup" not in status
         unschedulable = {x["type"]: x for x in status["conditions"]}["PodsUnschedulable"]
         assert unschedulable["status"] == "True" and "nvidia.com/gpu" in unschedulable["message"]
 
@@ -94,7 +95,7 @@ def test_with_gang_scheduling_one_job_runs_whole_and_the_other_waits_with_no_pod
     wait_for(lambda: len(bound(core, namespace, "urgent")) == 2, 60, "urgent's gang to be placed")
     time.sleep(5)
     assert bound(core, namespace, "early") == []
-    wait_for(lambda: get_job(api_client, namespace, "urgent")["status"].get("phase") == c.RUNNING,
+    wait_for(lambda: get_job(api_client, namespace, "urgent")["status"].get("phase") == Phase.RUNNING,
              30, "urgent to run")  # fmt: skip
     groups = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
         c.SCHEDULING_GROUP, c.SCHEDULING_VERSION, namespace, "podgroups"
@@ -109,6 +110,6 @@ def test_with_gang_scheduling_one_job_runs_whole_and_the_other_waits_with_no_pod
     wait_for(
         lambda: len(bound(core, namespace, "early")) == 2, 60, "early's gang, once urgent ended"
     )
-    wait_for(lambda: get_job(api_client, namespace, "early")["status"].get("phase") == c.RUNNING,
+    wait_for(lambda: get_job(api_client, namespace, "early")["status"].get("phase") == Phase.RUNNING,
              30, "early to run")  # fmt: skip
-    assert get_job(api_client, namespace, "urgent")["status"]["phase"] == c.SUCCEEDED
+    assert get_job(api_client, namespace, "urgent")["status"]["phase"] == Phase.SUCCEEDED

@@ -12,6 +12,7 @@ import pytest
 from kube_steps import wait_for
 from kubernetes import client
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 
 JOB = {
     "apiVersion": c.API_VERSION,
@@ -90,7 +91,7 @@ def test_job_runs_a_gang_and_succeeds_when_every_pod_succeeds(
 
     pods = wait_for(lambda: running_pods(core, namespace, 2), what="two running trainer pods")
     assert [p.metadata.name for p in pods] == ["grpo-a0-n0", "grpo-a0-n1"]
-    job = wait_for(lambda: phase_is(api_client, namespace, c.RUNNING), what="phase Running")
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.RUNNING), what="phase Running")
     for pod in pods:
         assert pod.metadata.owner_references[0].uid == job["metadata"]["uid"]
         assert pod.metadata.labels[c.LABEL_ATTEMPT] == "0"
@@ -105,7 +106,7 @@ def test_job_runs_a_gang_and_succeeds_when_every_pod_succeeds(
     for pod in pods:
         finish(core, namespace, pod.metadata.name, 0)
 
-    job = wait_for(lambda: phase_is(api_client, namespace, c.SUCCEEDED), what="phase Succeeded")
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.SUCCEEDED), what="phase Succeeded")
     assert job["status"]["completionTime"]
     # Events go out right after the status they describe.
     wait_for(
@@ -122,7 +123,7 @@ def test_failing_trainer_fails_the_job_when_the_budget_is_spent(
 
     finish(core, namespace, pods[0].metadata.name, 3)
 
-    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED), what="phase Failed")
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.FAILED), what="phase Failed")
     failed = next(x for x in job["status"]["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "FailureBudgetExhausted"
     assert "code 3" in failed["message"]
@@ -142,14 +143,14 @@ def test_suspend_removes_the_pods_and_resume_starts_a_new_attempt(
 
     patch_spec(api_client, namespace, {"suspend": True})
 
-    wait_for(lambda: phase_is(api_client, namespace, c.SUSPENDED), what="phase Suspended")
+    wait_for(lambda: phase_is(api_client, namespace, Phase.SUSPENDED), what="phase Suspended")
     wait_for(lambda: trainer_pods(core, namespace) == [], what="no pods while suspended")
 
     patch_spec(api_client, namespace, {"suspend": False})
 
     pods = wait_for(lambda: running_pods(core, namespace, 2), what="the new gang")
     assert [p.metadata.name for p in pods] == ["grpo-a1-n0", "grpo-a1-n1"]
-    job = wait_for(lambda: phase_is(api_client, namespace, c.RUNNING), what="phase Running")
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.RUNNING), what="phase Running")
     assert (job["status"]["preemptions"], job["status"]["failures"]) == (0, 0)
 
 
@@ -183,13 +184,13 @@ def test_operator_restarted_mid_run_neither_duplicates_nor_orphans_pods(
     operator.kill()
     operator.start()
 
-    job = wait_for(lambda: phase_is(api_client, namespace, c.RUNNING), what="phase Running")
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.RUNNING), what="phase Running")
     after = {p.metadata.name: p.metadata.uid for p in trainer_pods(core, namespace)}
     assert after == before
     assert job["status"]["attempt"] == 0
     for pod in trainer_pods(core, namespace):
         finish(core, namespace, pod.metadata.name, 0)
-    wait_for(lambda: phase_is(api_client, namespace, c.SUCCEEDED), what="phase Succeeded")
+    wait_for(lambda: phase_is(api_client, namespace, Phase.SUCCEEDED), what="phase Succeeded")
 
 
 @pytest.mark.parametrize(
@@ -212,7 +213,7 @@ def test_pods_refused_by_admission_fail_the_job_with_the_servers_message(
     body["spec"]["template"] = {"spec": template_spec}
     create_job(api_client, namespace, body)
 
-    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED), 30, "the job to fail")
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.FAILED), 30, "the job to fail")
 
     failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
     assert failed["reason"] == "PodRejected" and words in failed["message"]
@@ -241,7 +242,7 @@ def test_a_template_that_sets_a_part_of_rljobs_fails_the_job_naming_the_field(
     body["spec"]["template"] = {"spec": template_spec}
     create_job(api_client, namespace, body)
 
-    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED), 30, "the job to fail")
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.FAILED), 30, "the job to fail")
 
     failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
     assert failed["reason"] == "InvalidSpec" and failed["message"].startswith(field)
@@ -261,7 +262,9 @@ def test_a_spec_over_256_kib_runs_and_the_operator_keeps_no_state_on_the_job(
     wait_for(lambda: running_pods(core, namespace, 2), 30, "the gang to run")
     finish(core, namespace, "grpo-a0-n0", 0)
     finish(core, namespace, "grpo-a0-n1", 0)
-    job = wait_for(lambda: phase_is(api_client, namespace, c.SUCCEEDED), 30, "the job to succeed")
+    job = wait_for(
+        lambda: phase_is(api_client, namespace, Phase.SUCCEEDED), 30, "the job to succeed"
+    )
 
     assert not [
         k for k in job["metadata"].get("annotations") or {} if "kopf" in k or "rljob.io" in k

@@ -15,6 +15,7 @@ import test_recovery
 from kube_steps import wait_for
 from kubernetes import client
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 from test_job_lifecycle import finish, get_job
 from test_recovery import job_body, write_checkpoint, write_progress
 
@@ -139,4 +140,4 @@ def test_kueue_admits_the_gang_preempts_it_and_rljob_resumes_it_when_readmitted(
     recovery = low["recoveries"][-1]
     assert (recovery["resumedFromStep"], recovery["lostSteps"]) == (40, 3)
     assert low["failures"] == 0
-    assert get_job(api_client, namespace, "high")["status"]["phase"] == c.SUCCEEDED
+    assert get_job(api_client, namespace, "high")["status"]["phase"] == Phase.SUCCEEDED

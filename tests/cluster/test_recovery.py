@@ -20,6 +20,7 @@ from operator_process import OperatorProcess, run_operator
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from rljob_contract.manifest import write_manifest
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 from rljob_testenv import cluster
 from test_job_lifecycle import event_reasons, finish, get_job, phase_is, running_pods, trainer_pods
 
@@ -201,7 +202,9 @@ def test_eviction_resumes_from_the_newest_complete_checkpoint(
     assert_one_recovery_from_step_20(job, new_pods, {"EvictionByEvictionAPI"})
 
     # Running again, the job's goodput says where its time went, and the gauge has it live.
-    job = wait_for(lambda: phase_is(api_client, namespace, c.RUNNING), what="the job to run again")
+    job = wait_for(
+        lambda: phase_is(api_client, namespace, Phase.RUNNING), what="the job to run again"
+    )
     figures = job["status"]["goodput"]
     assert (figures["lostSteps"], figures["lostSeconds"]) == (7, 3.5)
     assert figures["recoveringSeconds"] > 0 and figures["runningSeconds"] > 0
@@ -304,7 +307,7 @@ def test_trainer_failures_spend_the_budget_then_fail_the_job(
 
     finish(core, namespace, pods[1].metadata.name, 2)
 
-    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED),
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.FAILED),
                    what="the job to fail")  # fmt: skip
     failed = next(x for x in job["status"]["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "FailureBudgetExhausted" and "code 2" in failed["message"]
@@ -340,7 +343,7 @@ def test_operator_killed_during_a_recovery_makes_exactly_one_new_attempt(
 
     finish(core, namespace, pods[0].metadata.name, 1)
     wait_for(
-        lambda: phase_is(api_client, namespace, c.RESTARTING),
+        lambda: phase_is(api_client, namespace, Phase.RESTARTING),
         what="Restarting",
     )
     recovering_operator.kill()
@@ -425,7 +428,7 @@ def test_inspector_pods_that_crash_or_never_end_back_off_and_say_why(
         condition["status"] == "True"
         and "3 checkpoint lookups in a row failed" in condition["message"]
     )
-    assert state["phase"] == c.PENDING
+    assert state["phase"] == Phase.PENDING
     assert trainer_pods(core, namespace) == []  # never a fresh start
     assert len(event_messages(core, namespace, "CheckpointLookupFailed")) == 3
 
@@ -440,7 +443,7 @@ def test_an_explicit_resume_folder_that_is_torn_fails_the_job_before_any_pod(
         c.GROUP, c.VERSION, namespace, c.PLURAL, body
     )
 
-    job = wait_for(lambda: phase_is(api_client, namespace, c.FAILED), 30, "the job to fail")
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.FAILED), 30, "the job to fail")
 
     failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
     assert failed["reason"] == "InvalidResumeTarget"

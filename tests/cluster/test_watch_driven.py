@@ -13,6 +13,7 @@ from kubernetes import client
 from operator_process import OperatorProcess, run_operator
 from rljob_operator import constants as c
 from rljob_operator import controller as controller_module
+from rljob_operator.api.reasons import Phase
 from rljob_operator.controller import Controller
 from rljob_operator.kube import Kube, KubeError
 from rljob_operator.reconcile.lookup import CheckpointFinder
@@ -57,7 +58,7 @@ def test_a_node_event_wakes_only_the_jobs_with_pods_on_that_node(
     create(api_client, namespace, one_node_job("near", nodes[0]))
     create(api_client, namespace, one_node_job("far", nodes[1]))
     for name in ("near", "far"):
-        wait_for(lambda n=name: phase_is(api_client, namespace, c.RUNNING, n), what=f"{name}")
+        wait_for(lambda n=name: phase_is(api_client, namespace, Phase.RUNNING, n), what=f"{name}")
     far_pods = {p.metadata.uid for p in core.list_namespaced_pod(namespace).items
                 if p.metadata.labels.get(c.LABEL_JOB) == "far"}  # fmt: skip
     time.sleep(2)  # the last pod events of the start
@@ -92,7 +93,7 @@ def test_a_status_write_on_a_stale_cache_conflicts_then_passes_again_on_the_newe
     The pass's write carries the resourceVersion it read, so it fails instead of
     overwriting; the controller reads the job and passes again, keeping the other write."""
     kube = Kube(api_client)
-    controller = Controller(kube, CheckpointFinder(kube, {}, "unused"), [namespace])
+    controller = Controller(kube, CheckpointFinder({}, "unused"), [namespace])
     key = (namespace, "grpo")
     create(api_client, namespace, one_node_job("grpo", nodes[0]))
     try:
@@ -114,13 +115,13 @@ def test_a_status_write_on_a_stale_cache_conflicts_then_passes_again_on_the_newe
         controller.process(key)
 
         job = get_job(api_client, namespace)
-        assert job["status"]["phase"] != c.RUNNING  # the stale pass wrote nothing
+        assert job["status"]["phase"] != Phase.RUNNING  # the stale pass wrote nothing
         assert job["metadata"]["resourceVersion"] != stale["metadata"]["resourceVersion"]
         assert controller.queue.get(timeout=0) == key  # ...and asked to pass again at once
         controller.queue.done(key)
         controller.process(key)
         job = get_job(api_client, namespace)
-        assert (job["status"]["phase"], job["status"]["preemptions"]) == (c.RUNNING, 7)
+        assert (job["status"]["phase"], job["status"]["preemptions"]) == (Phase.RUNNING, 7)
     finally:
         client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
             c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo"
@@ -156,7 +157,7 @@ def test_a_pass_right_after_creating_the_gang_sees_it_before_any_watch_event(
     came before their watch events would otherwise take them for deleted (PodDeleted) and
     start another attempt. This controller has no watch at all."""
     kube = Kube(api_client)
-    controller = Controller(kube, CheckpointFinder(kube, {}, "unused"), [namespace])
+    controller = Controller(kube, CheckpointFinder({}, "unused"), [namespace])
     key = (namespace, "grpo")
     body = test_recovery.job_body(
         nodes, checkpoint={"resume": "never"}, restartPolicy={"maxFailures": 0}
@@ -187,7 +188,7 @@ def test_a_resume_lists_again_soon_and_drops_a_pod_deleted_after_the_first_list(
     has no watch, so only its lists show it the pod."""
     monkeypatch.setattr(controller_module, "RELIST_AFTER_START_SECONDS", 0.5)
     kube = Kube(api_client)
-    controller = Controller(kube, CheckpointFinder(kube, {}, "unused"), [namespace],
+    controller = Controller(kube, CheckpointFinder({}, "unused"), [namespace],
                             resync_seconds=3600, relist_seconds=3600)  # fmt: skip
     labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: "ghost"}
     pod = client.V1Pod(

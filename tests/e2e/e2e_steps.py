@@ -20,6 +20,7 @@ from kube_steps import free_port, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 from tiny_trainer import EXACT_METRICS, TINY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -122,9 +123,9 @@ def wait_succeeded(api_client, namespace: str, name: str, timeout: float = 240) 
     def done():
         job = get_job(api_client, namespace, name)
         phase = (job.get("status") or {}).get("phase")
-        if phase == c.FAILED:
+        if phase == Phase.FAILED:
             raise AssertionError(f"the job failed: {json.dumps(job['status'], indent=1)}")
-        return job if phase == c.SUCCEEDED else None
+        return job if phase == Phase.SUCCEEDED else None
 
     return wait_for(done, timeout, f"job {name} to succeed")
 

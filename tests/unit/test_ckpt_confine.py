@@ -51,7 +51,7 @@ def escaping_volume(tmp_path):
 def test_the_operator_does_not_read_past_its_volume(tmp_path):
     volume, outside = escaping_volume(tmp_path)
     before = snapshot(tmp_path)
-    finder = CheckpointFinder(kube=None, volumes={"ckpts": volume}, inspector_image="unused")
+    finder = CheckpointFinder(volumes={"ckpts": volume}, inspector_image="unused")
     job = make_job(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
                                "directory": "run/checkpoints", "layout": "rljob"})  # fmt: skip
 
@@ -127,7 +127,7 @@ def test_an_explicit_resume_folder_is_verified_on_the_volume(tmp_path):
     build_rljob(volume / "run", 5)
     build_rljob(volume / "run", 6, "no_manifest")
     build_rljob(volume / "run", 8)
-    finder = CheckpointFinder(kube=None, volumes={"ckpts": volume}, inspector_image="unused")
+    finder = CheckpointFinder(volumes={"ckpts": volume}, inspector_image="unused")
 
     whole = finder.lookup(named_job("/checkpoints/run/global_step_5"))
     torn = finder.lookup(named_job("/checkpoints/run/global_step_6"))

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from builders import NOW, make_job, make_node, make_pod
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.reconcile.decide import LookupResult, decide, with_status
 
@@ -20,7 +21,7 @@ def started(job, attempt=0, **status):
         {
             "attempt": attempt,
             "attemptCreationTime": "2026-11-29T11:00:00Z",
-            "phase": c.PENDING,
+            "phase": Phase.PENDING,
             **status,
         },
     )
@@ -41,7 +42,7 @@ def test_new_job_with_resume_never_creates_service_and_one_pod_per_node():
 
     assert [o["kind"] for o in plan.create] == ["Service", "Pod", "Pod"]
     assert created_pod_names(plan) == ["grpo-a0-n0", "grpo-a0-n1"]
-    assert plan.status["phase"] == c.PENDING
+    assert plan.status["phase"] == Phase.PENDING
     assert plan.status["attemptCreationTime"] == "2026-11-29T12:00:00Z"
     assert any(e.reason == "GangCreated" and "starting fresh" in e.message for e in plan.events)
 
@@ -66,7 +67,7 @@ def test_where_the_workload_api_is_served_a_gang_gets_a_workload_and_a_pod_group
 
 
 def test_the_next_attempt_gets_its_own_pod_group_and_the_last_ones_goes():
-    job = started(make_job(checkpoint={"resume": "never"}), phase=c.RUNNING)
+    job = started(make_job(checkpoint={"resume": "never"}), phase=Phase.RUNNING)
     job["status"]["podGroup"] = "grpo-a0"
     pods = [make_pod(job, 0, 0, disruption="PreemptionByScheduler"),
             make_pod(job, 0, 1, node="gpu-node-1")]  # fmt: skip
@@ -118,7 +119,7 @@ def test_a_template_that_sets_the_kueue_pod_group_itself_is_refused_naming_it():
 
     plan = decide(job, [], NODES, NOW)
 
-    assert plan.status["phase"] == c.FAILED and plan.create == []
+    assert plan.status["phase"] == Phase.FAILED and plan.create == []
     failed = {x["type"]: x for x in plan.status["conditions"]}["Failed"]
     assert failed["reason"] == "InvalidSpec"
     assert failed["message"].startswith(
@@ -127,7 +128,7 @@ def test_a_template_that_sets_the_kueue_pod_group_itself_is_refused_naming_it():
 
 
 def test_a_gang_waiting_for_kueue_says_so_in_a_condition_and_a_normal_event():
-    job = started(make_job(), phase=c.PENDING)
+    job = started(make_job(), phase=Phase.PENDING)
     pods = [make_pod(job, 0, rank, phase="Pending", node=None) for rank in (0, 1)]
     for pod in pods:
         pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team"
@@ -186,7 +187,7 @@ def test_explicit_resume_path_that_is_not_complete_fails_before_any_pod():
         job, [], NODES, NOW, LookupResult(None, detail="incomplete (no rljob_manifest.json)")
     )
 
-    assert plan.create == [] and plan.status["phase"] == c.FAILED
+    assert plan.create == [] and plan.status["phase"] == Phase.FAILED
     failed = {x["type"]: x for x in plan.status["conditions"]}["Failed"]
     assert failed["reason"] == "InvalidResumeTarget"
     assert failed["message"] == (
@@ -200,24 +201,24 @@ def test_all_pods_running_makes_the_job_running():
 
     plan = decide(job, pods_of(job), NODES, NOW)
 
-    assert plan.status["phase"] == c.RUNNING
+    assert plan.status["phase"] == Phase.RUNNING
     assert plan.create == [] and plan.delete == []
     running = next(x for x in plan.status["conditions"] if x["type"] == "Running")
     assert running["status"] == "True" and running["observedGeneration"] == 1
 
 
 def test_all_pods_succeeded_makes_the_job_succeed():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
 
     plan = decide(job, pods_of(job, phase="Succeeded", exit_code=0), NODES, NOW)
 
-    assert plan.status["phase"] == c.SUCCEEDED
+    assert plan.status["phase"] == Phase.SUCCEEDED
     assert plan.status["completionTime"] == "2026-11-29T12:00:00Z"
     assert any(e.reason == "Succeeded" for e in plan.events)
 
 
 def test_one_pod_succeeded_and_one_running_keeps_the_job_running():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     pods = [
         make_pod(job, 0, 0, phase="Succeeded", exit_code=0),
         make_pod(job, 0, 1, node="gpu-node-1"),
@@ -225,12 +226,12 @@ def test_one_pod_succeeded_and_one_running_keeps_the_job_running():
 
     plan = decide(job, pods, NODES, NOW)
 
-    assert plan.status["phase"] == c.RUNNING
+    assert plan.status["phase"] == Phase.RUNNING
     assert plan.delete == []
 
 
 def test_trainer_failure_spends_the_budget_and_restarts_after_backoff():
-    job = started(make_job(restartPolicy={"failureBackoffSeconds": 10}), phase=c.RUNNING)
+    job = started(make_job(restartPolicy={"failureBackoffSeconds": 10}), phase=Phase.RUNNING)
     pods = [
         make_pod(job, 0, 0, phase="Failed", exit_code=1),
         make_pod(job, 0, 1, node="gpu-node-1"),
@@ -240,7 +241,7 @@ def test_trainer_failure_spends_the_budget_and_restarts_after_backoff():
 
     assert plan.status["failures"] == 1 and plan.status["preemptions"] == 0
     assert plan.status["attempt"] == 1
-    assert plan.status["phase"] == c.RESTARTING
+    assert plan.status["phase"] == Phase.RESTARTING
     assert plan.status["restartAfter"] == "2026-11-29T12:00:10Z"
     assert sorted(plan.delete) == ["grpo-a0-n0", "grpo-a0-n1"]
     assert plan.status["lastEnd"]["reason"] == "ExitCode"
@@ -249,7 +250,7 @@ def test_trainer_failure_spends_the_budget_and_restarts_after_backoff():
 
 def test_next_attempt_waits_for_backoff_then_for_stale_pods_to_go():
     job = with_status(make_job(checkpoint={"resume": "never"}), {
-        "attempt": 1, "failures": 1, "phase": c.RESTARTING, "restartAfter": "2026-11-29T12:00:10Z",
+        "attempt": 1, "failures": 1, "phase": Phase.RESTARTING, "restartAfter": "2026-11-29T12:00:10Z",
     })  # fmt: skip
     old = pods_of(job, attempt=0, phase="Failed", exit_code=1)
 
@@ -267,7 +268,7 @@ def test_next_attempt_waits_for_backoff_then_for_stale_pods_to_go():
 
 def test_the_next_gang_starts_beside_old_pods_that_have_ended_not_beside_running_ones():
     job = with_status(make_job(checkpoint={"resume": "never"}), {
-        "attempt": 1, "preemptions": 1, "phase": c.RESTARTING,
+        "attempt": 1, "preemptions": 1, "phase": Phase.RESTARTING,
     })  # fmt: skip
     saving = pods_of(job, attempt=0, deleting=True)  # SIGTERMed, the trainers still saving
 
@@ -284,7 +285,7 @@ def test_the_next_gang_starts_beside_old_pods_that_have_ended_not_beside_running
 
 def test_failure_budget_exhausted_fails_the_job_with_a_clear_condition():
     job = started(
-        make_job(restartPolicy={"maxFailures": 1}), attempt=1, failures=1, phase=c.RUNNING
+        make_job(restartPolicy={"maxFailures": 1}), attempt=1, failures=1, phase=Phase.RUNNING
     )
     pods = [
         make_pod(job, 1, 0, phase="Failed", exit_code=2),
@@ -293,7 +294,7 @@ def test_failure_budget_exhausted_fails_the_job_with_a_clear_condition():
 
     plan = decide(job, pods, NODES, NOW)
 
-    assert plan.status["phase"] == c.FAILED
+    assert plan.status["phase"] == Phase.FAILED
     failed = next(x for x in plan.status["conditions"] if x["type"] == "Failed")
     assert failed["reason"] == "FailureBudgetExhausted"
     assert "maxFailures" in failed["message"] and "code 2" in failed["message"]
@@ -301,7 +302,7 @@ def test_failure_budget_exhausted_fails_the_job_with_a_clear_condition():
 
 
 def test_preemption_restarts_at_once_without_spending_the_failure_budget():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     pods = [
         make_pod(job, 0, 0, disruption="PreemptionByScheduler"),
         make_pod(job, 0, 1, node="gpu-node-1"),
@@ -316,7 +317,7 @@ def test_preemption_restarts_at_once_without_spending_the_failure_budget():
 
 
 def test_two_pods_preempted_together_make_one_recovery():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     pods = pods_of(job, disruption="PreemptionByScheduler")
 
     plan = decide(job, pods, NODES, NOW)
@@ -327,7 +328,7 @@ def test_two_pods_preempted_together_make_one_recovery():
 
 
 def test_disruption_outranks_peer_failures_of_the_same_attempt():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     pods = [
         make_pod(job, 0, 0, node=None),
         make_pod(job, 0, 1, node="gpu-node-1", phase="Failed", exit_code=1),
@@ -342,7 +343,7 @@ def test_disruption_outranks_peer_failures_of_the_same_attempt():
 
 
 def test_a_vanished_pod_of_a_created_attempt_is_a_disruption():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
 
     plan = decide(job, [make_pod(job, 0, 1, node="gpu-node-1")], NODES, NOW)
 
@@ -352,7 +353,7 @@ def test_a_vanished_pod_of_a_created_attempt_is_a_disruption():
 
 
 def test_same_observation_twice_decides_the_same():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     pods = [
         make_pod(job, 0, 0, disruption="EvictionByEvictionAPI"),
         make_pod(job, 0, 1, node="gpu-node-1"),
@@ -365,7 +366,7 @@ def test_same_observation_twice_decides_the_same():
 
 
 def test_recovery_records_gang_creation_and_first_running_pod():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     ended = decide(job, pods_of(job, disruption="PreemptionByScheduler"), NODES, NOW)
     job = with_status(job, ended.status)
 
@@ -381,24 +382,24 @@ def test_recovery_records_gang_creation_and_first_running_pod():
     assert recovery["firstRunningAt"] == "2026-11-29T12:00:03.000000Z"
     assert recovery["resumedFromStep"] == 20
     assert (recovery["lastFinishedStep"], recovery["lostSteps"]) == (27, 7)
-    assert running.status["phase"] == c.RUNNING
+    assert running.status["phase"] == Phase.RUNNING
 
 
 def test_max_preemptions_exhausted_fails_the_job():
-    job = started(make_job(restartPolicy={"maxPreemptions": 0}), phase=c.RUNNING)
+    job = started(make_job(restartPolicy={"maxPreemptions": 0}), phase=Phase.RUNNING)
 
     plan = decide(job, pods_of(job, disruption="PreemptionByScheduler"), NODES, NOW)
 
-    assert plan.status["phase"] == c.FAILED
+    assert plan.status["phase"] == Phase.FAILED
     assert plan.status["conditions"][-1]["reason"] == "DisruptionBudgetExhausted"
 
 
 def test_suspend_deletes_the_pods_and_the_next_attempt_resumes():
-    job = started(make_job(suspend=True), phase=c.RUNNING)
+    job = started(make_job(suspend=True), phase=Phase.RUNNING)
 
     plan = decide(job, pods_of(job), NODES, NOW)
 
-    assert plan.status["phase"] == c.SUSPENDED
+    assert plan.status["phase"] == Phase.SUSPENDED
     assert sorted(plan.delete) == ["grpo-a0-n0", "grpo-a0-n1"]
     assert plan.status["attempt"] == 1 and "attemptCreationTime" not in plan.status
     assert (plan.status["preemptions"], plan.status["failures"]) == (0, 0)
@@ -413,7 +414,7 @@ def test_suspend_deletes_the_pods_and_the_next_attempt_resumes():
 def test_finished_job_is_deleted_after_its_ttl():
     job = with_status(
         make_job(ttlSecondsAfterFinished=60),
-        {"phase": c.SUCCEEDED, "completionTime": "2026-11-29T11:59:30Z"},
+        {"phase": Phase.SUCCEEDED, "completionTime": "2026-11-29T11:59:30Z"},
     )
 
     early = decide(job, [], NODES, NOW)
@@ -428,12 +429,12 @@ def test_spec_that_slipped_past_admission_fails_with_the_field_named():
 
     plan = decide(job, [], NODES, NOW)
 
-    assert plan.status["phase"] == c.FAILED
+    assert plan.status["phase"] == Phase.FAILED
     assert "spec.command" in plan.status["conditions"][-1]["message"]
 
 
 def test_condition_keeps_its_transition_time_when_only_the_message_changes():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     first = decide(job, pods_of(job), NODES, NOW)
     job = with_status(job, first.status)
 
@@ -461,7 +462,7 @@ def crashed_after_resuming_from(step, progress):
     """A job whose attempt 1 resumed from `step` and failed; the lookup sees `progress`."""
     path = f"/checkpoints/global_step_{step}"
     job = with_status(make_job(), {
-        "attempt": 2, "failures": 1, "phase": c.RESTARTING,
+        "attempt": 2, "failures": 1, "phase": Phase.RESTARTING,
         "resumeFrom": {"step": step, "path": path},
         "lastEnd": {"attempt": 1, "kind": "Failure", "reason": "ExitCode"},
     })  # fmt: skip
@@ -494,7 +495,7 @@ def test_checkpoint_is_not_marked_bad_when_the_gang_made_progress_after_it():
 
 
 def test_termination_taint_asks_every_running_trainer_to_checkpoint_once():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     nodes = {
         "gpu-node-0": make_node("gpu-node-0", taints=["karpenter.sh/disrupted"]),
         "gpu-node-1": make_node("gpu-node-1"),
@@ -511,7 +512,7 @@ def test_termination_taint_asks_every_running_trainer_to_checkpoint_once():
 
 
 def test_failure_is_no_reason_to_ask_for_a_checkpoint():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     pods = [
         make_pod(job, 0, 0, phase="Failed", exit_code=1),
         make_pod(job, 0, 1, node="gpu-node-1"),
@@ -531,7 +532,7 @@ def test_gang_pods_carry_the_finalizer_that_keeps_their_end_readable():
 
 
 def test_finalizers_are_released_once_the_end_is_recorded():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     pods = [
         make_pod(job, 0, 0, disruption="EvictionByEvictionAPI", deleting=True),
         make_pod(job, 0, 1, node="gpu-node-1"),
@@ -540,21 +541,21 @@ def test_finalizers_are_released_once_the_end_is_recorded():
     ended = decide(job, pods, NODES, NOW)
     assert sorted(ended.release) == ["grpo-a0-n0", "grpo-a0-n1"]  # attempt 1 is recorded with them
 
-    running = started(make_job(), phase=c.RUNNING)
+    running = started(make_job(), phase=Phase.RUNNING)
     assert decide(running, pods_of(running), NODES, NOW).release == []
 
 
 def test_finished_job_releases_its_pods():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
 
     plan = decide(job, pods_of(job, phase="Succeeded", exit_code=0), NODES, NOW)
 
-    assert plan.status["phase"] == c.SUCCEEDED
+    assert plan.status["phase"] == Phase.SUCCEEDED
     assert sorted(plan.release) == ["grpo-a0-n0", "grpo-a0-n1"]
 
 
 def test_pods_on_a_deleted_node_are_deleted_without_grace():
-    job = started(make_job(), phase=c.RUNNING)
+    job = started(make_job(), phase=Phase.RUNNING)
     pods = pods_of(job)
     nodes = {"gpu-node-0": None, "gpu-node-1": make_node("gpu-node-1")}
 
@@ -576,20 +577,20 @@ def ready(pod):
 
 
 def test_ray_driver_exit_0_succeeds_the_job_and_stops_the_workers():
-    job = started(ray_job(), phase=c.RUNNING)
+    job = started(ray_job(), phase=Phase.RUNNING)
     head = make_pod(job, 0, 0, phase="Succeeded", node="gpu-node-0", exit_code=0)
     worker = make_pod(job, 0, 1, node="gpu-node-1")  # `ray start --block` never exits
 
     plan = decide(job, [head, worker], NODES, NOW)
 
-    assert plan.status["phase"] == c.SUCCEEDED
+    assert plan.status["phase"] == Phase.SUCCEEDED
     assert plan.status["conditions"][-1]["reason"] == "DriverSucceeded"
     assert (plan.delete, plan.force_delete) == ([], ["grpo-a0-n1"])  # nothing left to drain
     assert plan.status["ray"]["driver"] == "Succeeded"
 
 
 def test_ray_worker_preempted_then_driver_crash_is_one_disruption():
-    job = started(ray_job(), phase=c.RUNNING)
+    job = started(ray_job(), phase=Phase.RUNNING)
     head = make_pod(job, 0, 0, phase="Failed", node="gpu-node-0", exit_code=1)  # actor died
     worker = make_pod(job, 0, 1, node="gpu-node-1", disruption="PreemptionByScheduler")
 
@@ -597,11 +598,11 @@ def test_ray_worker_preempted_then_driver_crash_is_one_disruption():
 
     assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
     assert plan.status["lastEnd"]["reason"] == "PreemptionByScheduler"
-    assert plan.status["phase"] == c.RESTARTING and plan.status["attempt"] == 1
+    assert plan.status["phase"] == Phase.RESTARTING and plan.status["attempt"] == 1
 
 
 def test_ray_head_preempted_then_worker_exit_is_one_disruption():
-    job = started(ray_job(), phase=c.RUNNING)
+    job = started(ray_job(), phase=Phase.RUNNING)
     head = make_pod(job, 0, 0, node="gpu-node-0", disruption="EvictionByEvictionAPI")
     worker = make_pod(job, 0, 1, phase="Failed", node="gpu-node-1", exit_code=1)
 
@@ -612,7 +613,7 @@ def test_ray_head_preempted_then_worker_exit_is_one_disruption():
 
 
 def test_ray_driver_failing_on_healthy_nodes_spends_max_failures():
-    job = started(ray_job(), phase=c.RUNNING)
+    job = started(ray_job(), phase=Phase.RUNNING)
     head = make_pod(job, 0, 0, phase="Failed", node="gpu-node-0", exit_code=1)
     worker = make_pod(job, 0, 1, node="gpu-node-1")
 
@@ -623,7 +624,7 @@ def test_ray_driver_failing_on_healthy_nodes_spends_max_failures():
 
 
 def test_ray_restart_gives_the_resume_switch_to_the_driver_only():
-    job = with_status(ray_job(), {"attempt": 1, "phase": c.RESTARTING})
+    job = with_status(ray_job(), {"attempt": 1, "phase": Phase.RESTARTING})
     target = ResumeTarget("/checkpoints/global_step_8", 8)
 
     plan = decide(job, [], NODES, NOW, LookupResult(target))
@@ -664,7 +665,7 @@ def test_a_failed_lookup_backs_off_and_never_starts_fresh():
     assert plan.status["checkpointLookup"] == {
         "failures": 1, "message": "inspector exited 1", "retryAfter": "2026-11-29T12:00:05Z",
     }  # fmt: skip
-    assert plan.status["phase"] == c.PENDING and plan.requeue_after == 5
+    assert plan.status["phase"] == Phase.PENDING and plan.requeue_after == 5
     assert [e.reason for e in plan.events] == ["CheckpointLookupFailed"]
     # Until the back-off ends, no pass looks again.
     waiting = decide(with_status(job, plan.status), [], NODES, NOW + timedelta(seconds=3))
@@ -702,7 +703,7 @@ def test_a_template_that_sets_rljobs_part_fails_the_job_naming_the_field_and_cre
 
     plan = decide(job, [], NODES, NOW)
 
-    assert plan.status["phase"] == c.FAILED and plan.create == []
+    assert plan.status["phase"] == Phase.FAILED and plan.create == []
     (warning,) = [e for e in plan.events if e.reason == "InvalidSpec"]
     assert warning.message == "spec.env: MASTER_PORT: rljob sets these on the job's pods"
 
@@ -735,7 +736,7 @@ def test_an_image_that_cannot_be_pulled_is_a_condition_and_one_event_not_a_failu
     assert cond["status"] == "True" and cond["reason"] == "ErrImagePull"
     assert "grpo-a0-n0" in cond["message"] and "not found: trainer:1" in cond["message"]
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "ErrImagePull")]
-    assert plan.status["phase"] == c.PENDING and plan.status["failures"] == 0
+    assert plan.status["phase"] == Phase.PENDING and plan.status["failures"] == 0
     assert plan.create == [] and plan.delete == []
 
     # The kubelet backs off: the same reason again is no new Event; a new reason is.
@@ -774,7 +775,7 @@ def test_a_gang_the_scheduler_cannot_place_says_why_in_a_condition_and_one_event
     assert (cond["status"], cond["reason"]) == ("True", "Unschedulable")
     assert cond["message"] == f"pod grpo-a0-n0: {why}"
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Unschedulable")]
-    assert plan.status["phase"] == c.PENDING and plan.status["failures"] == 0
+    assert plan.status["phase"] == Phase.PENDING and plan.status["failures"] == 0
     again = decide(with_status(job, plan.status), pods, NODES, NOW + timedelta(seconds=5))
     assert again.events == []  # the same reason: no second Event
 
@@ -794,7 +795,7 @@ def test_the_condition_clears_once_the_containers_start():
 
     cond = next(x for x in plan.status["conditions"] if x["type"] == "ContainersNotStarting")
     assert cond["status"] == "False" and cond["reason"] == "ContainersStarted"
-    assert plan.status["phase"] == c.RUNNING
+    assert plan.status["phase"] == Phase.RUNNING
 
 
 @pytest.mark.parametrize(
@@ -810,7 +811,7 @@ def test_pods_on_a_node_not_ready_past_the_tolerance_are_deleted_without_grace(
     tolerance, force_delete, delete
 ):
     job = started(
-        make_job(restartPolicy={"nodeNotReadyToleranceSeconds": tolerance}), phase=c.RUNNING
+        make_job(restartPolicy={"nodeNotReadyToleranceSeconds": tolerance}), phase=Phase.RUNNING
     )
     since = (NOW - timedelta(seconds=45)).strftime("%Y-%m-%dT%H:%M:%SZ")
     nodes = {"gpu-node-0": make_node("gpu-node-0", ready=False, since=since),
@@ -823,7 +824,7 @@ def test_pods_on_a_node_not_ready_past_the_tolerance_are_deleted_without_grace(
 
 def test_a_node_not_ready_within_the_tolerance_brings_the_job_back_when_it_runs_out():
     """No watch event marks the end of the tolerance, so the pass asks to come back then."""
-    job = started(make_job(restartPolicy={"nodeNotReadyToleranceSeconds": 60}), phase=c.RUNNING)
+    job = started(make_job(restartPolicy={"nodeNotReadyToleranceSeconds": 60}), phase=Phase.RUNNING)
     since = (NOW - timedelta(seconds=45)).strftime("%Y-%m-%dT%H:%M:%SZ")
     nodes = {"gpu-node-0": make_node("gpu-node-0", ready=False, since=since),
              "gpu-node-1": make_node("gpu-node-1")}  # fmt: skip
@@ -837,7 +838,7 @@ def test_a_node_not_ready_within_the_tolerance_brings_the_job_back_when_it_runs_
 def test_a_pod_already_being_deleted_gets_no_second_delete():
     """Every pass until a stale pod is gone would delete it again: a write each time."""
     job = with_status(make_job(checkpoint={"resume": "never"}), {
-        "attempt": 1, "failures": 1, "phase": c.RESTARTING, "restartAfter": "2026-11-29T12:00:10Z",
+        "attempt": 1, "failures": 1, "phase": Phase.RESTARTING, "restartAfter": "2026-11-29T12:00:10Z",
     })  # fmt: skip
     old = [make_pod(job, 0, 0, phase="Failed", exit_code=1, deleting=True),
            make_pod(job, 0, 1, phase="Failed", exit_code=1, node="gpu-node-1")]  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from builders import NOW, make_job
-from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import iso, parse_iso
 from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.metrics import GoodputCollector
@@ -48,7 +48,7 @@ def test_time_goes_to_the_bucket_of_the_phase_the_job_was_in():
     job = live_job_through_one_preemption()
 
     figures = job["status"]["goodput"]
-    assert job["status"]["phase"] == c.RUNNING
+    assert job["status"]["phase"] == Phase.RUNNING
     assert figures["since"] == "2026-11-29T12:00:00.000000Z"
     assert figures["asOf"] == "2026-11-29T12:02:04.000000Z"
     assert (figures["waitingSeconds"], figures["runningSeconds"]) == (12.0, 100.0)
@@ -128,7 +128,7 @@ def test_a_finished_job_stops_the_clock():
     done = decide(job, pods_of(job, phase="Succeeded", exit_code=0), NODES, at(300))
     job = with_status(job, done.status)
 
-    assert job["status"]["phase"] == c.SUCCEEDED
+    assert job["status"]["phase"] == Phase.SUCCEEDED
     assert job["status"]["goodput"]["runningSeconds"] == 300.0
     created = parse_iso(job["metadata"]["creationTimestamp"])
     assert goodput.current(job["status"], created, at(9000)).wall == 300.0

@@ -12,9 +12,14 @@ def sample(name, **labels):
 
 ENDED = {
     "preemptions": 1,
-    "lastEnd": {"reason": "PreemptionByScheduler"},
+    "lastEnd": {"attempt": 0, "kind": "Disruption", "reason": "PreemptionByScheduler"},
     "recoveries": [
-        {"attempt": 1, "kind": "Disruption", "detectedAt": "2026-11-29T12:00:00.000000Z"}
+        {
+            "attempt": 1,
+            "kind": "Disruption",
+            "reason": "PreemptionByScheduler",
+            "detectedAt": "2026-11-29T12:00:00.000000Z",
+        }
     ],
 }
 RECREATED = {

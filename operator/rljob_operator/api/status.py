@@ -1,8 +1,13 @@
-"""Kubernetes-style conditions on the job's status, as pure list operations."""
+"""The job's status: Kubernetes-style conditions as pure list operations, and typed records
+for its structures."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any, Self
+
+from .reasons import EndKind
 
 Condition = dict[str, Any]
 
@@ -28,9 +33,9 @@ def set_condition(
     current = find_condition(conditions, cond_type)
     transition = now if current is None or current.get("status") != wanted else None
     updated = {
-        "type": cond_type,
+        "type": _plain(cond_type),
         "status": wanted,
-        "reason": reason,
+        "reason": _plain(reason),
         "message": message,
         "lastTransitionTime": transition or current["lastTransitionTime"],  # type: ignore[index]
         "observedGeneration": generation,
@@ -39,3 +44,101 @@ def set_condition(
         return conditions, False
     others = [c for c in conditions if c.get("type") != cond_type]
     return [*others, updated], True
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def _plain(value: Any) -> Any:
+    """A StrEnum as the plain string the API server stores (YAML dumpers refuse subclasses)."""
+    return value.value if isinstance(value, Enum) else value
+
+
+class Record:
+    """A structure of the job's status: a frozen dataclass whose snake_case fields are the
+    CRD's camelCase keys. Unset (None) fields are left out; unknown keys are ignored, so an
+    older operator reads a newer one's status."""
+
+    def to_dict(self) -> dict[str, Any]:
+        values = ((_camel(f.name), getattr(self, f.name)) for f in fields(self))  # type: ignore[arg-type]
+        return {key: _plain(value) for key, value in values if value is not None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        known = {_camel(f.name): f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{known[key]: value for key, value in data.items() if key in known})
+
+
+@dataclass(frozen=True)
+class AttemptEnd(Record):
+    """status.lastEnd: the pod end that ended an attempt."""
+
+    attempt: int
+    kind: EndKind
+    reason: str
+    message: str = ""
+    pod: str = ""
+    node: str = ""  # "" where the pod had no node
+    time: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", EndKind(self.kind))
+
+
+@dataclass(frozen=True)
+class Recovery(Record):
+    """One entry of status.recoveries: the timeline of one new gang, filled in as it comes."""
+
+    attempt: int  # the new attempt
+    kind: EndKind
+    reason: str
+    pod: str = ""
+    node: str = ""
+    detected_at: str = ""
+    gang_created_at: str | None = None
+    resumed_from_step: int | None = None
+    last_finished_step: int | None = None  # from the trainer's progress.json, if any
+    lost_steps: int | None = None
+    lost_seconds: float | None = None
+    first_running_at: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", EndKind(self.kind))
+
+
+@dataclass(frozen=True)
+class ResumeFrom(Record):
+    """status.resumeFrom: the checkpoint the current attempt was started from."""
+
+    step: int
+    path: str
+
+
+@dataclass(frozen=True)
+class LatestCheckpoint(Record):
+    """status.latestCheckpoint: the newest complete checkpoint, when last looked for."""
+
+    step: int
+    path: str
+    layout: str
+    time: str
+
+
+@dataclass(frozen=True)
+class BadCheckpoint(Record):
+    """One entry of status.badCheckpoints: passed over by every later lookup."""
+
+    path: str
+    step: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class LookupFailures(Record):
+    """status.checkpointLookup: failed looks at the checkpoint directory, in a row."""
+
+    failures: int
+    message: str
+    retry_after: str

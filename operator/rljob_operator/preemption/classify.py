@@ -17,6 +17,7 @@ from typing import Any
 import rljob_contract as contract
 
 from .. import constants as c
+from ..api.reasons import Reason
 from ..api.spec import RestartPolicy
 from ..api.status import find_condition
 from ..api.timestamps import parse_iso
@@ -106,9 +107,6 @@ def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-QUEUED_REASON = "WaitingForKueue"  # gated until Kueue admits the pod group
-
-
 def _unschedulable(pod: dict[str, Any]) -> tuple[str, str] | None:
     """Why the scheduler cannot place the pod, from its PodScheduled=False condition."""
     status = pod.get("status") or {}
@@ -119,7 +117,7 @@ def _unschedulable(pod: dict[str, Any]) -> tuple[str, str] | None:
     gates = {g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []}
     if c.KUEUE_ADMISSION_GATE in gates:
         queue = (pod.get("metadata") or {}).get("labels", {}).get(c.KUEUE_QUEUE_LABEL)
-        return QUEUED_REASON, f"Kueue has not admitted the gang yet (queue {queue})"
+        return Reason.WAITING_FOR_KUEUE, f"Kueue has not admitted the gang yet (queue {queue})"
     return reason, scheduled.get("message") or reason
 
 
@@ -196,7 +194,11 @@ def _disruption_target(f: PodFacts, _: RestartPolicy):
 def _kueue(f: PodFacts, _: RestartPolicy):
     if f.stopped_by_kueue:
         reason, message = f.stopped_by_kueue
-        return Outcome.DISRUPTED, "StoppedByKueue", f"Kueue stopped the pod ({reason}): {message}"
+        return (
+            Outcome.DISRUPTED,
+            Reason.STOPPED_BY_KUEUE,
+            f"Kueue stopped the pod ({reason}): {message}",
+        )
 
 
 def _evicted(f: PodFacts, _: RestartPolicy):
@@ -206,7 +208,7 @@ def _evicted(f: PodFacts, _: RestartPolicy):
 
 def _node_lost(f: PodFacts, _: RestartPolicy):
     if not f.node_known:
-        return Outcome.DISRUPTED, "NodeLost", f"the pod's node {f.node_name} no longer exists"
+        return Outcome.DISRUPTED, Reason.NODE_LOST, f"the pod's node {f.node_name} no longer exists"
 
 
 def _node_not_ready(f: PodFacts, policy: RestartPolicy):
@@ -214,20 +216,24 @@ def _node_not_ready(f: PodFacts, policy: RestartPolicy):
     if waited is not None and waited > policy.node_not_ready_tolerance_seconds:
         return (
             Outcome.DISRUPTED,
-            "NodeNotReady",
+            Reason.NODE_NOT_READY,
             f"node {f.node_name} has not been Ready for {waited:.0f}s",
         )
 
 
 def _deleted_by_someone_else(f: PodFacts, _: RestartPolicy):
     if f.deleting:
-        return Outcome.DISRUPTED, "PodDeleted", "the pod was deleted by someone other than rljob"
+        return (
+            Outcome.DISRUPTED,
+            Reason.POD_DELETED,
+            "the pod was deleted by someone other than rljob",
+        )
 
 
 def _succeeded(f: PodFacts, _: RestartPolicy):
     # A sidecar that is a plain container keeps the pod Running after the trainer is done.
     if f.phase == "Succeeded" or (f.phase == "Running" and f.exit_code == 0):
-        return Outcome.SUCCEEDED, "Completed", "the trainer exited 0"
+        return Outcome.SUCCEEDED, Reason.COMPLETED, "the trainer exited 0"
 
 
 def _exit(f: PodFacts, policy: RestartPolicy):
@@ -236,21 +242,29 @@ def _exit(f: PodFacts, policy: RestartPolicy):
     code = f.exit_code
     stopped_on_request = contract.CHECKPOINTED_ON_REQUEST_MESSAGE in f.termination_message
     if stopped_on_request or code == contract.EXIT_CHECKPOINTED_ON_REQUEST:
-        return Outcome.DISRUPTED, "CheckpointedOnRequest", "the trainer saved and stopped as asked"
+        return (
+            Outcome.DISRUPTED,
+            Reason.CHECKPOINTED_ON_REQUEST,
+            "the trainer saved and stopped as asked",
+        )
     if code in SIGNAL_EXIT_CODES and f.node_termination_taint:
         return (
             Outcome.DISRUPTED,
-            "NodeTermination",
+            Reason.NODE_TERMINATION,
             f"exit {code} while node {f.node_name} has taint {f.node_termination_taint}",
         )
     if code is not None and code in policy.retryable_exit_codes:
-        return Outcome.DISRUPTED, "RetryableExitCode", f"exit code {code} is retryable"
+        return Outcome.DISRUPTED, Reason.RETRYABLE_EXIT_CODE, f"exit code {code} is retryable"
     if f.termination_reason == "OOMKilled":
         return Outcome.FAILED, "OOMKilled", "the trainer ran out of memory (OOMKilled)"
     if code is None:
-        return Outcome.FAILED, f.status_reason or "PodFailed", "the pod failed without an exit code"
+        return (
+            Outcome.FAILED,
+            f.status_reason or Reason.POD_FAILED,
+            "the pod failed without an exit code",
+        )
     said = _last_line(f.termination_message)
-    reason = "StartError" if f.termination_reason == "StartError" else "ExitCode"
+    reason = Reason.START_ERROR if f.termination_reason == "StartError" else Reason.EXIT_CODE
     return (
         Outcome.FAILED,
         reason,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from .. import constants as c
+from ..api.reasons import TERMINAL_PHASES, Phase
 from ..api.timestamps import iso_precise, parse_iso
 
 RUNNING, RECOVERING, WAITING = "running", "recovering", "waiting"
@@ -96,11 +96,11 @@ class Goodput:
 def bucket_of(status: dict[str, Any]) -> str | None:
     """Where the time goes while the job has this status; None once it has finished."""
     phase = status.get("phase")
-    if phase in c.TERMINAL_PHASES:
+    if phase in TERMINAL_PHASES:
         return None
-    if phase == c.RUNNING:
+    if phase == Phase.RUNNING:
         return RUNNING
-    if phase == c.RESTARTING and not status.get("restartAfter"):
+    if phase == Phase.RESTARTING and not status.get("restartAfter"):
         return RECOVERING
     return WAITING
 

@@ -4,6 +4,8 @@ Two ways, chosen per job. Where the operator can read the job's checkpoint volum
 itself (RLJOB_CHECKPOINT_VOLUMES="claim=/local/dir,...": a shared filesystem it
 mounts, or the node agent's directory in tests and the demo) it reads it in-process;
 otherwise it runs an inspector pod and reads the answer from its termination message.
+The finder only reads: the inspector pod it needs, and the removal of one that has
+reported, are actions of the pass's plan (reconcile.run).
 """
 
 from __future__ import annotations
@@ -19,18 +21,23 @@ from ..api.spec import JobSpec, parse_spec
 from ..checkpoints.errors import CheckpointInputError
 from ..checkpoints.latest import find_latest, verify_folder
 from ..checkpoints.progress import read_progress
-from ..kube import Kube
 from ..launcher.inspector import desired_inspector, inspector_name
 from ..launcher.pods import JobRef, ResumeTarget
-from .decide import LookupResult, explicit_resume
+from .plan import LookupResult
+from .startup import explicit_resume
 
 VOLUMES_ENV = "RLJOB_CHECKPOINT_VOLUMES"
 INSPECTOR_IMAGE_ENV = "RLJOB_INSPECTOR_IMAGE"
 DEFAULT_INSPECTOR_IMAGE = "ghcr.io/rljob/rljob-operator:0.1.0"
 
 
-class LookupPending(Exception):
-    """The inspector pod has not finished yet; try again shortly."""
+@dataclass(frozen=True)
+class Inspection:
+    """A look through an inspector pod that has not reported yet; its events bring the job
+    back. `pod`: the inspector to create, where none runs."""
+
+    pod: dict[str, Any] | None
+    state: str
 
 
 class LookupFailed(Exception):
@@ -73,14 +80,12 @@ def result_for_folder(named: str, report: dict[str, Any]) -> LookupResult:
 
 @dataclass
 class CheckpointFinder:
-    kube: Kube
     volumes: dict[str, Path]
     inspector_image: str
 
     @classmethod
-    def from_env(cls, kube: Kube) -> CheckpointFinder:
+    def from_env(cls) -> CheckpointFinder:
         return cls(
-            kube,
             parse_volume_map(os.environ.get(VOLUMES_ENV, "")),
             os.environ.get(INSPECTOR_IMAGE_ENV, DEFAULT_INSPECTOR_IMAGE),
         )
@@ -90,7 +95,15 @@ class CheckpointFinder:
         claim = ((spec.checkpoint.volume or {}).get("persistentVolumeClaim") or {}).get("claimName")
         return self.volumes.get(claim) if claim else None
 
-    def lookup(self, job: dict[str, Any], exclude: tuple[str, ...] = ()) -> LookupResult:
+    def lookup(
+        self,
+        job: dict[str, Any],
+        exclude: tuple[str, ...] = (),
+        inspector: dict[str, Any] | None = None,
+    ) -> LookupResult | Inspection:
+        """The newest complete checkpoint (or the folder the job names, verified), skipping
+        `exclude`; `inspector` is the attempt's inspector pod as the cache has it, if any.
+        Raises LookupFailed when the directory cannot be read."""
         spec = parse_spec(job["spec"])
         named = explicit_resume(spec, (job.get("status") or {}).get("attempt", 0))
         root = self.local_volume(spec)
@@ -98,7 +111,7 @@ class CheckpointFinder:
             return self._verify_locally(spec, root, named)
         if root is not None:
             return self._read_locally(spec, root, exclude)
-        return self._ask_inspector(spec, job, exclude, named)
+        return self._ask_inspector(spec, job, exclude, named, inspector)
 
     def _verify_locally(self, spec: JobSpec, root: Path, named: str) -> LookupResult:
         local = root / PurePosixPath(named).relative_to(spec.checkpoint.mount_path)
@@ -129,30 +142,31 @@ class CheckpointFinder:
         return result_from_report(spec, report)
 
     def _ask_inspector(
-        self, spec: JobSpec, job: dict[str, Any], exclude: tuple[str, ...], named: str | None
-    ) -> LookupResult:
+        self,
+        spec: JobSpec,
+        job: dict[str, Any],
+        exclude: tuple[str, ...],
+        named: str | None,
+        pod: dict[str, Any] | None,
+    ) -> LookupResult | Inspection:
         meta = job["metadata"]
         ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
         attempt = (job.get("status") or {}).get("attempt", 0)
         name = inspector_name(ref.name, attempt)
-        pod = self.kube.get_pod(ref.namespace, name)
         if pod is None:
-            pod_body = desired_inspector(spec, ref, attempt, self.inspector_image, exclude, named)
-            self.kube.create(pod_body)
-            raise LookupPending(f"inspector pod {name} started")
+            body = desired_inspector(spec, ref, attempt, self.inspector_image, exclude, named)
+            return Inspection(body, f"inspector pod {name} to be created")
         terminated = _terminated(pod)
         phase = (pod.get("status") or {}).get("phase", "Pending")
-        if terminated is None and phase in ("Succeeded", "Failed"):
+        if terminated is None and phase in c.POD_ENDED_PHASES:
             # Ended without its container ending: activeDeadlineSeconds, an eviction, ...
-            self.kube.delete_pod(ref.namespace, name)
             why = pod["status"].get("reason") or phase
             raise LookupFailed(
                 f"inspector pod {name} ended {why} without a report: "
                 f"{(pod['status'].get('message') or '').strip()[:300]}"
             )
         if terminated is None:
-            raise LookupPending(f"inspector pod {name} is {phase}")
-        self.kube.delete_pod(ref.namespace, name)
+            return Inspection(None, f"inspector pod {name} is {phase}")
         try:
             report = json.loads(terminated.get("message") or "")
         except ValueError as exc:
@@ -171,11 +185,8 @@ def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def inspector_pods_to_clean(pods: list[dict[str, Any]], attempt: int) -> list[str]:
-    """Inspectors left from earlier attempts (the current one is deleted once read)."""
-    return [
-        p["metadata"]["name"]
-        for p in pods
-        if p["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_INSPECTOR
-        and p["metadata"]["labels"].get(c.LABEL_ATTEMPT) != str(attempt)
-    ]
+def inspector_ended(pod: dict[str, Any]) -> bool:
+    """Whether an inspector pod is done: it has reported, or never will."""
+    return _terminated(pod) is not None or (pod.get("status") or {}).get("phase") in (
+        c.POD_ENDED_PHASES
+    )

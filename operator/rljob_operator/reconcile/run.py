@@ -18,20 +18,29 @@ from typing import Any, Protocol
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 
 from .. import constants as c
+from ..api.reasons import Reason
 from ..api.timestamps import iso
 from ..kube import Kube, KubeError
+from ..launcher.inspector import inspector_name
 from ..metrics import record_transition
 from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent
-from .decide import LookupResult, Plan, decide, fail, with_status
-from .lookup import LookupFailed, inspector_pods_to_clean
+from .decide import decide, fail, with_status
+from .lookup import Inspection, LookupFailed, inspector_ended
+from .plan import LookupResult, Plan
 
 log = logging.getLogger(__name__)
 
 
 class CheckpointLookup(Protocol):
-    def lookup(self, job: dict[str, Any], exclude: tuple[str, ...] = ()) -> LookupResult:
-        """The newest complete checkpoint of the job (raise LookupPending if not known yet)."""
+    def lookup(
+        self,
+        job: dict[str, Any],
+        exclude: tuple[str, ...] = (),
+        inspector: dict[str, Any] | None = None,
+    ) -> LookupResult | Inspection:
+        """The newest complete checkpoint of the job, or the inspector pod still to hear from
+        (see reconcile.lookup.CheckpointFinder)."""
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -95,8 +104,21 @@ def plan_pass(
     now: datetime,
     workload_api: bool = False,
 ) -> Plan:
-    """Decide, looking at the checkpoints as often as the decision asks (bounded)."""
-    plan = decide(job, pods, nodes, now, workload_api=workload_api)
+    """Decide, looking at the checkpoints as often as the decision asks (bounded).
+
+    `pods` are all of the job's pods. An inspector pod the look needs is created by the
+    plan, and one that is done (it reported, or never will) or of another attempt is
+    deleted by it, after the status that records its report.
+    """
+    trainers, inspectors = [], {}
+    for pod in pods:
+        role = pod["metadata"].get("labels", {}).get(c.LABEL_ROLE)
+        if role == c.ROLE_TRAINER:
+            trainers.append(pod)
+        elif role == c.ROLE_INSPECTOR:
+            inspectors[pod["metadata"]["name"]] = pod
+    plan = decide(job, trainers, nodes, now, workload_api=workload_api)
+    inspector = inspectors.get(inspector_name(job["metadata"]["name"], plan.status["attempt"]))
     events = []
     for _ in range(MAX_LOOKUPS_PER_PASS):
         if not plan.needs_checkpoint_lookup:
@@ -104,11 +126,25 @@ def plan_pass(
         events += plan.events
         seen = with_status(job, plan.status)
         try:
-            found = finder.lookup(seen, plan.lookup_exclude)
+            found = finder.lookup(seen, plan.lookup_exclude, inspector)
         except LookupFailed as exc:
             found = LookupResult(None, failure=str(exc))
-        plan = decide(seen, pods, nodes, now, found, workload_api)
+        if isinstance(found, Inspection):
+            log.debug("%s: %s", job["metadata"]["name"], found.state)
+            if found.pod is not None and found.pod["metadata"]["name"] not in inspectors:
+                plan.create.append(found.pod)
+            # else the one read this pass is still there: the plan deletes it, and its
+            # deletion brings the pass that creates the next.
+            break
+        inspector = None  # its report is read: a second look needs a new one
+        plan = decide(seen, trainers, nodes, now, found, workload_api)
     plan.events = events + plan.events
+    attempt = str(plan.status["attempt"])
+    plan.delete += [
+        name for name, pod in inspectors.items()
+        if not pod["metadata"].get("deletionTimestamp")
+        and (inspector_ended(pod) or pod["metadata"]["labels"].get(c.LABEL_ATTEMPT) != attempt)
+    ]  # fmt: skip
     return plan
 
 
@@ -135,7 +171,7 @@ def reconcile(
     ]
     nodes = _nodes_of(kube, cache, trainer_pods)
     moment = now or datetime.now(UTC)
-    plan = plan_pass(job, trainer_pods, nodes, finder, moment, kube.serves_workload_api)
+    plan = plan_pass(job, pods, nodes, finder, moment, kube.serves_workload_api)
     try:
         apply(kube, cache, job, plan, tell)
     except KubeError as exc:
@@ -143,11 +179,11 @@ def reconcile(
         if not refused or not plan.create:
             raise
         # The API server refused a pod we rendered: retrying cannot help.
-        plan = fail(job, moment, "PodRejected", f"the API server refused the job's pods: {exc}")
+        plan = fail(
+            job, moment, Reason.POD_REJECTED, f"the API server refused the job's pods: {exc}"
+        )
         apply(kube, cache, job, plan, tell)
     record_transition(job.get("status") or {}, plan.status)
-    for stale in inspector_pods_to_clean(pods, plan.status["attempt"]):
-        kube.delete_pod(namespace, stale)
     return plan
 
 

@@ -42,6 +42,7 @@ from e2e_steps import (
 from kube_steps import wait_for
 from kubernetes import client
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import Phase
 from rljob_operator.checkpoints.candidates import parse_step
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE
 from tiny_trainer import EXACT_METRICS
@@ -251,7 +252,7 @@ def test_an_image_that_does_not_exist_is_a_condition_and_an_event_not_a_retry_lo
     assert "localhost/rljob-nope:1" in stuck["message"]
     time.sleep(15)  # the kubelet retries the pull; the job must not count that as failures
     job = get_job(real_api, jobs_namespace, name)
-    assert job["status"]["phase"] == c.PENDING and job["status"]["failures"] == 0
+    assert job["status"]["phase"] == Phase.PENDING and job["status"]["failures"] == 0
     assert job["status"]["attempt"] == 0
     warnings = [e for e in events_of(real_core, jobs_namespace, name) if e.type == "Warning"]
     assert {e.reason for e in warnings} & {"ErrImagePull", "ImagePullBackOff"}, warnings
@@ -364,7 +365,7 @@ def test_a_full_pod_template_runs_with_its_sidecars_init_container_shm_host_netw
 def wait_failed(real_api, namespace: str, name: str) -> dict[str, Any]:
     def failed() -> dict[str, Any] | None:
         job = get_job(real_api, namespace, name)
-        return job if (job.get("status") or {}).get("phase") == c.FAILED else None
+        return job if (job.get("status") or {}).get("phase") == Phase.FAILED else None
 
     return wait_for(failed, 120, f"{name} to fail")
 

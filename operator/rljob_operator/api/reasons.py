@@ -1,0 +1,112 @@
+"""Every phase, condition type, reason and Event type that rljob writes, spelled once.
+
+They are part of the API: users match on them in `kubectl wait --for=condition=...`,
+alerts and dashboards. Kubernetes' own words that rljob passes on (a DisruptionTarget
+condition's reason, `Evicted`, `OOMKilled`, the scheduler's `Unschedulable`) are not
+here: they are copied from the pod as the cluster wrote them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+class ConditionType(StrEnum):
+    # One per phase that has one: True for the current phase, False for the others seen.
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    # True while the scheduler cannot place a pod of the gang (no node has room, a selector
+    # or affinity no node matches, a taint, a queue that has not admitted it).
+    PODS_UNSCHEDULABLE = "PodsUnschedulable"
+    # True while the kubelet cannot start a container of the gang (a missing image, a bad
+    # volume or env reference, a container that crashes before the trainer runs).
+    CONTAINERS_NOT_STARTING = "ContainersNotStarting"
+    # True from the third failed look at the checkpoint directory in a row.
+    CHECKPOINT_LOOKUP_FAILED = "CheckpointLookupFailed"
+
+
+CONDITION_FOR_PHASE = {
+    Phase.RUNNING: ConditionType.RUNNING,
+    Phase.RESTARTING: ConditionType.RESTARTING,
+    Phase.SUSPENDED: ConditionType.SUSPENDED,
+    Phase.SUCCEEDED: ConditionType.SUCCEEDED,
+    Phase.FAILED: ConditionType.FAILED,
+}
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+class EndKind(StrEnum):
+    """How an attempt ended: a disruption is not the trainer's fault, a failure is."""
+
+    DISRUPTION = "Disruption"
+    FAILURE = "Failure"
+
+
+class Reason(StrEnum):
+    # Reasons of the phase conditions.
+    GANG_CREATED = "GangCreated"
+    ALL_PODS_RUNNING = "AllPodsRunning"
+    PODS_NOT_RUNNING = "PodsNotRunning"
+    ALL_PODS_SUCCEEDED = "AllPodsSucceeded"
+    DRIVER_SUCCEEDED = "DriverSucceeded"
+    BACKOFF_AFTER_FAILURE = "BackoffAfterFailure"
+    JOB_SUSPENDED = "JobSuspended"
+    INVALID_SPEC = "InvalidSpec"
+    INVALID_RESUME_TARGET = "InvalidResumeTarget"
+    POD_REJECTED = "PodRejected"
+    DISRUPTION_BUDGET_EXHAUSTED = "DisruptionBudgetExhausted"
+    FAILURE_BUDGET_EXHAUSTED = "FailureBudgetExhausted"
+    CHECKPOINT_LOOKUP_FAILED = "CheckpointLookupFailed"
+    # Reasons of the other conditions.
+    LOOKUP_FAILED = "LookupFailed"
+    LOOKUP_SUCCEEDED = "LookupSucceeded"
+    PODS_SCHEDULED = "PodsScheduled"
+    WAITING_FOR_KUEUE = "WaitingForKueue"
+    CONTAINERS_STARTED = "ContainersStarted"
+    # Events only.
+    FRESH_START = "FreshStart"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    SUSPENDED = "Suspended"
+    PREEMPTED = "Preempted"
+    TRAINER_FAILED = "TrainerFailed"
+    JOB_FAILED = "JobFailed"
+    CHECKPOINT_REQUESTED = "CheckpointRequested"
+    CHECKPOINT_MARKED_BAD = "CheckpointMarkedBad"
+    # Ends of a pod that rljob names itself (status.lastEnd.reason, status.recoveries).
+    POD_DELETED = "PodDeleted"
+    NODE_LOST = "NodeLost"
+    NODE_NOT_READY = "NodeNotReady"
+    NODE_TERMINATION = "NodeTermination"
+    STOPPED_BY_KUEUE = "StoppedByKueue"
+    CHECKPOINTED_ON_REQUEST = "CheckpointedOnRequest"
+    RETRYABLE_EXIT_CODE = "RetryableExitCode"
+    EXIT_CODE = "ExitCode"
+    START_ERROR = "StartError"
+    POD_FAILED = "PodFailed"
+    COMPLETED = "Completed"
+
+
+BUDGET_EXHAUSTED = {
+    EndKind.DISRUPTION: Reason.DISRUPTION_BUDGET_EXHAUSTED,
+    EndKind.FAILURE: Reason.FAILURE_BUDGET_EXHAUSTED,
+}

@@ -1,0 +1,76 @@
+"""The end of an attempt: which budget it spends, and when the next attempt may start.
+
+A disruption (preemption, eviction, a lost node) spends spec.restartPolicy.maxPreemptions
+(unlimited unless set) and restarts at once; a failure of the trainer spends maxFailures
+and waits out a back-off that grows with the failures so far. Either, past its budget,
+fails the job.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from ..api.reasons import BUDGET_EXHAUSTED, EndKind, EventType, Phase, Reason
+from ..api.spec import JobSpec
+from ..api.status import AttemptEnd
+from ..api.timestamps import iso
+from .observe import Observed
+from .plan import Pass
+from .recovery import record_detection
+
+
+def attempt_ended(p: Pass, spec: JobSpec, seen: Observed) -> None:
+    """One end of one attempt starts one recovery, however many pods went down with it.
+
+    A disruption outranks failures seen alongside it: when one node is preempted,
+    its peers usually crash on the broken collective, and that is not their fault.
+    """
+    disruptive = bool(seen.disruptions)
+    decisive = (seen.disruptions or seen.failures)[0]
+    status, policy = p.status, spec.restart_policy
+    attempt = status["attempt"]
+    end = AttemptEnd(
+        attempt=attempt,
+        kind=EndKind.DISRUPTION if disruptive else EndKind.FAILURE,
+        reason=decisive.reason,
+        message=decisive.message,
+        pod=decisive.pod,
+        node=decisive.node or "",
+        time=iso(p.now),
+    )
+    status["lastEnd"] = end.to_dict()
+    where = f"pod {end.pod}" + (f" on node {end.node}" if end.node else "")
+    what = f"{end.reason} ({end.message}; {where})"
+    if disruptive:
+        status["preemptions"] += 1
+        limit, count = "maxPreemptions", status["preemptions"]
+        budget_left = policy.max_preemptions is None or count <= policy.max_preemptions
+        p.event(EventType.WARNING, Reason.PREEMPTED, f"attempt {attempt} disrupted: {what}")
+    else:
+        status["failures"] += 1
+        limit, count = "maxFailures", status["failures"]
+        budget_left = count <= policy.max_failures
+        p.event(EventType.WARNING, Reason.TRAINER_FAILED, f"attempt {attempt} failed: {what}")
+    p.plan.delete = [
+        e.pod for rank, e in seen.current.items() if rank not in seen.missing and e.pod
+    ]
+    p.plan.delete += list(seen.stale)
+    kind = end.kind.lower()
+    if not budget_left:
+        message = (f"{count} attempts ended by {kind}, more than spec.restartPolicy.{limit} "
+                   f"allows; the last: {what}")  # fmt: skip
+        p.phase(Phase.FAILED, BUDGET_EXHAUSTED[end.kind], message)
+        p.event(EventType.WARNING, Reason.JOB_FAILED, message)
+        return
+    status["attempt"] = attempt + 1
+    status.pop("attemptCreationTime", None)
+    backoff = 0 if disruptive else policy.failure_backoff(status["failures"])
+    if backoff:
+        status["restartAfter"] = iso(p.now + timedelta(seconds=backoff))
+        p.requeue(backoff)
+    else:
+        status.pop("restartAfter", None)
+    record_detection(status, end, p.now)
+    p.phase(Phase.RESTARTING, end.reason, f"restarting as attempt {attempt + 1} after {kind} "
+            f"of {where}: {end.message}")  # fmt: skip
+    p.requeue(1)

@@ -1,0 +1,137 @@
+"""What the cluster shows of a job's pods, sorted into the facts that the decisions read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+
+from .. import constants as c
+from ..api.reasons import Reason
+from ..api.spec import JobSpec
+from ..preemption.classify import Outcome, PodEnd, classify_facts, facts
+
+
+@dataclass(frozen=True)
+class Observed:
+    """The job's pods sorted into facts that the decisions read."""
+
+    current: dict[int, PodEnd]  # rank -> state, for pods of the current attempt
+    missing: tuple[int, ...]  # ranks of the current attempt with no pod
+    stale: tuple[str, ...]  # pods of other attempts, still present
+    running: int
+    warned: tuple[str, ...] = ()  # active pods whose node carries a termination taint
+    unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
+    ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
+    not_starting: tuple[tuple[str, str, str], ...] = ()  # (pod, kubelet reason, message)
+    unschedulable: tuple[tuple[str, str, str], ...] = ()  # (pod, scheduler reason, message)
+    stale_unended: tuple[str, ...] = ()  # stale pods that may still run: not Succeeded/Failed
+
+    @property
+    def disruptions(self) -> list[PodEnd]:
+        return [e for e in self.current.values() if e.outcome is Outcome.DISRUPTED]
+
+    @property
+    def failures(self) -> list[PodEnd]:
+        return [e for e in self.current.values() if e.outcome is Outcome.FAILED]
+
+    def all_succeeded(self, nnodes: int) -> bool:
+        return len(self.current) == nnodes and all(
+            e.outcome is Outcome.SUCCEEDED for e in self.current.values()
+        )
+
+    @property
+    def head_succeeded(self) -> bool:
+        head = self.current.get(0)
+        return head is not None and head.outcome is Outcome.SUCCEEDED
+
+    def finished(self, spec: JobSpec, attempt: int) -> tuple[Reason, str] | None:
+        """(reason, message) when the attempt has done its work, else None.
+
+        Under Ray the driver on the head is the program: its exit 0 ends the job, and the
+        worker pods, which never exit on their own, are stopped then.
+        """
+        if spec.launcher == "ray" and self.head_succeeded:
+            return (
+                Reason.DRIVER_SUCCEEDED,
+                f"attempt {attempt}: the Ray driver on the head exited 0",
+            )
+        if self.all_succeeded(spec.nnodes):
+            return (
+                Reason.ALL_PODS_SUCCEEDED,
+                f"all {spec.nnodes} pods of attempt {attempt} completed",
+            )
+        return None
+
+
+def observe(
+    spec: JobSpec,
+    status: dict[str, Any],
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+    now: datetime,
+) -> Observed:
+    attempt = status.get("attempt", 0)
+    current: dict[int, PodEnd] = {}
+    stale: list[str] = []
+    stale_unended: list[str] = []
+    warned: list[str] = []
+    unrequested: list[str] = []
+    ready: set[int] = set()
+    not_starting: list[tuple[str, str, str]] = []
+    unschedulable: list[tuple[str, str, str]] = []
+    for pod in pods:
+        meta = pod["metadata"]
+        labels = meta.get("labels", {})
+        if labels.get(c.LABEL_ATTEMPT) != str(attempt):
+            stale.append(meta["name"])
+            if (pod.get("status") or {}).get("phase") not in c.POD_ENDED_PHASES:
+                stale_unended.append(meta["name"])
+            continue
+        node_name = pod.get("spec", {}).get("nodeName")
+        pod_facts = facts(pod, nodes.get(node_name) if node_name else None, now)
+        end = classify_facts(pod_facts, spec.restart_policy)
+        rank = int(labels[c.LABEL_NODE_RANK])
+        current[rank] = end
+        if pod_facts.ready:
+            ready.add(rank)
+        if end.outcome is Outcome.ACTIVE and pod_facts.not_starting:
+            not_starting.append((meta["name"], *pod_facts.not_starting))
+        if end.outcome is Outcome.ACTIVE and pod_facts.unschedulable:
+            unschedulable.append((meta["name"], *pod_facts.unschedulable))
+        if end.outcome is Outcome.ACTIVE and pod_facts.node_termination_taint:
+            warned.append(meta["name"])
+        requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
+        if pod_facts.phase == "Running" and pod_facts.exit_code is None and not requested:
+            unrequested.append(meta["name"])
+    created = bool(status.get("attemptCreationTime"))
+    missing = tuple(r for r in range(spec.nnodes) if r not in current) if created else ()
+    for rank in missing:
+        gone = "the pod is gone: deleted by someone other than rljob"
+        current[rank] = PodEnd(Outcome.DISRUPTED, Reason.POD_DELETED, gone, f"rank {rank}", None)
+    running = sum(
+        1 for e in current.values() if e.outcome is Outcome.ACTIVE and e.reason == "Running"
+    )
+    return Observed(
+        current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested),
+        frozenset(ready), tuple(sorted(not_starting)), tuple(sorted(unschedulable)),
+        tuple(sorted(stale_unended)),
+    )  # fmt: skip
+
+
+def ray_status(seen: Observed, nnodes: int) -> dict[str, Any]:
+    """What `kubectl get` shows of the Ray cluster: its nodes' pods and the driver.
+
+    The head starts the driver only once every Ray node has joined, so a running
+    driver means a whole cluster.
+    """
+    head = seen.current.get(0)
+    if head is None or (head.outcome is Outcome.ACTIVE and head.reason != "Running"):
+        driver = "Pending"
+    elif head.outcome is Outcome.ACTIVE:
+        driver = "Running" if 0 in seen.ready else "WaitingForNodes"
+    else:
+        driver = str(head.outcome)
+    return {"nodes": nnodes, "nodesRunning": seen.running, "driver": driver}

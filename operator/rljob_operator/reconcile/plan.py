@@ -1,0 +1,125 @@
+"""What a pass decides (a Plan), and the state of one decision while it is made (a Pass)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .. import constants as c
+from ..api.reasons import CONDITION_FOR_PHASE, EventType, Phase, Reason
+from ..api.spec import RestartPolicy
+from ..api.status import set_condition
+from ..api.timestamps import iso, parse_iso
+from ..launcher.pods import JobRef, ResumeTarget
+from . import goodput
+
+
+@dataclass(frozen=True)
+class Event:
+    type: EventType
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What a look at the checkpoint directory found (see reconcile.lookup)."""
+
+    target: ResumeTarget | None
+    last_finished_step: int | None = None  # from the trainer's progress.json, if any
+    detail: str = ""  # what was rejected, or why nothing was found
+    failure: str | None = None  # the look itself failed: nothing is known about the folders
+    step_seconds: float | None = None  # the trainer's step time, from progress.json, if any
+
+
+@dataclass
+class Plan:
+    status: dict[str, Any]
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)  # pod names, deleted with their grace period
+    force_delete: list[str] = field(default_factory=list)  # on a node that is gone: grace 0
+    request_checkpoint: list[str] = field(default_factory=list)  # pods to ask to save now
+    release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
+    delete_pod_groups: list[str] = field(default_factory=list)  # of attempts that are over
+    events: list[Event] = field(default_factory=list)
+    needs_checkpoint_lookup: bool = False
+    delete_job: bool = False
+    requeue_after: float | None = None
+
+    @property
+    def lookup_exclude(self) -> tuple[str, ...]:
+        """Checkpoints a lookup must pass over: those marked bad."""
+        return tuple(b["path"] for b in self.status.get("badCheckpoints", []))
+
+
+class Pass:
+    """The state of one decision: the status being built, and what to do."""
+
+    def __init__(self, job: dict[str, Any], now: datetime, workload_api: bool = False) -> None:
+        meta = job["metadata"]
+        self.now = now
+        self.workload_api = workload_api  # the API server serves gang scheduling
+        self.queue: str | None = (meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL)
+        self.generation = meta.get("generation")
+        self.ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
+        status = dict(job.get("status") or {})
+        status.setdefault("attempt", 0)
+        status.setdefault("preemptions", 0)
+        status.setdefault("failures", 0)
+        status.setdefault("conditions", [])
+        status["observedGeneration"] = self.generation
+        self.plan = Plan(status=status)
+        self.not_ready_tolerance: float = RestartPolicy().node_not_ready_tolerance_seconds
+        self.lost: tuple[int, float | None] | None = None  # (steps, seconds) a new gang lost
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.plan.status
+
+    def event(self, type_: EventType, reason: str, message: str) -> None:
+        self.plan.events.append(Event(type_, reason, message))
+
+    def condition(self, cond_type: str, status: bool, reason: str, message: str) -> None:
+        self.status["conditions"], _ = set_condition(
+            self.status["conditions"], cond_type, status, reason, message, iso(self.now),
+            self.generation,
+        )  # fmt: skip
+
+    def phase(self, phase: Phase, reason: str, message: str) -> None:
+        """Set the phase and its condition; the other phase conditions become False."""
+        changed = self.status.get("phase") != phase
+        self.status["phase"] = phase.value
+        for name, cond_type in CONDITION_FOR_PHASE.items():
+            if name == phase:
+                self.condition(cond_type, True, reason, message)
+            elif any(x["type"] == cond_type for x in self.status["conditions"]):
+                self.condition(cond_type, False, reason, message)
+        if changed and phase in (Phase.SUCCEEDED, Phase.FAILED):
+            self.status["completionTime"] = iso(self.now)
+
+    def fail(self, reason: Reason, message: str) -> None:
+        """The job has failed, for a reason the user must act on: say so, once."""
+        self.phase(Phase.FAILED, reason, message)
+        self.event(EventType.WARNING, reason, message)
+
+    def requeue(self, seconds: float) -> None:
+        current = self.plan.requeue_after
+        self.plan.requeue_after = seconds if current is None else min(current, seconds)
+
+    def account(self, job: dict[str, Any]) -> None:
+        """Bring status.goodput up to date, only when the pass writes the status anyway."""
+        before = job.get("status") or {}
+
+        def rest(status: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in status.items() if k != "goodput"}
+
+        if "goodput" in before and rest(before) == rest(self.status) and not self.lost:
+            return
+        stamp = job["metadata"].get("creationTimestamp")
+        created = parse_iso(stamp) if stamp else self.now
+        figures = goodput.stored(before, created, self.now)
+        figures = figures.advanced(goodput.bucket_of(before), self.now)
+        if self.lost:
+            figures = figures.with_lost(*self.lost)
+        self.status["goodput"] = figures.to_dict()

@@ -1,0 +1,83 @@
+"""How the plan's deletions meet the pods as they are: finalizers released once an end is
+recorded, no grace period for pods on a lost node, no second delete of a pod already going,
+and a wake-up when a NotReady node's tolerance runs out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from .. import constants as c
+from ..api.reasons import TERMINAL_PHASES, Phase
+from ..preemption.classify import not_ready_seconds
+from .plan import Pass, Plan
+
+
+def ends_recorded(p: Pass, pods: list[dict[str, Any]]) -> list[str]:
+    """Pods whose end no longer needs keeping: of another attempt, or of a job at rest."""
+    at_rest = p.status.get("phase") in (*TERMINAL_PHASES, Phase.SUSPENDED)
+    attempt = str(p.status["attempt"])
+    return [
+        pod["metadata"]["name"]
+        for pod in pods
+        if c.FINALIZER in (pod["metadata"].get("finalizers") or [])
+        and (at_rest or pod["metadata"].get("labels", {}).get(c.LABEL_ATTEMPT) != attempt)
+    ]
+
+
+def skip_pods_already_going(plan: Plan, pods: list[dict[str, Any]]) -> None:
+    """A pod being deleted needs no second delete of the same kind: every pass until it is
+    gone would send one (a write each, many under a burst of recoveries)."""
+    going = {pod["metadata"]["name"]: pod["metadata"] for pod in pods
+             if pod["metadata"].get("deletionTimestamp")}  # fmt: skip
+    plan.delete = [name for name in plan.delete if name not in going]
+    plan.force_delete = [
+        name for name in plan.force_delete
+        if going.get(name, {}).get("deletionGracePeriodSeconds") != 0
+    ]  # fmt: skip
+
+
+def wake_when_tolerance_ends(
+    p: Pass, pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any] | None]
+) -> None:
+    """A pod's node is NotReady but within the job's tolerance: come back when that runs
+    out, because no watch event will say so."""
+    for pod in pods:
+        node = nodes.get(pod.get("spec", {}).get("nodeName") or "")
+        waited = not_ready_seconds(node, p.now) if node is not None else None
+        if waited is not None and waited <= p.not_ready_tolerance:
+            p.requeue(p.not_ready_tolerance - waited + 0.5)
+
+
+def no_grace_for_lost_nodes(
+    plan: Plan,
+    pods: list[dict[str, Any]],
+    nodes: dict[str, dict[str, Any] | None],
+    now: datetime,
+    tolerance: float,
+) -> None:
+    """A pod whose node is gone, or NotReady for longer than the job tolerates, has no
+    kubelet to end it: deleted with a grace period it would stay Terminating until the
+    pod garbage collector (a gone node) or forever (a dead kubelet), and the next gang
+    waits for it. Delete it at once, as that collector would.
+
+    A NotReady node may only be cut off rather than down; its pods then go on until its
+    kubelet returns and ends them. Set restartPolicy.nodeNotReadyToleranceSeconds above
+    the partitions your network has.
+    """
+
+    def unreachable(node_name: str | None) -> bool:
+        if node_name not in nodes:
+            return False
+        node = nodes[node_name]
+        waited = not_ready_seconds(node, now) if node is not None else None
+        return node is None or (waited is not None and waited > tolerance)
+
+    lost = {
+        pod["metadata"]["name"]
+        for pod in pods
+        if unreachable(pod.get("spec", {}).get("nodeName"))
+        and (pod["metadata"]["name"] in plan.delete or pod["metadata"].get("deletionTimestamp"))
+    }
+    plan.delete = [name for name in plan.delete if name not in lost]
+    plan.force_delete = sorted(lost.union(plan.force_delete))

@@ -1,0 +1,75 @@
+"""The recovery record, status.recoveries: one entry per new gang, filled in as it happens.
+
+Detected (the attempt ended), gang created (from which step, how many steps lost), first
+pod running. Latency figures and the lost-steps metric are computed from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from ..api.status import AttemptEnd, Recovery
+from ..api.timestamps import iso_precise
+from ..launcher.pods import ResumeTarget
+from .plan import LookupResult
+
+MAX_RECOVERIES = 20
+
+
+def _records(status: dict[str, Any]) -> list[Recovery]:
+    return [Recovery.from_dict(r) for r in status.get("recoveries") or []]
+
+
+def _store(status: dict[str, Any], records: list[Recovery]) -> None:
+    status["recoveries"] = [r.to_dict() for r in records[-MAX_RECOVERIES:]]
+
+
+def record_detection(status: dict[str, Any], end: AttemptEnd, now: datetime) -> None:
+    """A new entry: attempt `end.attempt + 1` is to replace the one that ended."""
+    detected = Recovery(
+        attempt=end.attempt + 1, kind=end.kind, reason=end.reason, pod=end.pod, node=end.node,
+        detected_at=iso_precise(now),
+    )  # fmt: skip
+    _store(status, [*_records(status), detected])
+
+
+def record_gang_creation(
+    status: dict[str, Any],
+    attempt: int,
+    resume: ResumeTarget | None,
+    lookup: LookupResult | None,
+    now: datetime,
+) -> tuple[int, float | None] | None:
+    """Complete the entry of `attempt`: when its gang came back, from where, what was lost.
+
+    Returns the steps lost and what they cost to train again (None where the trainer's step
+    time is unknown), if the lost steps are known.
+    """
+    records = _records(status)
+    if not records or records[-1].attempt != attempt:
+        return None
+    last = replace(records[-1], gang_created_at=iso_precise(now))
+    if resume:
+        last = replace(last, resumed_from_step=resume.step)
+    lost: tuple[int, float | None] | None = None
+    if lookup and lookup.last_finished_step is not None:
+        steps = max(0, lookup.last_finished_step - (resume.step if resume else 0))
+        seconds = steps * lookup.step_seconds if lookup.step_seconds else None
+        last = replace(
+            last,
+            last_finished_step=lookup.last_finished_step,
+            lost_steps=steps,
+            lost_seconds=round(seconds, 1) if seconds is not None else None,
+        )
+        lost = (steps, seconds)
+    _store(status, [*records[:-1], last])
+    return lost
+
+
+def record_first_running(status: dict[str, Any], attempt: int, now: datetime) -> None:
+    """The entry of `attempt` learns when a pod of its gang first ran (once)."""
+    records = _records(status)
+    if records and records[-1].attempt == attempt and not records[-1].first_running_at:
+        _store(status, [*records[:-1], replace(records[-1], first_running_at=iso_precise(now))])

@@ -1,0 +1,119 @@
+"""The start of an attempt: wait out a back-off, find where to resume, create the gang.
+
+An attempt is started once no pod of an earlier one runs. Unless the job says
+`resume: never`, the pass first asks for a look at the checkpoint directory (the caller
+looks and decides again), then creates the gang resuming from what it found.
+"""
+
+from __future__ import annotations
+
+from ..api.reasons import EventType, Phase, Reason
+from ..api.spec import JobSpec, SpecError
+from ..api.status import LatestCheckpoint, ResumeFrom
+from ..api.timestamps import iso, parse_iso
+from ..launcher import gang
+from ..launcher.pods import Placement, ResumeTarget, attempt_name, desired_pods, desired_service
+from .lookup_backoff import lookup_backing_off, lookup_failed, lookup_succeeded
+from .plan import LookupResult, Pass
+from .recovery import record_gang_creation
+from .suspicion import suspect_checkpoint
+
+
+def explicit_resume(spec: JobSpec, attempt: int) -> str | None:
+    """The folder spec.checkpoint.resume names, for the first attempt; every later one
+    resumes from the newest complete checkpoint, which that first one went on writing."""
+    wanted = spec.checkpoint.resume
+    return wanted if attempt == 0 and wanted not in ("auto", "never") else None
+
+
+def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
+    status = p.status
+    restart_after = status.get("restartAfter")
+    if restart_after and p.now < parse_iso(restart_after):
+        p.requeue((parse_iso(restart_after) - p.now).total_seconds())
+        if status.get("phase") != Phase.RESTARTING:
+            p.phase(
+                Phase.RESTARTING, Reason.BACKOFF_AFTER_FAILURE, f"waiting until {restart_after}"
+            )
+        return
+    resume: ResumeTarget | None = None
+    if spec.checkpoint.resume != "never":
+        if lookup is None:
+            if not lookup_backing_off(p):
+                p.plan.needs_checkpoint_lookup = True
+            return
+        if lookup.failure is not None:
+            lookup_failed(p, lookup.failure)
+            return
+        lookup_succeeded(p)
+        if not _resume_target_accepted(p, spec, lookup):
+            return
+        resume = lookup.target
+    _create_gang(p, spec, resume, lookup)
+
+
+def _resume_target_accepted(p: Pass, spec: JobSpec, lookup: LookupResult) -> bool:
+    """Whether the lookup's answer can be resumed from: the folder the job names must be
+    complete, and the newest one must not be the one the last attempt crashed on."""
+    named = explicit_resume(spec, p.status["attempt"])
+    if named and lookup.target is None:
+        p.fail(Reason.INVALID_RESUME_TARGET, f"spec.checkpoint.resume names {named}, which is "
+               f"{lookup.detail}: no pod was created")  # fmt: skip
+        return False
+    suspect = None if named else suspect_checkpoint(p.status, lookup)
+    if suspect:
+        p.status["badCheckpoints"] = [*p.status.get("badCheckpoints", []), suspect.to_dict()]
+        p.event(EventType.WARNING, Reason.CHECKPOINT_MARKED_BAD, f"{suspect.path}: "
+                f"{suspect.reason}; resuming from an older one (the folder is kept)")  # fmt: skip
+        p.plan.needs_checkpoint_lookup = True
+        return False
+    return True
+
+
+def _create_gang(
+    p: Pass, spec: JobSpec, resume: ResumeTarget | None, lookup: LookupResult | None
+) -> None:
+    status, attempt = p.status, p.status["attempt"]
+    group = attempt_name(p.ref.name, attempt) if gang.wanted(spec, p.workload_api) else None
+    try:
+        pods = desired_pods(spec, p.ref, attempt, resume, Placement(group, p.queue))
+    except SpecError as exc:  # the template sets what this attempt's placement does
+        p.fail(Reason.INVALID_SPEC, str(exc))
+        return
+    except ValueError as exc:
+        p.fail(Reason.INVALID_RESUME_TARGET,
+               f"cannot resume from {resume.path if resume else '-'}: {exc}")  # fmt: skip
+        return
+    scheduling = gang.desired_objects(spec, p.ref, attempt) if group else []
+    p.plan.create = [desired_service(spec, p.ref), *scheduling, *pods]
+    if status.get("podGroup") and status["podGroup"] != group:
+        p.plan.delete_pod_groups = [status["podGroup"]]  # the last attempt's: its pods are gone
+    if group:
+        status["podGroup"] = group
+    else:
+        status.pop("podGroup", None)
+    status["attemptCreationTime"] = iso(p.now)
+    status.setdefault("startTime", iso(p.now))
+    status.pop("restartAfter", None)
+    if resume:
+        status["resumeFrom"] = ResumeFrom(resume.step, resume.path).to_dict()
+        where = f"resuming from {resume.path} (step {resume.step})"
+    else:
+        status.pop("resumeFrom", None)
+        where = "starting fresh"
+        if spec.checkpoint.resume == "never":
+            where += ": spec.checkpoint.resume is 'never'"
+        elif lookup is not None:
+            where += f": {lookup.detail or 'no complete checkpoint yet'}"
+        p.event(EventType.NORMAL, Reason.FRESH_START, f"attempt {attempt}: {where}")
+    if lookup and resume:
+        latest = LatestCheckpoint(resume.step, resume.path, spec.checkpoint.layout, iso(p.now))
+        status["latestCheckpoint"] = latest.to_dict()
+    p.lost = record_gang_creation(status, attempt, resume, lookup, p.now)
+    p.event(EventType.NORMAL, Reason.GANG_CREATED,
+            f"attempt {attempt}: created {spec.nnodes} pods, {where}")  # fmt: skip
+    if not status.get("phase") or status.get("phase") == Phase.SUSPENDED:
+        p.phase(
+            Phase.PENDING, Reason.GANG_CREATED, f"attempt {attempt}: waiting for its pods to run"
+        )
+    p.requeue(1)

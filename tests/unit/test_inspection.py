@@ -1,0 +1,103 @@
+"""The inspector pod, which reads a checkpoint volume the operator cannot mount, is created
+and removed by the pass's plan, like every other write, never while planning."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from builders import NOW, make_job
+from rljob_operator import constants as c
+from rljob_operator.reconcile.lookup import CheckpointFinder
+from rljob_operator.reconcile.run import plan_pass
+
+# No volume the operator reads itself: every look goes through an inspector pod.
+FINDER = CheckpointFinder(volumes={}, inspector_image="rljob-operator:test")
+NODES: dict = {}
+
+
+def job_with_volume(**status):
+    job = make_job(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpts"}}})
+    job["status"] = status
+    return job
+
+
+def first_inspector(job):
+    """The inspector pod the job's first pass creates."""
+    (pod,) = [o for o in plan_pass(job, [], NODES, FINDER, NOW).create if o["kind"] == "Pod"]
+    return pod
+
+
+def reported(pod, report, attempt=0):
+    """The inspector as the cache shows it once its container wrote `report` and exited."""
+    pod = copy.deepcopy(pod)
+    message = json.dumps(report)
+    state = {"terminated": {"exitCode": 0, "message": message}}
+    pod["status"] = {"phase": "Succeeded", "containerStatuses": [{"name": "i", "state": state}]}
+    return pod
+
+
+def test_a_look_that_needs_an_inspector_creates_it_in_the_plan_and_nothing_else():
+    plan = plan_pass(job_with_volume(), [], NODES, FINDER, NOW)
+
+    assert [o["metadata"]["name"] for o in plan.create] == ["grpo-inspect-a0"]
+    assert plan.create[0]["metadata"]["labels"][c.LABEL_ROLE] == c.ROLE_INSPECTOR
+    assert plan.delete == [] and plan.needs_checkpoint_lookup
+
+
+def test_a_running_inspector_is_waited_for_without_a_second_create():
+    job = job_with_volume()
+    running = dict(first_inspector(job), status={"phase": "Running"})
+
+    plan = plan_pass(job, [running], NODES, FINDER, NOW)
+
+    assert plan.create == [] and plan.delete == []
+
+
+def test_an_inspector_that_reported_is_read_then_deleted_by_the_plan_that_records_it():
+    job = job_with_volume()
+    report = {"found": True, "path": "/checkpoints/global_step_30", "step": 30,
+              "progress_step": 33}  # fmt: skip
+    done = reported(first_inspector(job), report)
+
+    plan = plan_pass(job, [done], NODES, FINDER, NOW)
+
+    assert plan.status["resumeFrom"] == {"step": 30, "path": "/checkpoints/global_step_30"}
+    assert [o["metadata"]["name"] for o in plan.create if o["kind"] == "Pod"] == [
+        "grpo-a0-n0", "grpo-a0-n1",
+    ]  # fmt: skip
+    assert plan.delete == ["grpo-inspect-a0"]
+
+
+def test_a_bad_checkpoint_found_by_an_inspector_is_recorded_and_the_next_look_waits_for_it_to_go():
+    """The checkpoint the last attempt crashed on is marked bad in this pass's status; the
+    next look needs a new inspector of the same name, created once the old one is gone."""
+    path = "/checkpoints/global_step_40"
+    job = job_with_volume(
+        attempt=1, failures=1, resumeFrom={"step": 40, "path": path},
+        lastEnd={"attempt": 0, "kind": "Failure", "reason": "ExitCode"},
+    )  # fmt: skip
+    done = reported(first_inspector(job), {"found": True, "path": path, "step": 40,
+                                           "progress_step": 40})  # fmt: skip
+    assert done["metadata"]["name"] == "grpo-inspect-a1"
+
+    plan = plan_pass(job, [done], NODES, FINDER, NOW)
+
+    assert [b["path"] for b in plan.status["badCheckpoints"]] == [path]
+    assert any(e.reason == "CheckpointMarkedBad" for e in plan.events)
+    assert plan.create == [] and plan.delete == ["grpo-inspect-a1"]
+
+    gone = plan_pass(dict(job, status=plan.status), [], NODES, FINDER, NOW)
+    (inspector,) = gone.create
+    assert inspector["spec"]["containers"][0]["command"][-2:] == ["--exclude", path]
+
+
+def test_an_inspector_of_an_earlier_attempt_is_deleted():
+    job = job_with_volume()
+    old = dict(first_inspector(job), status={"phase": "Running"})
+    job["status"] = {"attempt": 1, "failures": 1}
+
+    plan = plan_pass(job, [old], NODES, FINDER, NOW)
+
+    assert "grpo-inspect-a0" in plan.delete
+    assert [o["metadata"]["name"] for o in plan.create] == ["grpo-inspect-a1"]
