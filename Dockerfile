@@ -19,11 +19,11 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY contract ./contract
 COPY operator ./operator
-COPY trainer_image ./trainer_image
 COPY requirements/operator.lock ./requirements/
-# rljob itself, then every runtime dependency at the version in the lock file (`make lock`
-# resolves pyproject.toml's dependencies into it; the dev environment is constrained to it too).
-RUN pip wheel --no-deps --wheel-dir /wheels . \
+# The operator and the contract (not the trainer: no torch here), then every runtime
+# dependency at the version in the lock file (`make lock` resolves pyproject.toml's
+# dependencies into it; the dev environment is installed under it as a constraint too).
+RUN pip wheel --no-deps --wheel-dir /wheels ./contract . \
  && pip wheel --no-deps --wheel-dir /wheels -r requirements/operator.lock
 
 FROM ${BASE_IMAGE}

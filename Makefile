@@ -4,18 +4,23 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Reinstall whenever pyproject.toml or devtools/pyproject.toml changes.
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml devtools/pyproject.toml | sha1sum | cut -c1-12)
+# The four distributions: the operator (pyproject.toml), the contract, the trainer and the test
+# tooling. Reinstall whenever one of their pyproject.toml files or the lock file changes.
+PROJECTS := pyproject.toml contract/pyproject.toml trainer_image/pyproject.toml devtools/pyproject.toml
+LOCK := requirements/operator.lock
+STAMP := $(VENV)/.installed-$(shell cat $(PROJECTS) $(LOCK) | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 .PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries kueue-binaries host-deps lock cluster-up cluster-down clean chart-crds crd
 
 all: test
 
-$(STAMP): pyproject.toml devtools/pyproject.toml
+$(STAMP): $(PROJECTS) $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --progress-bar off -e '.[dev]' -e ./devtools
+	@# The operator's dependencies at the versions its image pins (the lock as a constraint).
+	$(BIN)/python -m pip install --progress-bar off -c $(LOCK) \
+	  -e ./contract -e ./trainer_image -e '.[dev]' -e ./devtools
 	@# RLinf declares its whole toolchain (ruff, pre-commit, uv, gsutil, swanlab, ...) as runtime
 	@# dependencies; the e2e tests need only its FSDP checkpoint code, whose imports torch and
 	@# verl's dependencies cover.
@@ -50,11 +55,13 @@ host-deps:
 ## The operator image's pinned dependencies, resolved from pyproject.toml.
 lock: venv
 	$(BIN)/uv pip compile pyproject.toml --python-version 3.11 \
-	  --python-platform x86_64-manylinux_2_28 --no-header --quiet -o requirements/operator.lock
+	  --python-platform x86_64-manylinux_2_28 --no-header --quiet \
+	  --no-emit-package rljob-contract -o $(LOCK)
 
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 	$(BIN)/hadolint Dockerfile trainer_image/Dockerfile
 
 fmt: venv

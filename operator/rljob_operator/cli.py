@@ -1,8 +1,9 @@
 """The `rljob` command: the operator and the checkpoint tools, plus installed plugin commands.
 
 A distribution adds a subcommand through the `rljob.commands` entry-point group, a
-function that takes the subparsers; the test tooling (rljob-devtools) adds `testenv`
-that way, so that the product never imports it.
+function that takes the subparsers, and one under `rljob ckpt` through
+`rljob.ckpt_commands`: the test tooling (rljob-devtools) adds `testenv`, and the trainer
+(rljob-trainer) `ckpt convert`, so that the operator imports neither.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 PLUGIN_GROUP = "rljob.commands"
+CKPT_PLUGIN_GROUP = "rljob.ckpt_commands"
+
+
+def _add_plugins(group: str, subparsers: argparse._SubParsersAction) -> None:
+    for plugin in sorted(entry_points(group=group), key=lambda e: e.name):
+        plugin.load()(subparsers)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from rljob_trainer.convert import register_convert
-
     from . import operator_cli
     from .checkpoints import cli as ckpt_cli
 
@@ -27,9 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     operator_cli.register(subparsers)
-    for plugin in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
-        plugin.load()(subparsers)
-    register_convert(ckpt_cli.register(subparsers))  # convert needs torch only when it runs
+    _add_plugins(PLUGIN_GROUP, subparsers)
+    _add_plugins(CKPT_PLUGIN_GROUP, ckpt_cli.register(subparsers))
     return parser
 
 

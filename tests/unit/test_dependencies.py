@@ -1,41 +1,90 @@
-"""Dependencies point one way: the trainer and the operator share only rljob_contract, and
-the contract imports neither of them (read from the sources, not from what happens to load)."""
+"""What each image installs, and that the operator's pins agree everywhere.
+
+The import direction between the packages is `make lint`'s (import-linter, contracts in
+pyproject.toml); these tests check the distributions the images install: their dependency
+closures as installed here, and the lock file that the operator image and the dev
+environment both install from.
+"""
 
 from __future__ import annotations
 
-import ast
+import re
+from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
+LOCK = REPO / "requirements" / "operator.lock"
 
 
-def imported_packages(package_dir: Path) -> set[str]:
-    found: set[str] = set()
-    for source in package_dir.rglob("*.py"):
-        for node in ast.walk(ast.parse(source.read_text(), str(source))):
-            if isinstance(node, ast.Import):
-                found |= {alias.name.split(".")[0] for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.add(node.module.split(".")[0])
-    return found
+def closure(name: str) -> set[str]:
+    """Every distribution that installing `name` brings, by its runtime requirements."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        current = canonicalize_name(todo.pop())
+        if current in seen:
+            continue
+        seen.add(current)
+        for text in distribution(current).requires or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name)
+    return seen
+
+
+def pins() -> dict[str, str]:
+    found = re.findall(r"^([A-Za-z0-9_.\-]+)==(\S+)", LOCK.read_text(), re.M)
+    return {canonicalize_name(name): pinned for name, pinned in found}
 
 
 @pytest.mark.parametrize(
-    ("package_dir", "forbidden"),
+    ("image_distribution", "absent"),
     [
-        ("trainer_image/rljob_trainer", {"rljob_operator", "rljob_testenv", "rljob_nodeagent"}),
-        (
-            "contract/rljob_contract",
-            {"rljob_operator", "rljob_trainer", "kopf", "kubernetes", "torch"},
-        ),
+        ("rljob", {"torch", "rljob-trainer", "rljob-devtools", "numpy"}),
+        ("rljob-trainer", {"rljob", "kopf", "kubernetes", "rljob-devtools"}),
+        ("rljob-contract", {"rljob", "rljob-trainer"}),
     ],
 )
-def test_a_package_does_not_import_what_it_must_not(package_dir, forbidden):
-    assert imported_packages(REPO / package_dir) & forbidden == set()
+def test_an_image_distribution_brings_only_its_own_runtime(image_distribution, absent):
+    assert closure(image_distribution) & absent == set()
 
 
-def test_the_trainer_and_the_operator_meet_in_the_contract():
-    assert "rljob_contract" in imported_packages(REPO / "trainer_image/rljob_trainer")
-    assert "rljob_contract" in imported_packages(REPO / "operator/rljob_operator")
+def test_the_contract_depends_on_nothing():
+    assert closure("rljob-contract") == {"rljob-contract"}
+
+
+def test_every_operator_dependency_is_pinned_in_the_lock_within_its_range():
+    locked = pins()
+    for name in closure("rljob") - {"rljob", "rljob-contract"}:
+        assert name in locked, f"{name} is not in {LOCK.name}: run `make lock`"
+    for text in distribution("rljob").requires or []:
+        requirement = Requirement(text)
+        if requirement.marker is None and canonicalize_name(requirement.name) in locked:
+            pinned = locked[canonicalize_name(requirement.name)]
+            assert requirement.specifier.contains(pinned), f"{requirement} vs {pinned}"
+
+
+def test_the_dev_environment_runs_the_operator_on_the_locked_versions():
+    for name, pinned in pins().items():
+        try:
+            installed = version(name)
+        except PackageNotFoundError:
+            continue  # pinned for another platform's marker, or only for the image
+        assert installed == pinned, f"{name}: {installed} installed, {pinned} locked"
+
+
+def test_the_operator_image_installs_only_from_the_lock():
+    dockerfile = (REPO / "Dockerfile").read_text()
+    installs = re.findall(r"pip (?:install|wheel)[^\n]*(?:\\\n[^\n]*)*", dockerfile)
+    assert installs, "the Dockerfile installs nothing"
+    for command in installs:
+        if "pip install" in command:
+            assert "--no-index" in command, command
+        else:
+            assert "--no-deps" in command and (
+                "-r requirements/operator.lock" in command or "./contract ." in command
+            ), command

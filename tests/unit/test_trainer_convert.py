@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+from rljob_operator.cli import build_parser
 from rljob_trainer.convert import main, register_convert
 
 
@@ -19,6 +20,13 @@ def test_register_convert_adds_a_subcommand_with_a_handler(tmp_path: Path) -> No
     )
     assert args.dcp_path == str(tmp_path / "x")
     assert args.handler(args) == 1  # no such checkpoint
+
+
+def test_the_rljob_command_gets_convert_from_the_trainers_entry_point(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["ckpt", "convert", "--dcp_path", str(tmp_path), "--output-path", str(tmp_path / "o")]
+    )
+    assert args.handler.__module__ == "rljob_trainer.convert"
 
 
 def test_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
