@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,11 +36,8 @@ from kubernetes import client, config  # noqa: E402
 from operator_process import OperatorProcess  # noqa: E402
 from rljob_contract.manifest import write_manifest  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
+from rljob_operator.api.timestamps import unix_seconds  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
-
-
-def parse_time(value: str) -> float:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -159,7 +155,7 @@ class Bench:
                 seen.setdefault("running", time.time())
             last = (self.job(name)["status"].get("recoveries") or [{}])[-1]
             if last.get("attempt") == new and last.get("gangCreatedAt"):
-                seen["recorded"] = parse_time(last["gangCreatedAt"])
+                seen["recorded"] = unix_seconds(last["gangCreatedAt"])
             return len(seen) == 3
 
         self.wait("the new gang", done, inspector=inspector)

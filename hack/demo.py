@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from rljob_operator.api.timestamps import unix_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "demo"
@@ -97,12 +98,6 @@ def parse_args() -> argparse.Namespace:
     if args.steps < 4 * (args.preemptions + 1):
         parser.error(f"--steps {args.steps} is too short for {args.preemptions} preemptions")
     return args
-
-
-def iso_to_unix(value: str | None) -> float | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 @dataclass
@@ -523,19 +518,19 @@ class Demo:
                 say(
                     f"  detected: {record['kind']} {record['reason']} of {record['pod']} on "
                     f"{record['node']}",
-                    at=iso_to_unix(record["detectedAt"]),
+                    at=unix_seconds(record["detectedAt"]),
                 )
             if "gone" not in seen.shown and not of(old):
                 seen.shown.add("gone")
                 # The operator creates the new gang only once the old one is gone.
-                created = iso_to_unix(record.get("gangCreatedAt"))
+                created = unix_seconds(record.get("gangCreatedAt"))
                 seen.gone = min(self.polled, created) if created else self.polled
                 say(
                     f"  old gang gone: every pod of attempt {old} stopped and deleted", at=seen.gone
                 )
             if "target" not in seen.shown and record.get("gangCreatedAt"):
                 seen.shown.add("target")
-                created = iso_to_unix(record["gangCreatedAt"]) or time.time()
+                created = unix_seconds(record["gangCreatedAt"]) or time.time()
                 timeline = self.screen.timeline
                 for i, (moment, text) in enumerate(timeline):  # gone before it was created
                     if text.startswith("  old gang gone") and f"attempt {old} " in text:
@@ -545,14 +540,14 @@ class Demo:
                     f"  resume target: {where} (step {record.get('resumedFromStep')}; last "
                     f"finished step {record.get('lastFinishedStep')}, {record.get('lostSteps')} "
                     f"steps lost)",
-                    at=iso_to_unix(record["gangCreatedAt"]),
+                    at=unix_seconds(record["gangCreatedAt"]),
                 )
             if "running" not in seen.shown and record.get("firstRunningAt"):
                 seen.shown.add("running")
                 nodes = sorted({p.spec.node_name for p in of(new) if p.spec.node_name})
                 say(
                     f"  new gang (attempt {new}) running on {', '.join(nodes)}",
-                    at=iso_to_unix(record["firstRunningAt"]),
+                    at=unix_seconds(record["firstRunningAt"]),
                 )
                 self.core.delete_namespaced_pod(
                     f"urgent-{seen.index + 1}", NAMESPACE, grace_period_seconds=0
@@ -562,7 +557,7 @@ class Demo:
                 seen.shown.add("trained")
                 times = [e["time"] for (a, _), e in self.seen.items() if a == new]
                 seen.first_step = min(times) if times else time.time()
-                since = seen.first_step - (iso_to_unix(record["detectedAt"]) or seen.first_step)
+                since = seen.first_step - (unix_seconds(record["detectedAt"]) or seen.first_step)
                 say(f"  training again: step {progress['step']}, {since:.1f}s after detection")
 
     # ------------------------------------------------------------------ the reference
@@ -654,7 +649,7 @@ class Demo:
     ) -> str:
         status = job["status"]
         start = self.submitted
-        done = iso_to_unix(status.get("completionTime")) or time.time()
+        done = unix_seconds(status.get("completionTime")) or time.time()
         lines = [
             "",
             "=" * 78,
@@ -672,9 +667,9 @@ class Demo:
         lines += ["", "recoveries:"]
         for seen in self.recoveries:
             r = seen.record
-            detected = iso_to_unix(r.get("detectedAt"))
-            running = iso_to_unix(r.get("firstRunningAt"))
-            created = iso_to_unix(r.get("gangCreatedAt"))
+            detected = unix_seconds(r.get("detectedAt"))
+            running = unix_seconds(r.get("firstRunningAt"))
+            created = unix_seconds(r.get("gangCreatedAt"))
             lines.append(
                 f"  {seen.index + 1}. {r.get('reason')} of {r.get('pod')} on {r.get('node')}: last "
                 f"finished step {r.get('lastFinishedStep')}, resumed from step "

@@ -1,10 +1,11 @@
 """The contract between the operator and the trainer processes it launches.
 
 The one package that both rljob_operator and rljob_trainer import, so that the trainer
-never imports the operator. It holds these names, `manifest` (the seal the rljob trainer
-writes last into every checkpoint and the operator checks) and `untrusted` (parsing JSON
-read from a checkpoint volume). An environment variable, an annotation or an exit code is
-spelled here once. Nothing here imports kopf, kubernetes or torch.
+never imports the operator. It holds these names, `steps` (the `global_step_N` folder
+names), `manifest` (the seal the rljob trainer writes last into every checkpoint and the
+operator checks) and `untrusted` (parsing JSON read from a checkpoint volume). An
+environment variable, an annotation or an exit code is spelled here once. Nothing here
+imports kopf, kubernetes or torch.
 """
 
 from __future__ import annotations
@@ -36,4 +37,3 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 # Written by rank 0 next to the global_step_N folders after every finished step.
 PROGRESS_FILE_NAME = "progress.json"
-STEP_DIR_PREFIX = "global_step_"

@@ -29,6 +29,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+from rljob_operator.api.timestamps import iso, iso_precise
 
 from . import procs
 from .render import (
@@ -50,8 +51,6 @@ from .render import (
     local_path,
     node_conditions,
     node_manifest,
-    now_iso,
-    now_micro,
     pending_status,
     pod_address,
     readiness_probe,
@@ -155,7 +154,7 @@ class NodeAgent:
         self._finished: set[str] = set()
         self._threads: list[threading.Thread] = []
         self._responses: list[Any] = []
-        self._ready_since = now_iso()
+        self._ready_since = iso()
         self._stop_grace = 5.0
         self.node_uid = ""
 
@@ -268,7 +267,7 @@ class NodeAgent:
 
     def _renew_lease(self) -> None:
         leases = client.CoordinationV1Api(self.api)
-        body = lease_manifest(self.node, self.node_uid, now_micro())
+        body = lease_manifest(self.node, self.node_uid, iso_precise())
         try:
             leases.patch_namespaced_lease(
                 self.node, "kube-node-lease", {"spec": {"renewTime": body["spec"]["renewTime"]}}
@@ -286,7 +285,7 @@ class NodeAgent:
             try:
                 self.core.patch_node_status(
                     self.node,
-                    {"status": {"conditions": node_conditions(now_iso(), self._ready_since)}},
+                    {"status": {"conditions": node_conditions(iso(), self._ready_since)}},
                 )
                 self._renew_lease()
             except ApiException as exc:
@@ -583,13 +582,13 @@ class PodWorker:
             return
         if self._was_started_elsewhere(pod):
             lost = "the node agent restarted and lost the container"
-            self._report_exit(Exit(137, "ContainerStatusUnknown", lost, None, now_iso()))
+            self._report_exit(Exit(137, "ContainerStatusUnknown", lost, None, iso()))
             self._await_deletion()
             return
         if self._deleting():
             self._final_delete()
             return
-        self._patch_status(pending_status(pod, now_iso(), self.address))
+        self._patch_status(pending_status(pod, iso(), self.address))
         try:
             try:
                 prepared = self._prepare(pod)
@@ -604,7 +603,7 @@ class PodWorker:
             } for c in pod["spec"]["containers"]]}})  # fmt: skip
             self._await_deletion()
             return
-        started_at = now_iso()
+        started_at = iso()
         log_path = self.agent.log_path(self.namespace, self.name)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -620,7 +619,7 @@ class PodWorker:
                 )
         except OSError as exc:
             self._report_exit(Exit(128, "StartError", f"cannot start {prepared.argv[0]}: {exc}",
-                                   None, now_iso()))  # fmt: skip
+                                   None, iso()))  # fmt: skip
             self._await_deletion()
             return
         container_id = f"rljob-nodeagent://{self.agent.node}/{self.process.pid}"
@@ -640,7 +639,7 @@ class PodWorker:
 
         def report(now_ready: bool) -> None:
             self._patch_status(running_status(
-                self.pod or pod, started_at, container_id, self.address, now_ready, now_iso()
+                self.pod or pod, started_at, container_id, self.address, now_ready, iso()
             ))  # fmt: skip
 
         prober = ReadinessProber(prepared, ready, report)
@@ -649,7 +648,7 @@ class PodWorker:
             return  # the machine is gone or switched off: nobody reports
         assert self.process.returncode is not None
         code = exit_code(self.process.returncode)
-        self.record.exit_code, self.record.finished_at = code, now_iso()
+        self.record.exit_code, self.record.finished_at = code, iso()
         self.record.ended_by = ended_by
         message = termination_message(
             _read(prepared.termination_file),
@@ -723,7 +722,7 @@ class PodWorker:
     def _mark_end(self, ended_by: str) -> None:
         if self.record is not None and self.process is not None:
             self.record.exit_code = exit_code(self.process.returncode or 0)
-            self.record.finished_at = now_iso()
+            self.record.finished_at = iso()
             self.record.ended_by = ended_by
 
     # ------------------------------------------------------------------ volumes and env

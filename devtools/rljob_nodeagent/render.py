@@ -26,10 +26,10 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rljob_operator.api.timestamps import iso
 from rljob_testenv.cluster import GPU_LABELS, NodeShape
 
 LOOPBACK = "127.0.0.1"
@@ -69,15 +69,6 @@ def pod_address(uid: str) -> str:
     """
     digest = hashlib.sha256(uid.encode()).digest()
     return f"10.88.{digest[0]}.{1 + digest[1] % 254}"
-
-
-def now_iso(moment: datetime | None = None) -> str:
-    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def now_micro(moment: datetime | None = None) -> str:
-    """MicroTime, as a Lease's renewTime wants it."""
-    return (moment or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # --------------------------------------------------------------------------- field references
@@ -552,7 +543,7 @@ def node_manifest(
     name: str, shape: NodeShape, labels: Mapping[str, str] | None = None, now: str | None = None
 ) -> dict[str, Any]:
     """A GPU Node that kwok leaves alone (no kwok annotation): the agent is its kubelet."""
-    moment = now or now_iso()
+    moment = now or iso()
     return {
         "apiVersion": "v1",
         "kind": "Node",

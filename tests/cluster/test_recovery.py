@@ -21,6 +21,7 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from rljob_contract.manifest import write_manifest
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
+from rljob_operator.api.timestamps import parse_iso
 from rljob_testenv import cluster
 from test_job_lifecycle import event_reasons, finish, get_job, phase_is, running_pods, trainer_pods
 
@@ -419,7 +420,7 @@ def test_inspector_pods_that_crash_or_never_end_back_off_and_say_why(
             return (status.get("checkpointLookup") or {}).get("failures") == failures and status
 
         state = wait_for(recorded, 30, f"failure {failures} recorded")
-        retry_after = datetime.fromisoformat(state["checkpointLookup"]["retryAfter"])
+        retry_after = parse_iso(state["checkpointLookup"]["retryAfter"])
         wait_for(lambda: read_pod(core, namespace, "grpo-inspect-a0") is None, 30, "the pod gone")
 
     assert "DeadlineExceeded" in event_messages(core, namespace, "CheckpointLookupFailed")[0]

@@ -21,6 +21,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
+from rljob_operator.api.timestamps import parse_iso
 from tiny_trainer import EXACT_METRICS, TINY
 
 REPO = Path(__file__).resolve().parents[2]
@@ -275,12 +276,7 @@ def attempts_of(records, job: str) -> dict[int, list]:
 def _seconds(start: str | None, end: str | None) -> str:
     if not start or not end:
         return "?"
-    from datetime import datetime
-
-    def parse(value: str) -> datetime:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-    return f"{(parse(end) - parse(start)).total_seconds():.1f}s"
+    return f"{(parse_iso(end) - parse_iso(start)).total_seconds():.1f}s"
 
 
 def verify_rljob_run(

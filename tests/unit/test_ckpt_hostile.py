@@ -8,8 +8,8 @@ import os
 import tracemalloc
 
 from ckpt_trees import build_dcp, build_rljob, build_verl_fsdp, snapshot, write_text
+from rljob_contract.steps import MAX_STEP, parse_step
 from rljob_operator.checkpoints import find_latest, verify_folder
-from rljob_operator.checkpoints.candidates import MAX_STEP, parse_step
 from rljob_operator.checkpoints.dcp import MAX_ARGUMENT_BYTES
 from test_ckpt_cli import run
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from ckpt_trees import build_dcp, build_rljob, build_verl_fsdp, snapshot, write_text, write_tracker
+from rljob_contract.steps import parse_step
 from rljob_operator.checkpoints import (
     CheckpointInputError,
     Status,
@@ -20,7 +21,6 @@ from rljob_operator.checkpoints import (
     probe,
     verify_folder,
 )
-from rljob_operator.checkpoints.candidates import parse_step
 
 
 @pytest.mark.parametrize(

@@ -7,19 +7,19 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 from rljob_contract.manifest import MANIFEST_NAME, write_manifest
+from rljob_contract.steps import parse_step
 from rljob_trainer.checkpoint import (
     choose_checkpoints_to_delete,
     incomplete_reason,
     list_checkpoints,
     newest_complete,
-    step_of,
 )
 
 
-def test_step_of_recognises_only_step_folders() -> None:
-    assert step_of("global_step_150") == 150
+def test_the_step_folder_pattern_recognises_only_step_folders() -> None:
+    assert parse_step("global_step_150") == 150
     for name in ("global_step_", "global_step_1a", "global_step_1.tmp", "step_1", "latest"):
-        assert step_of(name) is None
+        assert parse_step(name) is None
 
 
 def test_retention_keeps_the_newest_complete() -> None:
@@ -45,7 +45,7 @@ def test_retention_properties(folders: dict[int, bool], keep: int) -> None:
     entries = [(f"global_step_{s}", ok) for s, ok in folders.items()] + [("notes", True)]
     deleted = choose_checkpoints_to_delete(entries, keep)
     complete = sorted(s for s, ok in folders.items() if ok)
-    deleted_steps = [step_of(name) for name in deleted]
+    deleted_steps = [parse_step(name) for name in deleted]
     assert all(folders[s] for s in deleted_steps)  # never an incomplete one
     assert len(deleted) == (max(0, len(complete) - keep) if keep else 0)
     if complete:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import time
@@ -31,8 +30,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from rljob_contract import STEP_DIR_PREFIX
 from rljob_contract.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from rljob_contract.steps import parse_step, step_dir_name
 from safetensors.torch import save_file
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -55,21 +54,9 @@ ENV_TEST_KILL_BEFORE_MANIFEST = "RLJOB_TRAINER_TEST_KILL_BEFORE_MANIFEST"
 # to stand for a large model whose save outlasts torchrun's default 30 s shutdown timeout.
 ENV_TEST_SLOW_STOP_SAVE = "RLJOB_TRAINER_TEST_SLOW_STOP_SAVE_SECONDS"
 
-_STEP_DIR = re.compile(re.escape(STEP_DIR_PREFIX) + r"(\d+)")
-
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be used, with the reason and the folder in the message."""
-
-
-def step_dir_name(step: int) -> str:
-    return f"{STEP_DIR_PREFIX}{step}"
-
-
-def step_of(name: str) -> int | None:
-    """The step of a `global_step_N` folder name, None for any other name."""
-    match = _STEP_DIR.fullmatch(name)
-    return int(match.group(1)) if match else None
 
 
 def incomplete_reason(folder: Path) -> str | None:
@@ -105,7 +92,7 @@ def list_checkpoints(checkpoint_dir: Path) -> list[tuple[str, bool]]:
     return [
         (p.name, incomplete_reason(p) is None)
         for p in checkpoint_dir.iterdir()
-        if p.is_dir() and step_of(p.name) is not None
+        if p.is_dir() and parse_step(p.name) is not None
     ]
 
 
@@ -113,7 +100,7 @@ def newest_complete(checkpoint_dir: Path) -> Path | None:
     complete = [name for name, ok in list_checkpoints(checkpoint_dir) if ok]
     if not complete:
         return None
-    return checkpoint_dir / max(complete, key=lambda name: step_of(name) or 0)
+    return checkpoint_dir / max(complete, key=lambda name: parse_step(name) or 0)
 
 
 def choose_checkpoints_to_delete(entries: Iterable[tuple[str, bool]], keep: int) -> list[str]:
@@ -126,7 +113,7 @@ def choose_checkpoints_to_delete(entries: Iterable[tuple[str, bool]], keep: int)
     if keep <= 0:
         return []
     complete = sorted(
-        ((step_of(name), name) for name, ok in entries if ok and step_of(name) is not None),
+        ((parse_step(name), name) for name, ok in entries if ok and parse_step(name) is not None),
         reverse=True,
     )
     return [name for _, name in sorted(complete[keep:])]

@@ -9,16 +9,12 @@ are actually judged.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CheckpointInputError
+from rljob_contract.steps import parse_step
 
-_NAME = re.compile(r"global_step_([0-9]+)")
-# A step must fit the int64 of a Kubernetes integer (status.resumeFrom.step); a folder named
-# with a larger one is no checkpoint of any trainer, and is passed over like any other name.
-MAX_STEP = 2**63 - 1
+from .errors import CheckpointInputError
 
 
 @dataclass(frozen=True)
@@ -32,15 +28,6 @@ class Candidate:
     def path(self) -> Path:
         """Absolute, without a trailing slash; built on demand (10,000 joins cost 0.1 s)."""
         return self.root / self.name
-
-
-def parse_step(name: str) -> int | None:
-    """The N of `global_step_N` (leading zeros allowed, N <= MAX_STEP), else None."""
-    match = _NAME.fullmatch(name)
-    if not match or len(match.group(1).lstrip("0")) > len(str(MAX_STEP)):
-        return None
-    step = int(match.group(1))
-    return step if step <= MAX_STEP else None
 
 
 def resolve_directory(directory: str | os.PathLike[str]) -> Path:

@@ -12,7 +12,7 @@ import shlex
 from pathlib import PurePosixPath
 from string import Formatter
 
-from .candidates import parse_step
+from rljob_contract.steps import parse_step
 
 FRAMEWORKS = ("rljob", "rlinf", "verl", "custom")
 # Characters a Hydra/OmegaConf override value may carry unquoted without changing meaning.

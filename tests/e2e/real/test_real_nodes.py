@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +40,10 @@ from e2e_steps import (
 )
 from kube_steps import wait_for
 from kubernetes import client
+from rljob_contract.steps import parse_step
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
-from rljob_operator.checkpoints.candidates import parse_step
+from rljob_operator.api.timestamps import unix_seconds
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE
 from tiny_trainer import EXACT_METRICS
 
@@ -115,19 +115,15 @@ def delete_job(real_api, namespace: str, name: str) -> None:
     )
 
 
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-
-
 def report_recovery(title: str, job: dict[str, Any], checkpoints: Path) -> None:
     """Detection -> new gang created -> Running -> first training step, for the session summary."""
     recovery = job["status"]["recoveries"][0]
-    detected = _epoch(recovery["detectedAt"])
+    detected = unix_seconds(recovery["detectedAt"])
     steps = [m for m in read_metrics(checkpoints.parent / "metrics.jsonl")
              if m.get("attempt") == recovery["attempt"]]  # fmt: skip
     marks = [
-        ("gang created", _epoch(recovery["gangCreatedAt"])),
-        ("Running", _epoch(recovery["firstRunningAt"])),
+        ("gang created", unix_seconds(recovery["gangCreatedAt"])),
+        ("Running", unix_seconds(recovery["firstRunningAt"])),
         ("first step", steps[0]["time"] if steps else float("nan")),
     ]
     line = ", ".join(f"{what} +{at - detected:.1f}s" for what, at in marks)
