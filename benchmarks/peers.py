@@ -46,13 +46,13 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from kube_steps import bind_claim, wait_for  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
-from operator_process import OperatorProcess  # noqa: E402
 from recovery_latency import percentile, seed_checkpoint  # noqa: E402
 from rljob_nodeagent import AgentPool, claim_dir  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.reasons import Phase  # noqa: E402
 from rljob_operator.api.timestamps import parse_iso  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
+from rljob_testenv.operator_process import OperatorProcess  # noqa: E402
 from rljob_testenv.peers import JobSetController, TrainingOperator  # noqa: E402
 from urllib3.exceptions import ProtocolError  # noqa: E402
 

@@ -29,11 +29,11 @@ sys.path.insert(0, str(REPO / "tests"))
 import peers  # noqa: E402
 from kube_steps import bind_claim, wait_for  # noqa: E402
 from kubernetes import client, config  # noqa: E402
-from operator_process import OperatorProcess  # noqa: E402
 from recovery_latency import seed_checkpoint  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.timestamps import parse_iso  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
+from rljob_testenv.operator_process import OperatorProcess  # noqa: E402
 from rljob_testenv.peers import JobSetController  # noqa: E402
 
 KWOK_NODES = {"type": "kwok"}

@@ -33,11 +33,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from kubernetes import client, config  # noqa: E402
-from operator_process import OperatorProcess  # noqa: E402
 from rljob_contract.manifest import write_manifest  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.timestamps import unix_seconds  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
+from rljob_testenv.operator_process import OperatorProcess  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

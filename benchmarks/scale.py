@@ -41,11 +41,11 @@ sys.path.insert(0, str(REPO / "tests"))
 import yaml  # noqa: E402
 from kube_steps import bind_claim  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
-from operator_process import OperatorProcess  # noqa: E402
 from recovery_latency import job_manifest, percentile  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.reasons import Phase  # noqa: E402
 from rljob_testenv import binaries, cluster  # noqa: E402
+from rljob_testenv.operator_process import OperatorProcess  # noqa: E402
 
 NAMESPACE = "scale"
 PEERING_CRD = REPO / "charts" / "rljob-operator" / "crds" / "kopf.dev_kopfpeerings.yaml"

@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -159,7 +158,7 @@ class AgentNodes:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.agents: Any = None
-        self.operator: subprocess.Popen | None = None
+        self.operator: Any = None  # an OperatorProcess, once started
 
     def up(self, cluster: Any, name: str, say: Callable[[str], None]) -> Path:
         from rljob_testenv import binaries
@@ -183,35 +182,13 @@ class AgentNodes:
         return folder
 
     def start_operator(self, kubeconfig: Path, folder: Path) -> None:
-        log = (self.out / "operator.log").open("ab")
-        env = dict(
-            os.environ,
-            KUBECONFIG=str(kubeconfig),
-            PYTHONUNBUFFERED="1",
+        from rljob_testenv.operator_process import OperatorProcess
+
+        self.operator = OperatorProcess(
+            kubeconfig, NAMESPACE, self.out / "operator.log",
             RLJOB_CHECKPOINT_VOLUMES=f"{CLAIM}={folder}",
-        )
-        self.operator = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rljob_operator",
-                "operator",
-                "--standalone",
-                "--namespace",
-                NAMESPACE,
-                "--metrics-port",
-                "0",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        while "rljob operator started" not in (self.out / "operator.log").read_text():
-            if self.operator.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the operator did not start; see {self.out / 'operator.log'}")
-            time.sleep(0.2)
+        )  # fmt: skip
+        self.operator.start()
 
     def urgent_container(self) -> dict[str, Any]:
         return {"name": "urgent", "image": "example.invalid/urgent:1"}
@@ -225,13 +202,8 @@ class AgentNodes:
 
         if self.agents is not None:
             self.agents.stop()
-        if self.operator is not None and self.operator.poll() is None:
-            os.killpg(self.operator.pid, signal.SIGTERM)
-            try:
-                self.operator.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.operator.pid, signal.SIGKILL)
-                self.operator.wait()
+        if self.operator is not None:
+            self.operator.stop()
         left = [p for node in self.nodes for p in live_processes(node)]
         return f"operator and node agents stopped, {len(left)} pod processes left"
 

@@ -96,6 +96,6 @@ def crd(cluster_name: str) -> str:
 @pytest.fixture
 def operator(kubeconfig: Path, namespace: str, crd: str, tmp_path: Path):
     """`rljob operator` as a real process watching the test's namespace; restartable."""
-    from operator_process import OperatorProcess, run_operator
+    from rljob_testenv.operator_process import OperatorProcess, run_operator
 
     yield from run_operator(OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log"))

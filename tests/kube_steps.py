@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from rljob_testenv.ports import free_port as free_port  # the tests' helpers, in one place
 
 T = TypeVar("T")
 
@@ -88,12 +88,6 @@ def release(core: client.CoreV1Api, namespace: str, name: str) -> None:
     except ApiException as exc:
         if exc.status != 404:
             raise
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def bind_claim(core: client.CoreV1Api, namespace: str, claim: str = "ckpts") -> str:

@@ -22,12 +22,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from rljob_operator.api.timestamps import iso, iso_precise
 
@@ -105,21 +105,6 @@ def _json(response: Any) -> Any:
     return json.loads(response.data)
 
 
-def _events(response: Any) -> Iterator[dict[str, Any]]:
-    """The JSON lines of a watch response, as they arrive."""
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            if line.strip():
-                yield json.loads(line)
-
-
-class _Expired(Exception):
-    """The watch's resourceVersion is too old: list again."""
-
-
 class NodeAgent:
     """One node. `start()` registers it and waits until it is Ready; `stop()` ends its pods'
     processes (SIGTERM, then SIGKILL after `grace` seconds) and, by default, deletes the Node."""
@@ -152,8 +137,8 @@ class NodeAgent:
         self._lock = threading.Lock()
         self._workers: dict[str, PodWorker] = {}
         self._finished: set[str] = set()
-        self._threads: list[threading.Thread] = []
-        self._responses: list[Any] = []
+        self._heartbeat: threading.Thread | None = None
+        self._watches: list[watch.Watch] = []
         self._ready_since = iso()
         self._stop_grace = 5.0
         self.node_uid = ""
@@ -162,14 +147,17 @@ class NodeAgent:
     def start(self, wait: bool = True, timeout: float = 60.0) -> NodeAgent:
         self.root.mkdir(parents=True, exist_ok=True)
         self._register()
-        for target, name in (
-            (self._heartbeat_loop, "heartbeat"),
-            (self._node_watch_loop, "node-watch"),
-            (self._pod_watch_loop, "pod-watch"),
-        ):
-            thread = threading.Thread(target=target, name=f"{self.node}-{name}", daemon=True)
+        threads = [
+            threading.Thread(target=target, name=f"{self.node}-{name}", daemon=True)
+            for target, name in (
+                (self._heartbeat_loop, "heartbeat"),
+                (self._node_watch_loop, "node-watch"),
+                (self._pod_watch_loop, "pod-watch"),
+            )
+        ]
+        for thread in threads:
             thread.start()
-            self._threads.append(thread)
+        self._heartbeat = threads[0]  # the watches are not waited for: see stop
         if wait:
             self.wait_ready(timeout)
         return self
@@ -211,8 +199,10 @@ class NodeAgent:
                 client.CoordinationV1Api(self.api).delete_namespaced_lease(
                     self.node, "kube-node-lease"
                 )
-        for thread in self._threads:
-            thread.join(2)
+        # The watch threads end at their next event or the server's timeout, acting on
+        # nothing after this; only the heartbeat is waited for.
+        if self._heartbeat is not None:
+            self._heartbeat.join(2)
 
     def live_processes(self) -> list[int]:
         return procs.live_processes(self.node)
@@ -311,66 +301,55 @@ class NodeAgent:
 
     # ------------------------------------------------------------------ watches
     def _close_watches(self) -> None:
-        for response in list(self._responses):
-            with contextlib.suppress(Exception):
-                response.shutdown()
-            with contextlib.suppress(Exception):
-                response.close()
+        """Each watch ends at its next event or server timeout, and acts on nothing more."""
+        for follow in list(self._watches):
+            follow.stop()
 
     def _done(self) -> bool:
         return self.stopping.is_set() or self.gone.is_set()
 
     def _watch(
         self,
-        call: Callable[..., Any],
+        list_call: Callable[..., Any],
+        selector: str,
         on_list: Callable[[list[dict[str, Any]]], None],
         on_event: Callable[[str, dict[str, Any]], None],
-        what: str,
     ) -> None:
-        """List, then watch from the list's version; list again after an error or expiry."""
+        """List, then follow the kubernetes client's Watch from the list's version (every
+        event and bookmark moves it on); list again when it has expired (410) or after an
+        error. The handlers get the objects as the API server sent them (dicts)."""
         while not self._done():
             try:
-                listed = _json(call(_preload_content=False))
-                version = listed["metadata"]["resourceVersion"]
+                listed = _json(list_call(field_selector=selector, _preload_content=False))
                 on_list(listed["items"])
-                while not self._done():
-                    response = call(
-                        watch=True,
-                        resource_version=version,
-                        allow_watch_bookmarks=True,
-                        timeout_seconds=30,
-                        _preload_content=False,
-                        _request_timeout=(10, 60),
-                    )
-                    self._responses.append(response)
-                    try:
-                        for event in _events(response):
-                            kind, obj = event.get("type"), event.get("object") or {}
-                            if kind == "ERROR":
-                                if obj.get("code") == 410:
-                                    raise _Expired
-                                raise RuntimeError(obj.get("message", "watch error"))
-                            version = obj["metadata"]["resourceVersion"]
-                            if kind != "BOOKMARK":
-                                on_event(kind, obj)
+                follow = watch.Watch()
+                follow.resource_version = listed["metadata"]["resourceVersion"]
+                self._watches.append(follow)
+                try:
+                    while not self._done():
+                        for event in follow.stream(
+                            list_call,
+                            field_selector=selector,
+                            resource_version=follow.resource_version,
+                            allow_watch_bookmarks=True,
+                            timeout_seconds=30,
+                            _request_timeout=(10, 60),
+                        ):
                             if self._done():
-                                break
-                    finally:
-                        self._responses.remove(response)
-                        with contextlib.suppress(Exception):
-                            response.release_conn()
-            except _Expired:
-                continue
+                                return
+                            if event["type"] != "BOOKMARK":
+                                on_event(event["type"], event["raw_object"])
+                finally:
+                    self._watches.remove(follow)
             except Exception as exc:
                 if self._done():
                     return
-                log.debug("node %s: %s watch restarts: %s", self.node, what, exc)
-                time.sleep(1)
+                expired = isinstance(exc, ApiException) and exc.status == 410
+                if not expired:
+                    log.debug("node %s: the watch of %s restarts: %s", self.node, selector, exc)
+                    time.sleep(1)
 
     def _node_watch_loop(self) -> None:
-        def call(**kwargs: Any) -> Any:
-            return self.core.list_node(field_selector=f"metadata.name={self.node}", **kwargs)
-
         def on_list(items: list[dict[str, Any]]) -> None:
             if not items:
                 self._vanish("its Node object is gone")
@@ -379,14 +358,9 @@ class NodeAgent:
             if kind == "DELETED":
                 self._vanish("its Node object was deleted")
 
-        self._watch(call, on_list, on_event, "node")
+        self._watch(self.core.list_node, f"metadata.name={self.node}", on_list, on_event)
 
     def _pod_watch_loop(self) -> None:
-        def call(**kwargs: Any) -> Any:
-            return self.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={self.node}", **kwargs
-            )
-
         def on_list(items: list[dict[str, Any]]) -> None:
             seen = {p["metadata"]["uid"] for p in items}
             for pod in items:
@@ -396,7 +370,8 @@ class NodeAgent:
             for worker in missing:
                 worker.update(None)
 
-        self._watch(call, on_list, self._on_pod, "pod")
+        pods = self.core.list_pod_for_all_namespaces
+        self._watch(pods, f"spec.nodeName={self.node}", on_list, self._on_pod)
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         uid = pod["metadata"]["uid"]

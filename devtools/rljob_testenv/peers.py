@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from . import binaries, pki
+from .ports import free_port
 from .processes import kill_all
 
 JOBSET, TRAINING_OPERATOR = binaries.PEER_COMPONENTS
@@ -35,12 +36,6 @@ TRAINING_OPERATOR_CA = "training-operator-ca"  # its rotator checks the CA by th
 
 class PeerError(RuntimeError):
     """A peer could not be set up or did not become ready; the message says why."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def local_webhooks(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 import uuid
 
 import pytest
@@ -33,11 +32,11 @@ from chart_helpers import (
     render,
     service_account_kubeconfig,
 )
-from kube_steps import wait_for
+from kube_steps import free_port, wait_for
 from kubernetes import client
-from operator_process import OperatorProcess, delete_jobs_and_wait, free_port
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
+from rljob_testenv.operator_process import OperatorProcess, delete_jobs_and_wait
 from test_job_lifecycle import finish, get_job, trainer_pods
 from test_recovery import assert_one_recovery_from_step_20, job_body, resumed_gang, start
 
@@ -287,7 +286,6 @@ def operators(cluster_name, namespace, release, tmp_path):
         process = OperatorProcess(
             kubeconfig, namespace, tmp_path / f"{name}.log", args=flags, POD_ID=name, **env
         )
-        process.health_port = port
         started.append(process)
         process.start()
         return process
@@ -306,11 +304,6 @@ def operators(cluster_name, namespace, release, tmp_path):
 def evict(core, namespace, name):
     core.create_namespaced_pod_eviction(name, namespace, client.V1Eviction(
         metadata=client.V1ObjectMeta(name=name, namespace=namespace)))  # fmt: skip
-
-
-def healthy(process):
-    with urllib.request.urlopen(f"http://127.0.0.1:{process.health_port}/healthz") as reply:
-        return reply.status == 200
 
 
 PERMISSION_TROUBLE = re.compile(
@@ -339,7 +332,7 @@ def test_the_operator_recovers_a_job_with_exactly_the_charts_rbac_and_names_a_mi
     whoami = kubectl(cluster_name, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}",
                      kubeconfig=operator.kubeconfig).stdout  # fmt: skip
     assert whoami == f"system:serviceaccount:{namespace}:{ACCOUNT}"
-    assert healthy(operator)
+    assert operator.healthy()
 
     pods = start(api_client, core, namespace, job_body(nodes, ttlSecondsAfterFinished=0))
     evict(core, namespace, pods[1].metadata.name)
@@ -424,7 +417,7 @@ def test_of_two_replicas_one_acts_and_the_other_takes_over_when_it_dies(
     assert_one_recovery_from_step_20(job, new_pods, {"EvictionByEvictionAPI"})
     assert handled(first) and not handled(second), second.log()
     assert (preemptions(first), preemptions(second)) == (1, 0)
-    assert healthy(first) and healthy(second)  # the waiting replica passes its probes too
+    assert first.healthy() and second.healthy()  # the waiting replica passes its probes too
 
     first.kill()
     wait_for(

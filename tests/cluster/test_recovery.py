@@ -16,13 +16,13 @@ import pytest
 from kube_steps import bind_claim, gpu_pod, read_pod, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from operator_process import OperatorProcess, run_operator
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from rljob_contract.manifest import write_manifest
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import parse_iso
 from rljob_testenv import cluster
+from rljob_testenv.operator_process import OperatorProcess, run_operator
 from test_job_lifecycle import event_reasons, finish, get_job, phase_is, running_pods, trainer_pods
 
 CKPT_DIR = "/checkpoints/run/checkpoints"

@@ -10,13 +10,13 @@ import pytest
 import test_recovery
 from kube_steps import wait_for
 from kubernetes import client
-from operator_process import OperatorProcess, run_operator
 from rljob_operator import constants as c
 from rljob_operator import controller as controller_module
 from rljob_operator.api.reasons import Phase
 from rljob_operator.controller import Controller
 from rljob_operator.kube import Kube, KubeError
 from rljob_operator.reconcile.lookup import CheckpointFinder
+from rljob_testenv.operator_process import OperatorProcess, run_operator
 from test_job_lifecycle import get_job, phase_is
 
 nodes = test_recovery.nodes  # three GPU nodes of the test's own

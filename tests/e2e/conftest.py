@@ -19,9 +19,9 @@ import pytest
 from e2e_steps import CLAIM, POOL_LABEL, run_reference
 from kube_steps import bind_claim
 from kubernetes import client
-from operator_process import OperatorProcess, run_operator
 from rljob_nodeagent import AgentPool, claim_dir
 from rljob_nodeagent.agent import DEFAULT_SHAPE
+from rljob_testenv.operator_process import OperatorProcess, run_operator
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,8 @@
-"""The operator as a child process of the test, as a user would run it."""
+"""The operator as a child process of a test, a benchmark or the demo, as a user would run it.
+
+It is ready when its health endpoint (kopf's `--liveness`) answers: kopf serves it only once
+the startup handler has run, which fills the cache and starts the workers.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,12 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from kube_steps import free_port
 from rljob_operator import constants as c
-from rljob_testenv import binaries
+
+from . import binaries
+from .ports import free_port
+
+START_TIMEOUT_SECONDS = 60.0
 
 
 class OperatorProcess:
@@ -27,12 +34,18 @@ class OperatorProcess:
         **env: str,
     ) -> None:
         """`args` replaces the default scope and peering flags (--standalone --namespace NS),
-        e.g. with the flags a Helm release passes; the metrics port is always added."""
+        e.g. with the flags a Helm release passes. The metrics port is always added, and the
+        health endpoint where `args` has none (free ports, so that operators run side by side)."""
         self.kubeconfig, self.namespace, self.log_path = kubeconfig, namespace, log_path
         self.args = list(args) if args is not None else ["--standalone", "--namespace", namespace]
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.metrics_port = free_port()
+        given = _flag_value(self.args, "--liveness")
+        if given is None:
+            given = f"http://127.0.0.1:{free_port()}/healthz"
+            self.args += ["--liveness", given]
+        self.health_url = given.replace("//0.0.0.0:", "//127.0.0.1:")
 
     def start(self) -> None:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1", **self.env)
@@ -42,13 +55,21 @@ class OperatorProcess:
              "--metrics-port", str(self.metrics_port)],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
-            if "rljob operator started" in self.log_path.read_text():
-                return
             if self.proc.poll() is not None:
-                raise AssertionError(f"the operator exited at start:\n{self.log()}")
+                raise RuntimeError(f"the operator exited at start:\n{self.log()}")
+            if self.healthy():
+                return
             time.sleep(0.2)
+        raise RuntimeError(f"the operator's {self.health_url} did not answer:\n{self.log()}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.health_url, timeout=2) as reply:
+                return reply.status == 200
+        except OSError:  # not listening yet, or an error status
+            return False
 
     def kill(self) -> None:
         """Die at once, as a crashed or rescheduled operator does."""
@@ -70,6 +91,16 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text()
+
+
+def _flag_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of `--flag=value` or `--flag value` in args, if there."""
+    for index, arg in enumerate(args):
+        if arg.startswith(f"{flag}="):
+            return arg.split("=", 1)[1]
+        if arg == flag and index + 1 < len(args):
+            return args[index + 1]
+    return None
 
 
 def run_operator(process: OperatorProcess) -> Iterator[OperatorProcess]:
