@@ -1,25 +1,26 @@
-"""The trainer's configuration: nested dataclasses loaded from YAML, env and `key=value` overrides.
+"""The trainer's configuration: an OmegaConf structured config of nested dataclasses.
 
 Precedence, lowest first: the dataclass defaults, the YAML file, the environment variables the
 operator injects (see `rljob_contract`), then dotted command-line overrides such as
-`runner.save_interval=50`. Every section validates itself in `__post_init__`, so a bad value
-fails at start-up with a message naming the key instead of hours into a run.
+`runner.save_interval=50` (OmegaConf's dotlist, as RLinf and verl take theirs). OmegaConf
+checks keys and types against the dataclasses; every section checks its ranges in
+`__post_init__`. A bad value fails at start-up with a message naming the key instead of hours
+into a run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import rljob_contract as contract
-import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 DEFAULT_CONFIG = "grpo_tiny.yaml"
 
@@ -52,7 +53,8 @@ class RunnerConfig:
     """Names the run's folder under `output_dir`."""
     checkpoint_dir: str | None = None
     """Folder holding the `global_step_N` folders and progress.json.
-    Default `<output_dir>/<experiment_name>/checkpoints`; env RLJOB_CHECKPOINT_DIR."""
+    Default `<output_dir>/<experiment_name>/checkpoints` (set by load_config); env
+    RLJOB_CHECKPOINT_DIR."""
     save_interval: int = 10
     """Checkpoint every this many steps (and always at the last step); env RLJOB_SAVE_INTERVAL."""
     max_steps: int = 200
@@ -99,8 +101,6 @@ class RunnerConfig:
             self.device in ("auto", "cpu", "cuda"),
             f"runner.device must be one of auto, cpu, cuda; got {self.device!r}",
         )
-        if not self.checkpoint_dir:
-            self.checkpoint_dir = str(Path(self.experiment_dir) / "checkpoints")
 
     @property
     def experiment_dir(self) -> str:
@@ -254,88 +254,6 @@ class TrainerConfig:
         return dataclasses.asdict(self)
 
 
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value: Any, annotation: Any, key: str) -> Any:
-    """Convert a YAML value or an override string to the field's declared type."""
-    optional = False
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        optional = len(args) < len(typing.get_args(annotation))
-        annotation = args[0]
-    if value is None or (optional and isinstance(value, str) and value.lower() in ("", "null")):
-        _require(optional, f"{key} must not be null")
-        return None
-    if annotation is bool:
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
-            return value.lower() in ("true", "1")
-        _require(isinstance(value, bool), f"{key} must be true or false, got {value!r}")
-        return value
-    if annotation is int:
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                raise ConfigError(f"{key} must be an integer, got {value!r}") from None
-        _require(
-            isinstance(value, int) and not isinstance(value, bool),
-            f"{key} must be an integer, got {value!r}",
-        )
-        return value
-    if annotation is float:
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                raise ConfigError(f"{key} must be a number, got {value!r}") from None
-        _require(
-            isinstance(value, int | float) and not isinstance(value, bool),
-            f"{key} must be a number, got {value!r}",
-        )
-        return float(value)
-    if annotation is str:
-        _require(isinstance(value, str | int | float), f"{key} must be a string, got {value!r}")
-        return str(value)
-    raise ConfigError(f"{key}: unsupported field type {annotation!r}")
-
-
-def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{prefix.rstrip('.') or 'the config'} must be a mapping, got {values!r}")
-    hints = _field_types(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(values) - set(names))
-    if unknown:
-        raise ConfigError(
-            f"unknown key(s) {', '.join(prefix + k for k in unknown)}; "
-            f"valid keys here: {', '.join(prefix + n for n in names)}"
-        )
-    kwargs = {}
-    for name in names:
-        if name not in values:
-            continue
-        annotation = hints[name]
-        if dataclasses.is_dataclass(annotation):
-            kwargs[name] = _build(annotation, values[name] or {}, f"{prefix}{name}.")
-        else:
-            kwargs[name] = _coerce(values[name], annotation, prefix + name)
-    return cls(**kwargs)
-
-
-def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    _require(all(parts), f"malformed override key {key!r}")
-    node = tree
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"override {key!r}: {part!r} is not a section")
-        node = child
-    node[parts[-1]] = value
-
-
 def parse_override(item: str) -> tuple[str, str]:
     """`runner.save_interval=50` -> ("runner.save_interval", "50"); the field's type converts it."""
     key, sep, value = item.partition("=")
@@ -356,17 +274,46 @@ def load_config(
     env = os.environ if env is None else env
     config_path = Path(path) if path is not None else default_config_path()
     try:
-        tree = yaml.safe_load(config_path.read_text()) or {}
+        from_file = OmegaConf.load(config_path)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {config_path}: {exc}") from exc
-    except yaml.YAMLError as exc:
+    except Exception as exc:  # the YAML parser's own errors
         raise ConfigError(f"config file {config_path} is not valid YAML: {exc}") from exc
-    if not isinstance(tree, dict):
+    if not isinstance(from_file, DictConfig):
         raise ConfigError(f"config file {config_path} must hold a mapping at the top level")
+    sections = {f.name for f in dataclasses.fields(TrainerConfig)}
+    for name, value in from_file.items():
+        if name in sections and value is not None and not isinstance(value, DictConfig):
+            raise ConfigError(f"{name} must be a mapping, got {value!r}")
+    from_env = OmegaConf.create({})
     for var, key in ENV_OVERRIDES.items():
         if env.get(var):
-            _set_dotted(tree, key, env[var])
-    for item in overrides:
-        key, value = parse_override(item)
-        _set_dotted(tree, key, value)
-    return _build(TrainerConfig, tree, "")
+            OmegaConf.update(from_env, key, env[var])  # a string: the schema converts it
+    from_command_line = [parse_override(item) for item in overrides]
+    schema = OmegaConf.structured(TrainerConfig)
+    try:
+        merged = OmegaConf.merge(
+            schema, from_file, from_env,
+            OmegaConf.from_dotlist([f"{key}={value}" for key, value in from_command_line]),
+        )  # fmt: skip
+        if merged.runner.checkpoint_dir is None:
+            runner = merged.runner
+            runner.checkpoint_dir = str(
+                Path(runner.output_dir, runner.experiment_name, "checkpoints")
+            )
+        config = cast(TrainerConfig, OmegaConf.to_object(merged))
+    except ConfigKeyError as exc:
+        raise ConfigError(_unknown_key(schema, exc.full_key)) from None
+    except ValidationError as exc:
+        raise ConfigError(f"{exc.full_key or 'the config'}: {exc.msg.splitlines()[0]}") from None
+    except OmegaConfBaseException as exc:
+        raise ConfigError(str(exc).splitlines()[0]) from None
+    return config
+
+
+def _unknown_key(schema: DictConfig, full_key: str) -> str:
+    section, _, _ = full_key.rpartition(".")
+    node = OmegaConf.select(schema, section) if section else schema
+    prefix = f"{section}." if section else ""
+    valid = ", ".join(prefix + str(k) for k in node) if isinstance(node, DictConfig) else ""
+    return f"unknown key {full_key}; valid keys here: {valid}"
