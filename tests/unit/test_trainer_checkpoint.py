@@ -67,15 +67,19 @@ def test_completeness_needs_the_manifest_and_the_files_it_names(tmp_path: Path) 
     good = _fake_checkpoint(tmp_path, 3)
     assert incomplete_reason(good) is None
     torn = _fake_checkpoint(tmp_path, 6, sealed=False)
-    assert "has no rljob_manifest.json" in str(incomplete_reason(torn))
+    assert "no rljob_manifest.json: the trainer writes it last" in str(incomplete_reason(torn))
     assert "does not exist" in str(incomplete_reason(tmp_path / "global_step_9"))
 
     truncated = _fake_checkpoint(tmp_path, 12)
     (truncated / "actor" / "__0_0.distcp").write_bytes(b"x")
-    assert "has 1 bytes, its manifest says 12" in str(incomplete_reason(truncated))
+    assert "actor/__0_0.distcp is 1 bytes, rljob_manifest.json says 12" in str(
+        incomplete_reason(truncated)
+    )
     missing = _fake_checkpoint(tmp_path, 15)
     (missing / "actor" / "__0_0.distcp").unlink()
-    assert "actor/__0_0.distcp named in its manifest is missing" in str(incomplete_reason(missing))
+    assert "actor/__0_0.distcp is listed in rljob_manifest.json but missing" in str(
+        incomplete_reason(missing)
+    )
     garbled = _fake_checkpoint(tmp_path, 18)
     (garbled / MANIFEST_NAME).write_text("{")
     assert "malformed" in str(incomplete_reason(garbled))

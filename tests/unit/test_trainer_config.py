@@ -70,9 +70,15 @@ def test_overrides_are_typed() -> None:
     ("override", "message"),
     [
         ("runner.save_interval=0", "runner.save_interval must be >= 1"),
-        ("runner.save_intervall=3", "unknown key runner.save_intervall; valid keys here: runner.output_dir"),
+        (
+            "runner.save_intervall=3",
+            "unknown key runner.save_intervall; valid keys here: runner.output_dir",
+        ),
         ("trainer.x=1", "unknown key trainer; valid keys here: runner, model, algorithm, data"),
-        ("runner.save_interval=ten", "runner.save_interval: Value 'ten' of type 'str' could not be converted to Integer"),
+        (
+            "runner.save_interval=ten",
+            "runner.save_interval: Value 'ten' of type 'str' could not be converted to Integer",
+        ),
         ("runner.async_save=maybe", "runner.async_save: Value 'maybe' is not a valid bool"),
         ("model.n_heads=3", "must be a positive multiple of model.n_heads"),
         ("algorithm.group_size=1", "algorithm.group_size must be >= 2"),
@@ -89,7 +95,9 @@ def test_invalid_values_are_named(override: str, message: str) -> None:
 
 
 def test_yaml_type_errors_are_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"model\.d_model: Value '64\.5' of type 'float' could not"):
+    with pytest.raises(
+        ConfigError, match=r"model\.d_model: Value '64\.5' of type 'float' could not"
+    ):
         load_config(_yaml(tmp_path, "model: {d_model: 64.5}\n"), env={})
     with pytest.raises(ConfigError, match="runner must be a mapping"):
         load_config(_yaml(tmp_path, "runner: 3\n"), env={})

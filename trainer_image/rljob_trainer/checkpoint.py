@@ -30,7 +30,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from rljob_contract.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from rljob_contract.manifest import (
+    Corrupt,
+    Incomplete,
+    check_complete,
+    read_manifest,
+    write_manifest,
+)
 from rljob_contract.steps import parse_step, step_dir_name
 from safetensors.torch import save_file
 from torch import nn
@@ -62,26 +68,15 @@ class CheckpointError(RuntimeError):
 def incomplete_reason(folder: Path) -> str | None:
     """Why `folder` is not a complete trainer checkpoint, or None if it is one.
 
-    Checks the manifest and the size of every file it names (not the checksums: the operator's
-    verifier does that); a torn folder has no manifest, since the manifest is written last.
+    The contract's definition of complete (sizes, not checksums: the operator's verifier
+    checks those), and a DCP checkpoint of the actor among the files it seals.
     """
-    if not folder.is_dir():
-        return "it does not exist or is not a folder"
-    if not (folder / MANIFEST_NAME).is_file():
-        return f"it has no {MANIFEST_NAME}, so it was not completely written"
     try:
-        manifest = read_manifest(folder)
-    except (OSError, ValueError) as exc:
+        manifest = check_complete(folder, parse_step(folder.name))
+    except (Incomplete, Corrupt) as exc:
         return str(exc)
-    listed = {entry.path: entry.size for entry in manifest.files}
-    if f"{ACTOR_DIR}/.metadata" not in listed:
+    if f"{ACTOR_DIR}/.metadata" not in {entry.path for entry in manifest.files}:
         return f"its manifest lists no {ACTOR_DIR}/.metadata, so it is not a trainer checkpoint"
-    for rel, size in listed.items():
-        path = folder / rel
-        if not path.is_file():
-            return f"{rel} named in its manifest is missing"
-        if path.stat().st_size != size:
-            return f"{rel} has {path.stat().st_size} bytes, its manifest says {size}"
     return None
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from rljob_contract import untrusted
+from rljob_contract.manifest import safe_relative as safe_relative
 
 from .safetensorscheck import safetensors_problem
 from .verdict import Corrupt, Incomplete
@@ -23,14 +24,6 @@ _MAX_TEXT = 16 * 1024 * 1024  # markers and trackers are small; refuse to slurp 
 
 def join(*parts: str) -> str:
     return "/".join(p for p in parts if p)
-
-
-def safe_relative(rel: str) -> str:
-    """`rel` if it stays inside the folder; a marker that points elsewhere is corrupt."""
-    pure = PurePosixPath(rel)
-    if not rel or pure.is_absolute() or ".." in pure.parts or "\\" in rel:
-        raise Corrupt(f"names a path outside the checkpoint folder: {rel!r}")
-    return rel
 
 
 def _inside(folder: Path, rel: str) -> Path:

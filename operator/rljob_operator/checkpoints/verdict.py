@@ -7,6 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+# What layout checks raise: a piece missing or still being written, or a piece that a
+# finished save vouches for damaged. The contract's, since rljob's own layout is judged there.
+from rljob_contract.manifest import Corrupt as Corrupt
+from rljob_contract.manifest import Incomplete as Incomplete
+
 
 class Status(StrEnum):
     COMPLETE = "complete"
@@ -24,11 +29,3 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.status is Status.COMPLETE
-
-
-class Incomplete(Exception):
-    """Raised by layout checks: a piece is missing or still being written."""
-
-
-class Corrupt(Exception):
-    """Raised by layout checks: a piece that a finished save vouches for is damaged."""
