@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 
@@ -26,21 +26,10 @@ from ..metrics import record_transition
 from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent
 from .decide import decide, fail, with_status
-from .lookup import Inspection, LookupFailed, inspector_ended
+from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .plan import LookupResult, Plan
 
 log = logging.getLogger(__name__)
-
-
-class CheckpointLookup(Protocol):
-    def lookup(
-        self,
-        job: dict[str, Any],
-        exclude: tuple[str, ...] = (),
-        inspector: dict[str, Any] | None = None,
-    ) -> LookupResult | Inspection:
-        """The newest complete checkpoint of the job, or the inspector pod still to hear from
-        (see reconcile.lookup.CheckpointFinder)."""
 
 
 def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +89,7 @@ def plan_pass(
     job: dict[str, Any],
     pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any] | None],
-    finder: CheckpointLookup,
+    finder: CheckpointFinder,
     now: datetime,
     workload_api: bool = False,
 ) -> Plan:
@@ -153,7 +142,7 @@ def reconcile(
     cache: ClusterCache,
     namespace: str,
     name: str,
-    finder: CheckpointLookup,
+    finder: CheckpointFinder,
     tell: PostEvent,
     now: datetime | None = None,
 ) -> Plan | None:
