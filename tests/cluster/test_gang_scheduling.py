@@ -22,6 +22,7 @@ from test_job_lifecycle import create_job, finish, get_job
 from test_recovery import job_body
 
 URGENT_CLASS = "rljob-test-urgent-no-preempt"
+BACKOFF_OVER_SECONDS = 11
 
 
 @pytest.fixture
@@ -67,7 +68,11 @@ def start_both(api_client, core, namespace, nodes, gang, urgent_class):
                  30, "early's PodGroup")  # fmt: skip
     create_job(api_client, namespace, job("urgent", nodes, gang, urgent_class))
     wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 4, 30, "both gangs")
-    time.sleep(2)  # the scheduler has tried both gangs against the one open node
+    # Every pending pod has been tried against the one open node, and its back-off (the
+    # scheduler's default: at most 10 s) is over, so that at the uncordon all are tried again
+    # at once, in priority order: urgent's first. Sooner, urgent's pods, tried last, would
+    # still back off while early's went first.
+    time.sleep(BACKOFF_OVER_SECONDS)
     core.patch_node(nodes[1], {"spec": {"unschedulable": False}})
 
 
