@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -39,6 +37,8 @@ from typing import Any
 
 import yaml
 from rljob_operator.api.timestamps import unix_seconds
+from rljob_testenv import scenario
+from rljob_trainer.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "demo"
@@ -56,7 +56,6 @@ MODEL_SIZES = {  # d_model x layers; the trainer's benchmark sizes (docs/trainer
     "large": ["model.d_model=384", "model.n_layers=8", "model.d_ff=1536"],
 }
 TRAINER_SOURCES = REPO / "trainer_image" / "rljob_trainer"
-TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
 def goodput_lines(figures: dict[str, Any]) -> list[str]:
@@ -190,8 +189,7 @@ class AgentNodes:
         )  # fmt: skip
         self.operator.start()
 
-    def urgent_container(self) -> dict[str, Any]:
-        return {"name": "urgent", "image": "example.invalid/urgent:1"}
+    urgent_image = scenario.PLACEHOLDER_IMAGE  # a node agent runs no image
 
     def logs(self) -> str:
         return f"{self.out} (operator.log, nodeagent/logs/, reference.log)"
@@ -245,11 +243,11 @@ class RealNodes:
         say(f"operator running in {onrealnodes.OPERATOR_NAMESPACE}, installed by its chart")
         return self.out / "checkpoints-volume"
 
-    def urgent_container(self) -> dict[str, Any]:
+    @property
+    def urgent_image(self) -> str:
         from rljob_testenv import nodeconfig
 
-        # The pause image is on every node: the urgent pod really runs.
-        return {"name": "urgent", "image": nodeconfig.PAUSE_IMAGE, "imagePullPolicy": "Never"}
+        return nodeconfig.PAUSE_IMAGE  # on every node: the urgent pod really runs
 
     def logs(self) -> str:
         return f"{self.out} (operator.log, pods/, reference.log)"
@@ -343,30 +341,10 @@ class Demo:
         return self.claim_dir / "grpo-demo" / "grpo_tiny"
 
     def progress(self) -> dict[str, Any]:
-        try:
-            return json.loads((self.run_dir / "checkpoints" / "progress.json").read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def metrics(self, path: Path) -> list[dict[str, Any]]:
-        entries = []
-        try:
-            lines = path.read_text().splitlines()
-        except OSError:
-            return []
-        for line in lines:
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                continue
-        return entries
+        return scenario.read_progress(self.run_dir / "checkpoints") or {}
 
     def pods(self, attempt: int | None = None) -> list[Any]:
-        selector = "rljob.io/role=trainer"
-        if attempt is not None:
-            selector += f",rljob.io/attempt={attempt}"
-        pods = self.core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
-        return sorted(pods, key=lambda p: p.metadata.name)
+        return scenario.trainer_pods(self.core, NAMESPACE, attempt)
 
     def show_events(self) -> None:
         events = self.core.list_namespaced_event(
@@ -401,7 +379,7 @@ class Demo:
             status = job.get("status") or {}
             attempt = status.get("attempt", 0)
             progress = self.progress()
-            for entry in self.metrics(self.run_dir / "metrics.jsonl"):
+            for entry in read_metrics(self.run_dir / "metrics.jsonl"):
                 self.seen[(entry.get("attempt", 0), entry["step"])] = entry
             self.show_events()
             if "running" not in shown and attempt == 0 and status.get("phase") == "Running":
@@ -445,26 +423,10 @@ class Demo:
             return
         node = rank0.spec.node_name
         name = f"urgent-{index + 1}"
-        self.core.create_namespaced_pod(
-            NAMESPACE,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "labels": {"app": "rljob-demo-urgent"}},
-                "spec": {
-                    "priorityClassName": URGENT_CLASS,
-                    "restartPolicy": "Never",
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            **self.nodes.urgent_container(),
-                            "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_NODE)}},
-                        }
-                    ],
-                },
-            },
-        )
+        labels = {"app": "rljob-demo-urgent"}
+        image = self.nodes.urgent_image
+        urgent = scenario.preemptor_pod(name, node, URGENT_CLASS, GPUS_PER_NODE, image, labels)
+        self.core.create_namespaced_pod(NAMESPACE, urgent)
         self.recoveries.append(Recovery(index, step, node, time.time()))
         self.screen.say(
             f"preemption {index + 1}: pod {name} (priority {URGENT_CLASS}=1000) needs "
@@ -550,71 +512,47 @@ class Demo:
                 key.update(source.read_bytes())
         key.update(torch.__version__.encode())
         cache = binaries.cache_root() / "demo-reference" / key.hexdigest()[:16]
-        final = f"global_step_{self.args.steps}"
-        if (cache / final / "model.safetensors").exists():
+        model = scenario.final_model(cache, self.args.steps)
+        if model.exists():
             return cache, f"reused from {cache} (an earlier demo ran this config and trainer code)"
         run = self.out / "reference"
         shutil.rmtree(run, ignore_errors=True)
-        argv = [
-            str(TORCHRUN),
-            "--standalone",
-            "--nproc_per_node=2",
-            "-m",
-            "rljob_trainer",
-            *args,
-            f"runner.output_dir={run}",
-        ]
         self.screen.say(
             "reference: the same config, uninterrupted, 2 ranks under a local "
             "torchrun (run now, after the job, so that the two never share the CPU)",
             timeline=False,
         )
         started = time.time()
-        with (self.out / "reference.log").open("wb") as log:
-            clean = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
-            process = subprocess.Popen(
-                argv, env={**clean, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=self.out
-            )
-            metrics = run / "grpo_tiny" / "metrics.jsonl"
-            while process.poll() is None:
-                done = self.metrics(metrics)
-                if done:
-                    self.screen.bar(
-                        done[-1]["step"],
-                        self.args.steps,
-                        f"reward {done[-1]['reward']:.3f}  (reference)",
-                    )
-                time.sleep(0.5)
+        metrics = run / "grpo_tiny" / "metrics.jsonl"
+
+        def show() -> None:
+            done = read_metrics(metrics)
+            if done:
+                text = f"reward {done[-1]['reward']:.3f}  (reference)"
+                self.screen.bar(done[-1]["step"], self.args.steps, text)
+
+        trainer_args = [*args, f"runner.output_dir={run}"]
+        scenario.run_reference(trainer_args, env, self.out / "reference.log", while_running=show)
         self.screen.clear()
-        if process.returncode != 0:
-            raise RuntimeError(f"the reference run failed: see {self.out / 'reference.log'}")
-        (cache / final).mkdir(parents=True, exist_ok=True)
-        shutil.copy(
-            run / "grpo_tiny" / "checkpoints" / final / "actor" / "model" / "model.safetensors",
-            cache / final / "model.safetensors",
-        )
+        model.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(scenario.final_model(run / "grpo_tiny" / "checkpoints", self.args.steps), model)
         shutil.copy(metrics, cache / "metrics.jsonl")
         return cache, f"run after the job in {time.time() - started:.0f}s (cached in {cache})"
 
     # ------------------------------------------------------------------ the verdict
     def compare(self, reference: Path) -> tuple[bool, bool, int]:
-        import torch
-        from safetensors.torch import load_file
+        """(weights bitwise equal, metrics equal at every step, tensors compared)."""
+        from safetensors import safe_open
 
-        final = f"global_step_{self.args.steps}"
-        job = load_file(
-            self.run_dir / "checkpoints" / final / "actor" / "model" / "model.safetensors"
+        steps = self.args.steps
+        model = scenario.final_model(self.run_dir / "checkpoints", steps)
+        same_weights = not scenario.differing_tensors(model, scenario.final_model(reference, steps))
+        metrics = read_metrics(self.run_dir / "metrics.jsonl")
+        same_metrics = len(metrics) == steps and not scenario.differing_steps(
+            metrics, read_metrics(reference / "metrics.jsonl")
         )
-        ref = load_file(reference / final / "model.safetensors")
-        same_weights = sorted(job) == sorted(ref) and all(torch.equal(job[k], ref[k]) for k in ref)
-        keys = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")
-        final_metrics = self.metrics(self.run_dir / "metrics.jsonl")
-        ref_metrics = self.metrics(reference / "metrics.jsonl")
-        same_metrics = len(final_metrics) == len(ref_metrics) == self.args.steps and all(
-            {k: a[k] for k in keys} == {k: b[k] for k in keys}
-            for a, b in zip(final_metrics, ref_metrics, strict=True)
-        )
-        return same_weights, same_metrics, len(ref)
+        with safe_open(str(model), "pt") as tensors:
+            return same_weights, same_metrics, len(list(tensors.keys()))
 
     def report(
         self, job: dict[str, Any], reference_note: str, verdict: tuple[bool, bool, int]
@@ -676,8 +614,8 @@ class Demo:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        final = {e["step"]: e for e in self.metrics(self.run_dir / "metrics.jsonl")}
-        ref = {e["step"]: e for e in self.metrics(reference / "metrics.jsonl")}
+        final = {e["step"]: e for e in read_metrics(self.run_dir / "metrics.jsonl")}
+        ref = {e["step"]: e for e in read_metrics(reference / "metrics.jsonl")}
         fig, axes = plt.subplots(
             3, 1, figsize=(10, 8.5), sharex=True, gridspec_kw={"height_ratios": [3, 3, 1.4]}
         )

@@ -10,5 +10,3 @@ TINY = [
     "algorithm.group_size=4",
     "data.prompts_per_step=4",
 ]
-# Metrics an uninterrupted and a resumed run must agree on exactly (time fields excluded).
-EXACT_METRICS = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")

@@ -11,22 +11,22 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kube_steps import free_port, wait_for
+from kube_steps import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import parse_iso
-from tiny_trainer import EXACT_METRICS, TINY
+from rljob_testenv import scenario
+from rljob_testenv.scenario import read_progress, trainer_pods
+from rljob_trainer.metrics import read_metrics
+from tiny_trainer import TINY
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "trainer_image" / "rljob_trainer" / "configs" / "grpo_tiny.yaml"
-TORCHRUN = Path(sys.executable).with_name("torchrun")
 MAX_STEPS = 24
 SAVE_INTERVAL = 4
 WORLD_SIZE = 2
@@ -131,14 +131,6 @@ def wait_succeeded(api_client, namespace: str, name: str, timeout: float = 240) 
     return wait_for(done, timeout, f"job {name} to succeed")
 
 
-def trainer_pods(core, namespace: str, attempt: int | None = None) -> list[client.V1Pod]:
-    selector = f"{c.LABEL_ROLE}={c.ROLE_TRAINER}"
-    if attempt is not None:
-        selector += f",{c.LABEL_ATTEMPT}={attempt}"
-    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    return sorted(pods, key=lambda p: p.metadata.name)
-
-
 def running_gang(core, namespace: str, attempt: int, nnodes: int, timeout: float = 120):
     def gang():
         pods = [p for p in trainer_pods(core, namespace, attempt) if p.status.phase == "Running"]
@@ -148,25 +140,6 @@ def running_gang(core, namespace: str, attempt: int, nnodes: int, timeout: float
 
 
 # --------------------------------------------------------------------------- disruptions
-def preemptor_pod(name: str, node: str, priority_class: str, gpus: int) -> dict[str, Any]:
-    """A higher-priority pod that needs the node's GPUs (it runs a placeholder there)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"app": "preemptor"}},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "priorityClassName": priority_class,
-            "terminationGracePeriodSeconds": 0,
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "urgent", "image": "example.invalid/urgent:never-pulled",
-                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-            }],
-        },
-    }  # fmt: skip
-
-
 def evict(core, namespace: str, pod: str) -> None:
     core.create_namespaced_pod_eviction(pod, namespace, client.V1Eviction(
         metadata=client.V1ObjectMeta(name=pod, namespace=namespace)))  # fmt: skip
@@ -182,13 +155,6 @@ def delete_pods(core, namespace: str, selector: str) -> None:
 
 
 # --------------------------------------------------------------------------- what the trainer wrote
-def read_progress(checkpoint_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((checkpoint_dir / "progress.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def wait_step(checkpoint_dir: Path, step: int, attempt: int, timeout: float = 180) -> int:
     """Until attempt `attempt` has finished step `step` (per progress.json)."""
 
@@ -219,42 +185,26 @@ def resumed_from(log: str) -> tuple[str, int] | None:
     return (match.group(1), int(match.group(2))) if match else None
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def load_weights(checkpoint_dir: Path, step: int):
-    from safetensors.torch import load_file
-
-    return load_file(
-        checkpoint_dir / f"global_step_{step}" / "actor" / "model" / "model.safetensors"
-    )
-
-
-def assert_bitwise_equal(weights, reference) -> None:
-    import torch
-
-    assert sorted(weights) == sorted(reference), "the final checkpoints hold different tensors"
-    differ = [k for k in reference if not torch.equal(weights[k], reference[k])]
-    assert not differ, f"tensors differ from the uninterrupted run: {differ}"
-
-
 # --------------------------------------------------------------------------- the reference run
 def run_reference(output_dir: Path, nproc: int = WORLD_SIZE, timeout: float = 300) -> Path:
     """The same config, never interrupted, under a plain local torchrun; its checkpoint dir."""
-    checkpoint_dir = output_dir / "grpo_tiny" / "checkpoints"
-    argv = [
-        str(TORCHRUN), f"--nproc_per_node={nproc}", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "rljob_trainer",
-        *trainer_args(str(output_dir)),
-    ]  # fmt: skip
-    env = {"PATH": f"{TORCHRUN.parent}:/usr/bin:/bin", "RLJOB_SAVE_INTERVAL": str(SAVE_INTERVAL)}
-    log = output_dir.parent / "reference.log"
     output_dir.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        done = subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
-    assert done.returncode == 0, f"the reference run failed:\n{log.read_text()[-3000:]}"
-    return checkpoint_dir
+    env = {"RLJOB_SAVE_INTERVAL": str(SAVE_INTERVAL)}
+    log = output_dir.parent / "reference.log"
+    scenario.run_reference(trainer_args(str(output_dir)), env, log, nproc, timeout)
+    return output_dir / "grpo_tiny" / "checkpoints"
+
+
+def assert_same_run_as_reference(checkpoint_dir: Path, reference_dir: Path) -> None:
+    """Final weights bitwise equal to the uninterrupted run's, and equal metrics at every step."""
+    model = scenario.final_model(checkpoint_dir, MAX_STEPS)
+    differ = scenario.differing_tensors(model, scenario.final_model(reference_dir, MAX_STEPS))
+    assert not differ, f"tensors differ from the uninterrupted run: {differ}"
+    metrics = read_metrics(checkpoint_dir.parent / "metrics.jsonl")
+    reference = read_metrics(reference_dir.parent / "metrics.jsonl")
+    assert [e["step"] for e in metrics] == list(range(1, MAX_STEPS + 1))
+    differ = scenario.differing_steps(metrics, reference)
+    assert not differ, f"steps {differ} differ from the uninterrupted run"
 
 
 # --------------------------------------------------------------------------- verifying a run
@@ -332,19 +282,12 @@ def verify_rljob_run(
             f"lost {recovery['lostSteps']}; detected -> new gang {_seconds(recovery.get('detectedAt'), recovery.get('gangCreatedAt'))}"
             f" -> running {_seconds(recovery.get('gangCreatedAt'), recovery.get('firstRunningAt'))}"
         )
-    run_dir = checkpoint_dir.parent
-    metrics = read_metrics(run_dir / "metrics.jsonl")
-    reference = read_metrics(reference_dir.parent / "metrics.jsonl")
-    assert [e["step"] for e in metrics] == list(range(1, MAX_STEPS + 1))
-    for got, want in zip(metrics, reference, strict=True):
-        assert {k: got[k] for k in EXACT_METRICS} == {k: want[k] for k in EXACT_METRICS}, (
-            f"step {got['step']} differs from the uninterrupted run"
+    assert_same_run_as_reference(checkpoint_dir, reference_dir)
+    for entry in read_metrics(checkpoint_dir.parent / "metrics.jsonl"):
+        doer = max(a for a, start in enumerate(resumes) if start < entry["step"])
+        assert entry["attempt"] == doer, (
+            f"step {entry['step']} logged by attempt {entry['attempt']}"
         )
-        doer = max(a for a, start in enumerate(resumes) if start < got["step"])
-        assert got["attempt"] == doer, f"step {got['step']} logged by attempt {got['attempt']}"
-    assert_bitwise_equal(
-        load_weights(checkpoint_dir, MAX_STEPS), load_weights(reference_dir, MAX_STEPS)
-    )
     lines.append(
         f"  final weights bitwise equal to the uninterrupted run; metrics of all {MAX_STEPS} "
         "steps equal"

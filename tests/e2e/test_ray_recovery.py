@@ -19,8 +19,6 @@ from e2e_steps import (
     attempts_of,
     create_job,
     delete_pods,
-    free_port,
-    preemptor_pod,
     running_gang,
     status,
     wait_for,
@@ -39,6 +37,8 @@ from ray_steps import (
     run_reference,
 )
 from rljob_operator.checkpoints.resume import resume_overrides
+from rljob_testenv.ports import free_port
+from rljob_testenv.scenario import preemptor_pod
 
 JOB = "rayjob"
 

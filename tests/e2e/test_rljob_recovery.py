@@ -20,8 +20,6 @@ from e2e_steps import (
     delete_pods,
     evict,
     experiment_path,
-    free_port,
-    preemptor_pod,
     rljob_job,
     running_gang,
     status,
@@ -31,6 +29,8 @@ from e2e_steps import (
     wait_succeeded,
 )
 from rljob_operator import constants as c
+from rljob_testenv.ports import free_port
+from rljob_testenv.scenario import preemptor_pod
 from rljob_trainer.checkpoint import ENV_TEST_KILL_BEFORE_MANIFEST
 
 JOB = "grpo"

@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 from kube_steps import free_port
+from rljob_testenv.scenario import EXACT_METRICS
 from rljob_trainer.metrics import read_metrics
 from safetensors.torch import load_file
-from tiny_trainer import EXACT_METRICS, TINY
+from tiny_trainer import TINY
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 

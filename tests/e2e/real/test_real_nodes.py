@@ -22,16 +22,12 @@ from e2e_steps import (
     MAX_STEPS,
     REPORTS,
     SAVE_INTERVAL,
-    assert_bitwise_equal,
+    assert_same_run_as_reference,
     create_job,
     delete_pods,
     evict,
     experiment_path,
-    free_port,
     get_job,
-    load_weights,
-    read_metrics,
-    read_progress,
     rljob_job,
     running_gang,
     status,
@@ -44,8 +40,10 @@ from rljob_contract.steps import parse_step
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import unix_seconds
+from rljob_testenv.ports import free_port
+from rljob_testenv.scenario import read_progress
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE
-from tiny_trainer import EXACT_METRICS
+from rljob_trainer.metrics import read_metrics
 
 TRAINER_IMAGE = "localhost/rljob-trainer:cpu"
 OPERATOR_IMAGE = "localhost/rljob-operator:dev"
@@ -129,16 +127,6 @@ def report_recovery(title: str, job: dict[str, Any], checkpoints: Path) -> None:
     line = ", ".join(f"{what} +{at - detected:.1f}s" for what, at in marks)
     REPORTS.append(f"real nodes, {title}: {recovery['reason']}, resumed from step "
                    f"{recovery['resumedFromStep']}; after detection: {line}")  # fmt: skip
-
-
-def assert_same_run_as_reference(checkpoints: Path, reference: Path) -> None:
-    """Weights bitwise equal to the uninterrupted run, and the same metrics at every step."""
-    assert_bitwise_equal(load_weights(checkpoints, MAX_STEPS), load_weights(reference, MAX_STEPS))
-    ours = {m["step"]: m for m in read_metrics(checkpoints.parent / "metrics.jsonl")}
-    theirs = {m["step"]: m for m in read_metrics(reference.parent / "metrics.jsonl")}
-    assert sorted(ours) == sorted(theirs) == list(range(1, MAX_STEPS + 1))
-    for step, entry in theirs.items():
-        assert {k: ours[step][k] for k in EXACT_METRICS} == {k: entry[k] for k in EXACT_METRICS}
 
 
 # --------------------------------------------------------------------------- the operator
