@@ -24,6 +24,12 @@ KUEUE_POD_GROUP_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_RETRIABLE_ANNOTATION = "kueue.x-k8s.io/retriable-in-group"
 KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 KUEUE_STOP_CONDITION = "TerminationTarget"  # set on a pod Kueue stops (then deletes)
+# Kueue's Workload of a pod group (named as the group) says why it is not admitted yet in its
+# QuotaReserved=False condition: quota, or a LocalQueue that does not exist.
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_QUOTA_CONDITION = "QuotaReserved"
+KUEUE_INADMISSIBLE_REASON = "Inadmissible"
 
 # Labels on everything the operator creates.
 LABEL_JOB = "rljob.io/job-name"

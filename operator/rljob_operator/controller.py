@@ -109,6 +109,11 @@ class Controller:
         if job:
             self.queue.add(job)
 
+    def admission_event(self, event_type: str | None, workload: dict[str, Any]) -> None:
+        job = self.cache.on_admission(event_type, workload)
+        if job:
+            self.queue.add(job)
+
     def node_event(self, event_type: str | None, node: dict[str, Any]) -> None:
         for job in self.cache.on_node(event_type, node):
             self.queue.add(job)

@@ -128,3 +128,10 @@ async def pod_changed(type: str | None, event: dict[str, Any], **_: Any) -> None
 @kopf.on.event("", "v1", "nodes")
 async def node_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
     _current().node_event(type, event["object"])
+
+
+@kopf.on.event(c.KUEUE_GROUP, c.KUEUE_VERSION, "workloads")
+async def kueue_workload_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
+    """Why Kueue has not admitted a gang yet, for its job's conditions. Where Kueue is not
+    installed, kopf serves this once its CRD appears."""
+    _current().admission_event(type, event["object"])

@@ -141,3 +141,39 @@ def test_kueue_admits_the_gang_preempts_it_and_rljob_resumes_it_when_readmitted(
     assert (recovery["resumedFromStep"], recovery["lostSteps"]) == (40, 3)
     assert low["failures"] == 0
     assert get_job(api_client, namespace, "high")["status"]["phase"] == Phase.SUCCEEDED
+
+
+def test_a_queue_that_does_not_exist_is_a_warning_in_kueues_words_until_it_is_created(
+    api_client, core, namespace, nodes, kueue, recovering_operator
+):
+    """A typo in the queue label: Kueue never admits the gang, and says why on its Workload;
+    the job says it too, as a Warning, instead of waiting in silence. No pod is placed and
+    nothing is counted. Once the LocalQueue exists, the gang is admitted and runs."""
+    create = client.CustomObjectsApi(api_client).create_namespaced_custom_object
+    create(c.GROUP, c.VERSION, namespace, c.PLURAL, queued_job("typo", nodes, "tema"))
+
+    def inadmissible():
+        status = get_job(api_client, namespace, "typo").get("status") or {}
+        stuck = {x["type"]: x for x in status.get("conditions") or []}.get("PodsUnschedulable", {})
+        return stuck if stuck.get("reason") == "QueueInadmissible" else None
+
+    stuck = wait_for(inadmissible, 60, "the job to say Kueue cannot admit it")
+    assert stuck["status"] == "True" and "LocalQueue tema doesn't exist" in stuck["message"]
+    warnings = [e for e in core.list_namespaced_event(namespace).items
+                if e.reason == "QueueInadmissible"]  # fmt: skip
+    assert [e.type for e in warnings] == ["Warning"]
+    pods = pods_of(core, namespace, "typo", 0)
+    assert len(pods) == 2 and all(gated(p) and not p.spec.node_name for p in pods)
+    status = get_job(api_client, namespace, "typo")["status"]
+    assert (status["failures"], status["preemptions"], status["attempt"]) == (0, 0, 0)
+
+    body = {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "LocalQueue",
+            "metadata": {"name": "tema"}, "spec": {"clusterQueue": kueue}}  # fmt: skip
+    create(KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", body)
+
+    wait_for(lambda: running(core, namespace, "typo", 0), 60, "the gang, admitted")
+    wait_for(lambda: inadmissible() is None, 30, "the condition to clear")
+    conditions = {
+        x["type"]: x for x in get_job(api_client, namespace, "typo")["status"]["conditions"]
+    }
+    assert conditions["PodsUnschedulable"]["status"] == "False"

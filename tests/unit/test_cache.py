@@ -92,3 +92,32 @@ def test_a_full_list_of_pods_names_the_jobs_whose_pods_changed():
     changed = cache.replace_pods([pod("b-n0", "b", "n0", rv=3), pod("c-n0", "c", "n0", rv=4)], "9")
     assert changed == {("ns", "a"), ("ns", "c")}
     assert cache.pods_of("ns", "a") == []
+
+
+def kueue_workload(name: str, quota: tuple[str, str, str] | None) -> dict:
+    """A Kueue Workload with its QuotaReserved condition (status, reason, message), if any."""
+    conditions = []
+    if quota:
+        status, reason, message = quota
+        conditions = [{"type": "QuotaReserved", "status": status, "reason": reason,
+                       "message": message}]  # fmt: skip
+    return {"metadata": {"namespace": "ns", "name": name}, "status": {"conditions": conditions}}
+
+
+def test_kueue_says_why_a_pod_group_waits_and_wakes_its_job_only_when_that_changes():
+    cache = ClusterCache()
+    cache.on_job(None, job("grpo-a1", 1))  # a job whose own name looks like an attempt's
+    inadmissible = ("False", "Inadmissible", "LocalQueue team doesn't exist")
+
+    assert cache.on_admission("ADDED", kueue_workload("grpo-a1-a0", inadmissible)) == (
+        "ns", "grpo-a1",
+    )  # fmt: skip
+    assert cache.admission("ns", "grpo-a1-a0") == ("Inadmissible", "LocalQueue team doesn't exist")
+    assert cache.on_admission("MODIFIED", kueue_workload("grpo-a1-a0", inadmissible)) is None
+
+    admitted = kueue_workload("grpo-a1-a0", ("True", "QuotaReserved", "Quota reserved"))
+    assert cache.on_admission("MODIFIED", admitted) == ("ns", "grpo-a1")
+    assert cache.admission("ns", "grpo-a1-a0") is None
+
+    assert cache.on_admission("ADDED", kueue_workload("other-a0", inadmissible)) is None  # no job
+    assert cache.on_admission("ADDED", kueue_workload("pod-1234", inadmissible)) is None

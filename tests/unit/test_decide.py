@@ -127,22 +127,48 @@ def test_a_template_that_sets_the_kueue_pod_group_itself_is_refused_naming_it():
     )
 
 
-def test_a_gang_waiting_for_kueue_says_so_in_a_condition_and_a_normal_event():
-    job = started(make_job(), phase=Phase.PENDING)
+def gated_by_kueue(job):
+    """The job's gang as Kueue holds it before admission: gated, labeled with its queue."""
     pods = [make_pod(job, 0, rank, phase="Pending", node=None) for rank in (0, 1)]
     for pod in pods:
         pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "team"
         pod["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
         pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False",
                                         "reason": "SchedulingGated"}]  # fmt: skip
+    return pods
 
-    plan = decide(job, pods, NODES, NOW)
+
+def test_a_gang_waiting_for_kueue_says_so_in_a_condition_and_a_normal_event():
+    job = started(make_job(), phase=Phase.PENDING)
+
+    plan = decide(job, gated_by_kueue(job), NODES, NOW)
 
     queued = {x["type"]: x for x in plan.status["conditions"]}["PodsUnschedulable"]
     assert queued["reason"] == "WaitingForKueue" and "queue team" in queued["message"]
     (event,) = [e for e in plan.events if e.reason == "WaitingForKueue"]
     assert event.type == "Normal"
     assert plan.status["failures"] == 0 and plan.delete == []
+
+
+@pytest.mark.parametrize(
+    ("admission", "reason", "event_type", "says"),
+    [
+        (("Pending", "couldn't assign flavors to pod set main: insufficient quota"),
+         "WaitingForKueue", "Normal", "not admitted the gang yet (queue team): couldn't assign"),
+        (("Inadmissible", "LocalQueue team doesn't exist"),
+         "QueueInadmissible", "Warning", "admit the gang (queue team): LocalQueue team doesn't exist"),
+    ],
+)  # fmt: skip
+def test_a_gang_kueue_does_not_admit_says_why_in_kueues_words(admission, reason, event_type, says):
+    job = started(make_job(), phase=Phase.PENDING)
+
+    plan = decide(job, gated_by_kueue(job), NODES, NOW, admission=admission)
+
+    queued = {x["type"]: x for x in plan.status["conditions"]}["PodsUnschedulable"]
+    assert queued["reason"] == reason and says in queued["message"]
+    (event,) = [e for e in plan.events if e.reason == reason]
+    assert event.type == event_type
+    assert plan.status["failures"] == 0 and plan.delete == [] and plan.create == []
 
 
 def test_auto_resume_asks_for_a_checkpoint_lookup_before_creating_pods():

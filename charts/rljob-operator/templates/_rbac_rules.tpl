@@ -36,6 +36,11 @@ The operator's permissions, derived from its code (docs/install.md explains each
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]
   verbs: [delete]
+# Kueue, where it is installed: its Workloads say why a queued gang is not admitted yet (no
+# quota, a LocalQueue that does not exist), for the job's PodsUnschedulable condition. Read-only.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [list, watch]
 # Events on the job (Preempted, GangCreated, ...).
 - apiGroups: [""]
   resources: [events]

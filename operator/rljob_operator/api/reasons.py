@@ -81,6 +81,7 @@ class Reason(StrEnum):
     LOOKUP_SUCCEEDED = "LookupSucceeded"
     PODS_SCHEDULED = "PodsScheduled"
     WAITING_FOR_KUEUE = "WaitingForKueue"
+    QUEUE_INADMISSIBLE = "QueueInadmissible"  # Kueue cannot admit it: a queue that is not there
     CONTAINERS_STARTED = "ContainersStarted"
     # Events only.
     FRESH_START = "FreshStart"

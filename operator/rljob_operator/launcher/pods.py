@@ -51,6 +51,12 @@ def attempt_name(job: str, attempt: int) -> str:
     return f"{job}-a{attempt}"
 
 
+def job_of_attempt_name(name: str) -> str | None:
+    """The job an attempt_name names, None for a name of another shape."""
+    job, sep, attempt = name.rpartition("-a")
+    return job if sep and job and attempt.isdigit() else None
+
+
 def pod_name(job: str, attempt: int, rank: int) -> str:
     return f"{attempt_name(job, attempt)}-n{rank}"
 

@@ -107,8 +107,24 @@ def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _unschedulable(pod: dict[str, Any]) -> tuple[str, str] | None:
-    """Why the scheduler cannot place the pod, from its PodScheduled=False condition."""
+Admission = tuple[str, str]  # (reason, message) of Kueue's QuotaReserved=False condition
+
+
+def queue_wait(queue: str | None, admission: Admission | None) -> tuple[str, str]:
+    """Why a gang gated by Kueue waits, in Kueue's words where its Workload says them: a
+    queue that does not exist (or is stopped) is the user's to fix; quota is a wait."""
+    waiting = f"Kueue has not admitted the gang yet (queue {queue})"
+    if admission is None:
+        return Reason.WAITING_FOR_KUEUE, waiting
+    reason, message = admission
+    if reason == c.KUEUE_INADMISSIBLE_REASON:
+        return Reason.QUEUE_INADMISSIBLE, f"Kueue cannot admit the gang (queue {queue}): {message}"
+    return Reason.WAITING_FOR_KUEUE, f"{waiting}: {message}"
+
+
+def _unschedulable(pod: dict[str, Any], admission: Admission | None) -> tuple[str, str] | None:
+    """Why the scheduler cannot place the pod, from its PodScheduled=False condition, or why
+    Kueue has not let it be scheduled yet (`admission`: its Workload's condition, if known)."""
     status = pod.get("status") or {}
     scheduled = find_condition(status.get("conditions") or [], "PodScheduled")
     if scheduled is None or scheduled.get("status") != "False":
@@ -116,8 +132,8 @@ def _unschedulable(pod: dict[str, Any]) -> tuple[str, str] | None:
     reason = scheduled.get("reason") or "Unschedulable"
     gates = {g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []}
     if c.KUEUE_ADMISSION_GATE in gates:
-        queue = (pod.get("metadata") or {}).get("labels", {}).get(c.KUEUE_QUEUE_LABEL)
-        return Reason.WAITING_FOR_KUEUE, f"Kueue has not admitted the gang yet (queue {queue})"
+        return queue_wait((pod.get("metadata") or {}).get("labels", {}).get(c.KUEUE_QUEUE_LABEL),
+                          admission)  # fmt: skip
     return reason, scheduled.get("message") or reason
 
 
@@ -143,7 +159,12 @@ def not_ready_seconds(node: dict[str, Any], now: datetime) -> float | None:
     return (now - parse_iso(since)).total_seconds() if since else 0.0
 
 
-def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> PodFacts:
+def facts(
+    pod: dict[str, Any],
+    node: dict[str, Any] | None,
+    now: datetime,
+    admission: Admission | None = None,
+) -> PodFacts:
     meta, status = pod.get("metadata", {}), pod.get("status", {})
     node_name = pod.get("spec", {}).get("nodeName")
     disruption = next(
@@ -178,7 +199,7 @@ def facts(pod: dict[str, Any], node: dict[str, Any] | None, now: datetime) -> Po
             for cond in status.get("conditions") or []
         ),
         not_starting=_not_starting(status),
-        unschedulable=_unschedulable(pod),
+        unschedulable=_unschedulable(pod, admission),
         stopped_by_kueue=_stopped_by_kueue(status),
     )
 

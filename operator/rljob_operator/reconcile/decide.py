@@ -25,6 +25,7 @@ from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
 from ..api.spec import SpecError, parse_spec
 from ..launcher.pods import check_template
+from ..preemption.classify import Admission
 from .failure import attempt_ended
 from .finish import finished, suspend
 from .observe import observe, ray_status
@@ -46,14 +47,16 @@ def decide(
     now: datetime,
     lookup: LookupResult | None = None,
     workload_api: bool = False,
+    admission: Admission | None = None,
 ) -> Plan:
     """Drive the job one step towards its spec.
 
     `lookup` is what the caller found in the checkpoint directory, when it looked;
     a plan with `needs_checkpoint_lookup` asks it to look (skipping `lookup_exclude`).
     `workload_api`: the API server serves the Workload API, for all-or-nothing gangs.
+    `admission`: Kueue's reason and message for not admitting the attempt's pod group yet.
     """
-    p = Pass(job, now, workload_api)
+    p = Pass(job, now, workload_api, admission)
     pods = [
         pod for pod in pods if pod["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
     ]
@@ -90,7 +93,7 @@ def _decide(
         suspend(p, trainer_pods)
         return
 
-    seen = observe(spec, p.status, trainer_pods, nodes, p.now)
+    seen = observe(spec, p.status, trainer_pods, nodes, p.now, p.admission)
     if spec.launcher == "ray":
         p.status["ray"] = ray_status(seen, spec.nnodes)
     done = seen.finished(spec, p.status["attempt"])

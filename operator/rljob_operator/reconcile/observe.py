@@ -11,7 +11,7 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import JobSpec
-from ..preemption.classify import Outcome, PodEnd, classify_facts, facts
+from ..preemption.classify import Admission, Outcome, PodEnd, classify_facts, facts
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,9 @@ def observe(
     pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any] | None],
     now: datetime,
+    admission: Admission | None = None,
 ) -> Observed:
+    """`admission`: why Kueue has not admitted the attempt's pod group, where it says."""
     attempt = status.get("attempt", 0)
     current: dict[int, PodEnd] = {}
     stale: list[str] = []
@@ -91,7 +93,7 @@ def observe(
                 stale_unended.append(meta["name"])
             continue
         node_name = pod.get("spec", {}).get("nodeName")
-        pod_facts = facts(pod, nodes.get(node_name) if node_name else None, now)
+        pod_facts = facts(pod, nodes.get(node_name) if node_name else None, now, admission)
         end = classify_facts(pod_facts, spec.restart_policy)
         rank = int(labels[c.LABEL_NODE_RANK])
         current[rank] = end

@@ -12,6 +12,7 @@ from ..api.spec import RestartPolicy
 from ..api.status import set_condition
 from ..api.timestamps import iso, parse_iso
 from ..launcher.pods import JobRef, ResumeTarget
+from ..preemption.classify import Admission
 from . import goodput
 
 
@@ -56,10 +57,17 @@ class Plan:
 class Pass:
     """The state of one decision: the status being built, and what to do."""
 
-    def __init__(self, job: dict[str, Any], now: datetime, workload_api: bool = False) -> None:
+    def __init__(
+        self,
+        job: dict[str, Any],
+        now: datetime,
+        workload_api: bool = False,
+        admission: Admission | None = None,
+    ) -> None:
         meta = job["metadata"]
         self.now = now
         self.workload_api = workload_api  # the API server serves gang scheduling
+        self.admission = admission  # why Kueue has not admitted the attempt, where it says
         self.queue: str | None = (meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL)
         self.generation = meta.get("generation")
         self.ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))

@@ -53,7 +53,7 @@ def report_stuck(
         text = f"pod {pod}: {message}"
         fresh = current is None or current["status"] != "True" or current["reason"] != reason
         p.condition(condition, True, reason, text)
-        if fresh:  # waiting in a queue is no trouble
+        if fresh:  # waiting in a queue is no trouble (a queue that is not there is)
             queued = reason == Reason.WAITING_FOR_KUEUE
             p.event(EventType.NORMAL if queued else EventType.WARNING, reason, text)
     elif current is not None and current["status"] == "True":

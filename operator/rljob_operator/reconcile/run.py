@@ -22,7 +22,9 @@ from ..api.reasons import Reason
 from ..api.timestamps import iso
 from ..kube import Kube, KubeError
 from ..launcher.inspector import inspector_name
+from ..launcher.pods import attempt_name
 from ..metrics import record_transition
+from ..preemption.classify import Admission
 from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent
 from .decide import decide, fail, with_status
@@ -92,6 +94,7 @@ def plan_pass(
     finder: CheckpointFinder,
     now: datetime,
     workload_api: bool = False,
+    admission: Admission | None = None,
 ) -> Plan:
     """Decide, looking at the checkpoints as often as the decision asks (bounded).
 
@@ -106,7 +109,7 @@ def plan_pass(
             trainers.append(pod)
         elif role == c.ROLE_INSPECTOR:
             inspectors[pod["metadata"]["name"]] = pod
-    plan = decide(job, trainers, nodes, now, workload_api=workload_api)
+    plan = decide(job, trainers, nodes, now, workload_api=workload_api, admission=admission)
     inspector = inspectors.get(inspector_name(job["metadata"]["name"], plan.status["attempt"]))
     events = []
     for _ in range(MAX_LOOKUPS_PER_PASS):
@@ -126,7 +129,7 @@ def plan_pass(
             # deletion brings the pass that creates the next.
             break
         inspector = None  # its report is read: a second look needs a new one
-        plan = decide(seen, trainers, nodes, now, found, workload_api)
+        plan = decide(seen, trainers, nodes, now, found, workload_api, admission)
     plan.events = events + plan.events
     attempt = str(plan.status["attempt"])
     plan.delete += [
@@ -160,7 +163,9 @@ def reconcile(
     ]
     nodes = _nodes_of(kube, cache, trainer_pods)
     moment = now or datetime.now(UTC)
-    plan = plan_pass(job, pods, nodes, finder, moment, kube.serves_workload_api)
+    attempt = (job.get("status") or {}).get("attempt", 0)
+    admission = cache.admission(namespace, attempt_name(name, attempt))
+    plan = plan_pass(job, pods, nodes, finder, moment, kube.serves_workload_api, admission)
     try:
         apply(kube, cache, job, plan, tell)
     except KubeError as exc:

@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import constants as c
-from ..preemption.classify import node_ready_condition
+from ..api.status import find_condition
+from ..launcher.pods import job_of_attempt_name
+from ..preemption.classify import Admission, node_ready_condition
 
 Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
 DELETED = "DELETED"
@@ -92,6 +94,7 @@ class ClusterCache:
         self._pods = Store()
         self._pods_by_job: dict[Key, set[Key]] = {}  # job -> its pods' keys
         self._nodes = Store()
+        self._admissions: dict[Key, Admission] = {}  # Kueue pod group -> why not admitted
 
     # ------------------------------------------------------------------ jobs
     def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
@@ -154,6 +157,28 @@ class ClusterCache:
                 self._reindex(key, before.get(key))
             changed = [before.get(k) or self._pods.objects.get(k) for k in touched]
         return {job for job in map(_job_of, filter(None, changed)) if job}
+
+    # ------------------------------------------------------------------ Kueue
+    def on_admission(self, event_type: str | None, workload: dict[str, Any]) -> Key | None:
+        """Take an event of a Kueue Workload: keep only why it is not admitted (its
+        QuotaReserved=False condition), by pod group. The job whose attempt it is, if cached."""
+        namespace, name = key = key_of(workload)
+        conditions = (workload.get("status") or {}).get("conditions") or []
+        waiting = find_condition(conditions, c.KUEUE_QUOTA_CONDITION)
+        with self._lock:
+            if event_type == DELETED or waiting is None or waiting.get("status") != "False":
+                changed = self._admissions.pop(key, None) is not None
+            else:
+                admission = (waiting.get("reason") or "", waiting.get("message") or "")
+                changed = self._admissions.get(key) != admission
+                self._admissions[key] = admission
+            job = job_of_attempt_name(name)
+            known = job is not None and (namespace, job) in self._jobs.objects
+        return (namespace, job) if changed and known and job else None
+
+    def admission(self, namespace: str, pod_group: str) -> Admission | None:
+        with self._lock:
+            return self._admissions.get((namespace, pod_group))
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:
