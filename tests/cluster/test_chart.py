@@ -177,6 +177,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         (("",), ("services",), ("create",), ()),
         (("scheduling.k8s.io",), ("workloads", "podgroups"), ("create",), ()),
         (("scheduling.k8s.io",), ("podgroups",), ("delete",), ()),
+        (("kueue.x-k8s.io",), ("workloads",), ("list", "watch"), ()),
         (("",), ("events",), ("create",), ()),
         (("kopf.dev",), ("kopfpeerings",), ("list", "watch"), ()),
         (("kopf.dev",), ("kopfpeerings",), ("patch",), ("rljob-operator",)),
@@ -184,7 +185,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
     clusterwide = render("--set", "watchAllNamespaces=true")
     assert not rules(clusterwide, "Role")
     assert set(rules(clusterwide, "ClusterRole")) == {
-        *rules(namespaced, "Role")[:8],
+        *rules(namespaced, "Role")[:9],
         (("kopf.dev",), ("clusterkopfpeerings",), ("list", "watch"), ()),
         (("kopf.dev",), ("clusterkopfpeerings",), ("patch",), ("rljob-system-rljob-operator",)),
         *rules(namespaced, "ClusterRole")[:2],
