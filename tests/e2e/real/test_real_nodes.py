@@ -91,6 +91,10 @@ def events_of(core: client.CoreV1Api, namespace: str, name: str) -> list[client.
     return core.list_namespaced_event(namespace, field_selector=selector).items
 
 
+def reasons_of(core: client.CoreV1Api, namespace: str, name: str) -> set[str]:
+    return {e.reason for e in events_of(core, namespace, name)}
+
+
 def condition(job: dict[str, Any], cond_type: str) -> dict[str, Any] | None:
     return next(
         (x for x in (job.get("status") or {}).get("conditions", []) if x["type"] == cond_type),
@@ -185,8 +189,9 @@ def test_scheduler_preemption_sigterm_save_and_resume_are_bit_exact(
     assert job["status"]["preemptions"] == 1 and job["status"]["failures"] == 0
     assert_same_run_as_reference(checkpoints, reference)
     report_recovery(f"2 nodes x 1 process preempted after step {at}", job, checkpoints)
-    reasons = {e.reason for e in events_of(real_core, jobs_namespace, job_name)}
-    assert {"Preempted", "Succeeded"} <= reasons, reasons
+    # Events go out after the status they describe is stored: the last may still be on its way.
+    wait_for(lambda: {"Preempted", "Succeeded"} <= reasons_of(real_core, jobs_namespace, job_name),
+             30, "the Preempted and Succeeded Events")  # fmt: skip
     delete_job(real_api, jobs_namespace, job_name)
 
 
