@@ -115,7 +115,6 @@ def plan_pass(
     for _ in range(MAX_LOOKUPS_PER_PASS):
         if not plan.needs_checkpoint_lookup:
             break
-        events += plan.events
         seen = with_status(job, plan.status)
         try:
             found = finder.lookup(seen, plan.lookup_exclude, inspector)
@@ -129,6 +128,7 @@ def plan_pass(
             # deletion brings the pass that creates the next.
             break
         inspector = None  # its report is read: a second look needs a new one
+        events += plan.events  # this plan is replaced by the one that knows what was found
         plan = decide(seen, trainers, nodes, now, found, workload_api, admission)
     plan.events = events + plan.events
     attempt = str(plan.status["attempt"])
