@@ -26,9 +26,6 @@ from . import binaries, nodeconfig
 
 BASE_IMAGE = "localhost/rljob-base/python:3.11-bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
-# Files and folders a Dockerfile of this repository may copy (the rest is in .dockerignore).
-CONTEXT_PATHS = ("pyproject.toml", "README.md", "requirements", "contract", "operator",
-                 "trainer_image")  # fmt: skip
 HOST_PROGRAMS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
 
 
@@ -42,24 +39,36 @@ class ImageBuild:
 
     tag: str
     dockerfile: str  # relative to the repository root, which is the build context
+    copies: tuple[str, ...]  # the files and folders the Dockerfile copies: they make the key
     build_args: dict[str, str] = field(default_factory=dict)
 
     def key(self, repo: Path) -> str:
         digest = hashlib.sha256()
         digest.update(repr((self.tag, self.dockerfile, sorted(self.build_args.items()))).encode())
-        for path in _context_files(repo, (self.dockerfile, *CONTEXT_PATHS)):
+        for path in _context_files(repo, (self.dockerfile, *self.copies)):
             digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes())
         return digest.hexdigest()[:16]
 
 
-OPERATOR = ImageBuild("localhost/rljob-operator:dev", "Dockerfile", {"BASE_IMAGE": BASE_IMAGE})
+OPERATOR = ImageBuild(
+    "localhost/rljob-operator:dev",
+    "Dockerfile",
+    ("pyproject.toml", "README.md", "requirements", "contract", "operator"),
+    {"BASE_IMAGE": BASE_IMAGE},
+)
 # The trainer's CPU variant: torch from PyPI (a CUDA build, which runs on the CPU with gloo).
 TORCH_REQUIREMENT = "torch==2.15.0"
 TRAINER = ImageBuild(
     "localhost/rljob-trainer:cpu",
     "trainer_image/Dockerfile",
+    ("contract", "trainer_image"),
     {"BASE_IMAGE": BASE_IMAGE, "TORCH_REQUIREMENT": TORCH_REQUIREMENT},
 )
+
+
+def _build_output(path: Path) -> bool:
+    """What an install leaves in the sources (.dockerignore keeps it out of the context)."""
+    return "__pycache__" in path.parts or any(part.endswith(".egg-info") for part in path.parts)
 
 
 def _context_files(repo: Path, roots: Iterable[str]) -> list[Path]:
@@ -67,7 +76,7 @@ def _context_files(repo: Path, roots: Iterable[str]) -> list[Path]:
     for root in roots:
         path = repo / root
         candidates = [path] if path.is_file() else sorted(path.rglob("*"))
-        files += [p for p in candidates if p.is_file() and "__pycache__" not in p.parts]
+        files += [p for p in candidates if p.is_file() and not _build_output(p)]
     return files
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
 import pytest
 import yaml
-from rljob_testenv import binaries, cluster, peers, stages
+from rljob_testenv import binaries, cluster, images, peers, stages
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_kubernetes_wrapper_pins_every_staging_module_to_the_matching_release():
@@ -154,3 +157,14 @@ def test_kubelet_like_stages_end_a_deleted_pod_before_kwok_removes_it(tmp_path):
     stop = loaded["pod-stop-on-delete"]["spec"]
     assert "exitCode: 143" in stop["next"]["statusTemplate"]
     assert "phase: Failed" in stop["next"]["statusTemplate"]
+
+
+@pytest.mark.parametrize("image", [images.OPERATOR, images.TRAINER], ids=lambda i: i.tag)
+def test_an_images_key_covers_everything_its_dockerfile_copies(image):
+    """A change to what an image copies rebuilds it; a change elsewhere does not."""
+    dockerfile = (REPO / image.dockerfile).read_text()
+    copied = re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.M)
+    sources = {source for line in copied for source in line.split()}
+    assert sources, f"{image.dockerfile} copies nothing"
+    for source in sources:
+        assert any(source == c or source.startswith(f"{c}/") for c in image.copies), source
