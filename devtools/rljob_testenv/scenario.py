@@ -36,9 +36,17 @@ def preemptor_pod(
     gpus: int,
     image: str = PLACEHOLDER_IMAGE,
     labels: dict[str, str] | None = None,
+    command: list[str] | None = None,
 ) -> dict[str, Any]:
     """A higher-priority pod that needs the node's GPUs: the scheduler preempts the trainer
-    there. Kwok nodes and node agents run no image; real nodes need one they hold."""
+    there. Kwok nodes and node agents run no image; real nodes need one they hold, and a
+    `command` that keeps it running where the image's own would not."""
+    container: dict[str, Any] = {
+        "name": "urgent", "image": image, "imagePullPolicy": "IfNotPresent",
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+    }  # fmt: skip
+    if command:
+        container["command"] = command
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -48,12 +56,9 @@ def preemptor_pod(
             "priorityClassName": priority_class,
             "terminationGracePeriodSeconds": 0,
             "restartPolicy": "Never",
-            "containers": [{
-                "name": "urgent", "image": image, "imagePullPolicy": "IfNotPresent",
-                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-            }],
+            "containers": [container],
         },
-    }  # fmt: skip
+    }
 
 
 def trainer_pods(core: Any, namespace: str, attempt: int | None = None) -> list[Any]:

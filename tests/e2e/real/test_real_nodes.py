@@ -41,7 +41,7 @@ from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import unix_seconds
 from rljob_testenv.ports import free_port
-from rljob_testenv.scenario import read_progress
+from rljob_testenv.scenario import preemptor_pod, read_progress, trainer_pods
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE
 from rljob_trainer.metrics import read_metrics
 
@@ -359,31 +359,14 @@ def wait_failed(real_api, namespace: str, name: str) -> dict[str, Any]:
     return wait_for(failed, 120, f"{name} to fail")
 
 
-def trainer_pods(core: client.CoreV1Api, namespace: str, attempt: int) -> list[client.V1Pod]:
-    selector = f"{c.LABEL_ROLE}={c.ROLE_TRAINER},{c.LABEL_ATTEMPT}={attempt}"
-    return core.list_namespaced_pod(namespace, label_selector=selector).items
-
-
 def preemptor(node: str, priority_class: str) -> dict[str, Any]:
-    """A higher-priority pod that needs every GPU of the node, and runs there."""
+    """A higher-priority pod that needs every GPU of the node, and runs there (the operator
+    image is on every node)."""
     from conftest import GPUS_PER_NODE
 
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "urgent", "labels": {"app": "preemptor"}},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "priorityClassName": priority_class,
-            "terminationGracePeriodSeconds": 0,
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "urgent", "image": OPERATOR_IMAGE, "imagePullPolicy": "Never",
-                "command": ["python", "-c", "import time; time.sleep(3600)"],
-                "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_NODE)}},
-            }],
-        },
-    }  # fmt: skip
+    sleep = ["python", "-c", "import time; time.sleep(3600)"]
+    return preemptor_pod("urgent", node, priority_class, GPUS_PER_NODE, OPERATOR_IMAGE,
+                         command=sleep)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- a node dies
