@@ -4,7 +4,9 @@ The control plane serves the Workload API with its gang scheduling (feature gate
 GenericWorkload and GangScheduling in testenv), and the real kube-scheduler places the
 pods on two kwok nodes of one GPU each. Job "early" is created while one node is cordoned,
 so one of its pods can be placed; job "urgent" has a higher priority that never preempts,
-so once the node is uncordoned the scheduler serves it first.
+so once the node is uncordoned the scheduler serves it first. Without gang scheduling, the
+second node is kept for "urgent" instead (a taint only it tolerates), so that each job gets
+one node whatever order the scheduler tries their pods in.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from test_job_lifecycle import create_job, finish, get_job
 from test_recovery import job_body
 
 URGENT_CLASS = "rljob-test-urgent-no-preempt"
-BACKOFF_OVER_SECONDS = 11
+URGENT_ONLY = "rljob.io/test-urgent-only"
 
 
 @pytest.fixture
@@ -59,32 +61,24 @@ def bound(core, namespace, name):
     return [p for p in pods if p.spec.node_name]
 
 
-def start_both(api_client, core, namespace, nodes, gang, urgent_class):
-    create_job(api_client, namespace, job("early", nodes, gang))
-    if gang == "Off":  # one of its pods gets the one node that is open
-        wait_for(lambda: bound(core, namespace, "early"), 30, "a pod of early to be placed")
-    else:  # its gang does not fit one node: nothing of it is placed
-        wait_for(lambda: get_job(api_client, namespace, "early").get("status", {}).get("podGroup"),
-                 30, "early's PodGroup")  # fmt: skip
-    create_job(api_client, namespace, job("urgent", nodes, gang, urgent_class))
-    wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 4, 30, "both gangs")
-    # Every pending pod has been tried against the one open node, and its back-off (the
-    # scheduler's default: at most 10 s) is over, so that at the uncordon all are tried again
-    # at once, in priority order: urgent's first. Sooner, urgent's pods, tried last, would
-    # still back off while early's went first.
-    time.sleep(BACKOFF_OVER_SECONDS)
-    core.patch_node(nodes[1], {"spec": {"unschedulable": False}})
-
-
 def test_without_gang_scheduling_two_jobs_each_hold_half_a_gang_and_wait_forever(
-    api_client, core, namespace, operator, two_gpus, urgent_class
+    api_client, core, namespace, operator, two_gpus
 ):
     """Why the feature exists: pods placed one by one."""
-    start_both(api_client, core, namespace, two_gpus, "Off", urgent_class)
+    early_node, urgent_node = two_gpus
+    kept = {"key": URGENT_ONLY, "effect": "NoSchedule"}
+    core.patch_node(urgent_node, {"spec": {"unschedulable": False, "taints": [kept]}})
+    create_job(api_client, namespace, job("early", two_gpus, "Off"))
+    wait_for(lambda: bound(core, namespace, "early"), 30, "a pod of early to be placed")
+    urgent = job("urgent", two_gpus, "Off")
+    urgent["spec"]["template"]["spec"]["tolerations"] = [{**kept, "operator": "Exists"}]
+    create_job(api_client, namespace, urgent)
 
     wait_for(lambda: len(bound(core, namespace, "urgent")) == 1, 30, "urgent to get the other node")
     time.sleep(10)  # and it stays so: neither job can run, neither gives its GPU back
-    assert [len(bound(core, namespace, n)) for n in ("early", "urgent")] == [1, 1]
+    assert [[p.spec.node_name for p in bound(core, namespace, n)] for n in ("early", "urgent")] == [
+        [early_node], [urgent_node],
+    ]  # fmt: skip
     for name in ("early", "urgent"):
         status = get_job(api_client, namespace, name)["status"]
         assert status["phase"] == Phase.PENDING and "podGroup" not in status
@@ -95,7 +89,14 @@ def test_without_gang_scheduling_two_jobs_each_hold_half_a_gang_and_wait_forever
 def test_with_gang_scheduling_one_job_runs_whole_and_the_other_waits_with_no_pod_placed(
     api_client, core, namespace, operator, two_gpus, urgent_class
 ):
-    start_both(api_client, core, namespace, two_gpus, "Auto", urgent_class)
+    create_job(api_client, namespace, job("early", two_gpus, "Auto"))
+    # Its gang does not fit the one open node: nothing of it is placed.
+    wait_for(lambda: get_job(api_client, namespace, "early").get("status", {}).get("podGroup"),
+             30, "early's PodGroup")  # fmt: skip
+    create_job(api_client, namespace, job("urgent", two_gpus, "Auto", urgent_class))
+    wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 4, 30, "both gangs")
+    time.sleep(2)  # the scheduler has tried both gangs against the one open node
+    core.patch_node(two_gpus[1], {"spec": {"unschedulable": False}})
 
     wait_for(lambda: len(bound(core, namespace, "urgent")) == 2, 60, "urgent's gang to be placed")
     time.sleep(5)
