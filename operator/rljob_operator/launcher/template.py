@@ -11,6 +11,7 @@ the same value rljob would set is no conflict.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from .. import constants as c
@@ -30,13 +31,14 @@ _WHY = {
     "terminationMessagePolicy": "rljob reads the trainer's exit reason from its own path",
     "readinessProbe": "the Ray launcher's probe tells when the head's driver runs",
 }
-# Lists merged entry by entry: the keys that must not repeat.
-_LIST_KEYS = {"env": ("name",), "ports": ("name", "containerPort"), "volumeMounts": ("mountPath",)}
-_LIST_WHY = {
-    "env": "rljob sets this variable",
-    "ports": "rljob's launcher uses this port",
-    "volumeMounts": "rljob mounts a volume there",
+# The trainer container's lists, merged entry by entry: the keys that must not repeat, and
+# why a clash is refused.
+_CONTAINER_LISTS = {
+    "env": (("name",), "rljob sets this variable"),
+    "ports": (("name", "containerPort"), "rljob's launcher uses this port"),
+    "volumeMounts": (("mountPath",), "rljob mounts a volume there"),
 }
+_POD_LISTS = {"volumes": (("name",), "the name of one of rljob's volumes")}
 
 
 def trainer_index(containers: list[dict[str, Any]]) -> int | None:
@@ -65,36 +67,43 @@ def _merge_list(
     return [*user, *(entry for entry in ours if entry not in user)]
 
 
-def merge_container(user: dict[str, Any], ours: dict[str, Any], path: str) -> dict[str, Any]:
-    """The trainer container: the user's fields, plus ours; a differing value is refused."""
-    merged = copy.deepcopy(user)
+def _merge_fields(
+    user: dict[str, Any],
+    ours: dict[str, Any],
+    path: str,
+    lists: dict[str, tuple[tuple[str, ...], str]],
+    why: Callable[[str, Any], str],
+) -> dict[str, Any]:
+    """The user's fields, plus ours. A list named in `lists` (its entries' keys, and why a
+    clash is refused) merges entry by entry; any other field of ours that the user sets to
+    another value is refused with `why(key, our value)`."""
+    merged = dict(user)
     for key, value in ours.items():
-        if key in _LIST_KEYS:
-            merged[key] = _merge_list(
-                user.get(key) or [], value, _LIST_KEYS[key], f"{path}.{key}", _LIST_WHY[key]
-            )
+        if key in lists:
+            keys, clash = lists[key]
+            merged[key] = _merge_list(user.get(key) or [], value, keys, f"{path}.{key}", clash)
         elif key in user and user[key] != value:
-            raise SpecError(f"{path}.{key}", f"is rljob's: {_WHY.get(key, 'rljob sets it')}")
+            raise SpecError(f"{path}.{key}", why(key, value))
         else:
             merged[key] = value
     return merged
 
 
+def merge_container(user: dict[str, Any], ours: dict[str, Any], path: str) -> dict[str, Any]:
+    """The trainer container: the user's fields, plus ours; a differing value is refused."""
+    return _merge_fields(
+        user, ours, path, _CONTAINER_LISTS,
+        lambda key, _: f"is rljob's: {_WHY.get(key, 'rljob sets it')}",
+    )  # fmt: skip
+
+
 def merge_pod_spec(template: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
     """The pod spec: the template's, with ours merged in (ours has one container)."""
-    merged = copy.deepcopy(template)
-    for key, value in ours.items():
-        if key == "containers":
-            continue
-        if key == "volumes":
-            why = "the name of one of rljob's volumes"
-            merged[key] = _merge_list(
-                template.get(key) or [], value, ("name",), f"{POD_SPEC}.{key}", why
-            )
-        elif key in template and template[key] != value:
-            raise SpecError(f"{POD_SPEC}.{key}", f"is rljob's; rljob sets {value!r}")
-        else:
-            merged[key] = value
+    fields = {key: value for key, value in ours.items() if key != "containers"}
+    merged = _merge_fields(
+        copy.deepcopy(template), fields, POD_SPEC, _POD_LISTS,
+        lambda _, value: f"is rljob's; rljob sets {value!r}",
+    )  # fmt: skip
     (trainer,) = ours["containers"]
     containers = list(merged.get("containers") or [])
     index = trainer_index(containers)
