@@ -14,11 +14,11 @@ import shutil
 from pathlib import Path
 
 import yaml
+from rljob_operator.constants import KUEUE_QUEUE_LABEL
 
 from . import binaries
 from .peers import PeerProcess, local_webhooks, select_pods
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Without its internal certificate management, Kueue v0.17.0 reads a metrics certificate
 # from this fixed folder, and exits without one (even with metrics off).
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
@@ -47,7 +47,7 @@ class Kueue(PeerProcess):
             local_webhooks(w, f"kueue-{w['kind'].lower()}", self.webhook_port, ca, HOOKED)
             for w in upstream if w
         ]  # fmt: skip
-        select_pods(hooks, {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]})
+        select_pods(hooks, {"matchExpressions": [{"key": KUEUE_QUEUE_LABEL, "operator": "Exists"}]})
         self.apply(*crds)
         for crd in crds:
             self.wait_established(crd["metadata"]["name"])

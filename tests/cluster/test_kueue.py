@@ -24,7 +24,7 @@ from test_recovery import job_body, write_checkpoint, write_progress
 nodes, claim, volume = test_recovery.nodes, test_recovery.claim, test_recovery.volume
 recovering_operator = test_recovery.recovering_operator
 
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+KUEUE_GROUP, KUEUE_VERSION = c.KUEUE_GROUP, c.KUEUE_VERSION  # the API the operator watches
 HIGH_CLASS = "rljob-test-kueue-high"
 
 
