@@ -18,6 +18,8 @@ ENV_CHECKPOINT_DIR = "RLJOB_CHECKPOINT_DIR"  # the folder that holds the global_
 ENV_SAVE_INTERVAL = "RLJOB_SAVE_INTERVAL"
 ENV_MAX_TO_KEEP = "RLJOB_MAX_TO_KEEP"
 ENV_CHECKPOINT_REQUEST_FILE = "RLJOB_CHECKPOINT_REQUEST_FILE"
+# rljob's own trainer only: `spec.backend` (fsdp or megatron), which its runner.backend follows.
+ENV_BACKEND = "RLJOB_BACKEND"
 
 # The operator asks a running trainer to checkpoint now by annotating its pod; a
 # downward-API volume projects the annotation's value into ENV_CHECKPOINT_REQUEST_FILE,

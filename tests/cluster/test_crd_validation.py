@@ -43,7 +43,6 @@ INVALID = [
     (with_spec(nprocPerNode=65), "spec.nprocPerNode"),
     (with_spec(rendezvousPort=80), "spec.rendezvousPort"),
     (with_spec(framework="custom"), "spec.command"),
-    (with_spec(backend="megatron"), "spec.backend"),
     (with_spec(checkpoint__resume="latest"), "spec.checkpoint.resume"),
     (with_spec(checkpoint__resume="/elsewhere/global_step_10"), "spec.checkpoint.resume"),
     (with_spec(checkpoint__resume="/checkpoints/global_step_10/"), "spec.checkpoint.resume"),

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rljob_contract import PROGRESS_FILE_NAME
 from rljob_contract.manifest import MANIFEST_NAME, write_manifest
 from rljob_operator.checkpoints import Status
 
@@ -332,8 +333,56 @@ def build_old_verl_megatron(root: Path, step: int, tear: str | None = None) -> P
     return _tear(folder, tear, OLD_VERL_MEGATRON_TEARS)
 
 
+# --- rljob Megatron -----------------------------------------------------------------
+
+
+def _megatron_save_after_shards(folder: Path) -> list[Path]:
+    """What rljob's Megatron save writes after the shards of iter_N, in the order it does."""
+    iteration = _iteration(folder)
+    return [
+        iteration / ".metadata",  # DCP's finish
+        iteration / "metadata.json",  # Megatron's finalize
+        folder / "actor/latest_checkpointed_iteration.txt",  # once every rank has saved
+        folder / "data",
+        folder / MANIFEST_NAME,  # rank 0's seal
+    ]
+
+
+def _cut_after(kept: int) -> Callable[[Path], None]:
+    """A save cut short with only the first `kept` pieces after the shards written."""
+
+    def cut(folder: Path) -> None:
+        for piece in _megatron_save_after_shards(folder)[kept:]:
+            remove(piece)
+
+    return cut
+
+
+RLJOB_MEGATRON_TEARS: dict[str, Callable[[Path], None]] = {
+    "shards_only": _cut_after(0),
+    "no_metadata_json": _cut_after(1),
+    "no_tracker": _cut_after(2),
+    "no_manifest": _cut_after(4),
+    "truncated_shard": lambda f: truncate(_iteration(f) / "__1_0.distcp"),
+    "changed_shard": lambda f: flip_byte(_iteration(f) / "__1_0.distcp", 50),
+}
+
+
+def build_rljob_megatron(root: Path, step: int, tear: str | None = None) -> Path:
+    """rljob's trainer with backend megatron: RLinf's Megatron arrangement, then the
+    manifest; the trainer's progress.json beside the folders, as after every step."""
+    folder = root / f"global_step_{step}"
+    write_dist_ckpt(folder / "actor" / f"iter_{step:07d}")
+    write_text(folder / "actor/latest_checkpointed_iteration.txt", str(step))
+    write_pt(folder / "data/data.pt", f"data{step}")
+    write_manifest(folder, step, WORLD)
+    write_text(root / PROGRESS_FILE_NAME, json.dumps({"step": step, "status": "running"}))
+    return _tear(folder, tear, RLJOB_MEGATRON_TEARS)
+
+
 BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
     "rljob": (build_rljob, RLJOB_TEARS),
+    "rljob-megatron": (build_rljob_megatron, RLJOB_MEGATRON_TEARS),
     "dcp": (build_dcp, DCP_TEARS),
     "rlinf-fsdp": (build_rlinf_fsdp, RLINF_FSDP_TEARS),
     "rlinf-fsdp-old": (build_old_rlinf_fsdp, OLD_RLINF_FSDP_TEARS),
@@ -350,6 +399,7 @@ OK, INC, BAD = Status.COMPLETE, Status.INCOMPLETE, Status.CORRUPT
 # variant: (the --layout name, what auto reads a whole folder as)
 VARIANTS = {
     "rljob": ("rljob", "rljob"),
+    "rljob-megatron": ("rljob", "rljob"),  # auto: by the trainer's progress.json
     "dcp": ("dcp", "dcp"),
     "rlinf-fsdp": ("rlinf-fsdp", "rlinf-fsdp"),
     "rlinf-fsdp-old": ("rlinf-fsdp", "rljob"),  # indistinguishable from an unsealed rljob folder
@@ -368,6 +418,34 @@ TORN = {
     ("rljob", "checksum_mismatch"): (OK, BAD, "data/data.pt does not match its sha256"),
     ("rljob", "listed_file_missing"): (BAD, BAD, "actor/model/config.json is listed"),
     ("rljob", "wrong_step"): (BAD, BAD, "is for step"),
+    ("rljob-megatron", "shards_only"): (
+        INC,
+        INC,
+        "the save did not finish (actor/iter_0000040/.metadata is missing: DCP writes it",
+    ),
+    ("rljob-megatron", "no_metadata_json"): (
+        INC,
+        INC,
+        "the save did not finish (actor/iter_0000040/metadata.json is missing: Megatron",
+    ),
+    ("rljob-megatron", "no_tracker"): (
+        INC,
+        INC,
+        "rljob_manifest.json is missing: the save did not finish"
+        " (actor/latest_checkpointed_iteration.txt is missing: Megatron writes it after",
+    ),
+    ("rljob-megatron", "no_manifest"): (
+        INC,
+        INC,
+        "rljob_manifest.json is missing: the save did not finish"
+        " (actor/iter_0000040/ whole; the manifest is written last)",
+    ),
+    ("rljob-megatron", "truncated_shard"): (
+        BAD,
+        BAD,
+        "actor/iter_0000040/__1_0.distcp is 120 bytes, rljob_manifest.json says 200",
+    ),
+    ("rljob-megatron", "changed_shard"): (OK, BAD, "__1_0.distcp does not match its sha256"),
     ("dcp", "no_metadata"): (INC, INC, ".metadata is missing"),
     ("dcp", "metadata_tmp_left"): (INC, INC, ".metadata.tmp is present"),
     ("dcp", "metadata_tmp_beside"): (INC, INC, ".metadata.tmp is present"),

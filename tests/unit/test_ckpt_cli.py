@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from ckpt_trees import build_dcp, build_rljob, snapshot, write_text
+from ckpt_trees import build_dcp, build_rljob, build_rljob_megatron, snapshot, write_text
+from rljob_contract import PROGRESS_FILE_NAME
 from rljob_operator.cli import main
 
 LATEST_KEYS = {
@@ -213,3 +214,38 @@ def test_latest_json_reports_the_trainers_progress_and_step_time(
 
     answer = json.loads(out)
     assert (answer["progress_step"], answer["progress_step_seconds"]) == (step, seconds)
+
+
+UNSEALED = "rljob_manifest.json is missing: the save did not finish"
+# step: (how rljob's Megatron save of it ended, its verdict, words of its reason)
+MEGATRON_SAVES = {
+    80: ("changed_shard", "corrupt", "__1_0.distcp does not match its sha256"),
+    70: ("truncated_shard", "corrupt", "__1_0.distcp is 120 bytes, rljob_manifest.json says 200"),
+    60: ("no_manifest", "incomplete", f"{UNSEALED} (actor/iter_0000060/ whole; the manifest is"),
+    50: ("no_tracker", "incomplete", f"{UNSEALED} (actor/latest_checkpointed_iteration.txt is"),
+    40: ("no_metadata_json", "incomplete", f"{UNSEALED} (actor/iter_0000040/metadata.json is"),
+    30: ("shards_only", "incomplete", f"{UNSEALED} (actor/iter_0000030/.metadata is missing"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("layout", "progress"), [("rljob", False), ("auto", True)])
+def test_latest_skips_each_torn_or_corrupt_rljob_megatron_save_saying_how_far_it_got(
+    tmp_path, capsys, layout, progress
+):
+    """auto reads the trainer's directory (its progress.json) as rljob: a save torn before
+    the manifest is never taken for a complete rlinf-megatron folder."""
+    for step in (10, 20):
+        build_rljob_megatron(tmp_path, step)
+    for step, (tear, _, _) in MEGATRON_SAVES.items():
+        build_rljob_megatron(tmp_path, step, tear)
+    if not progress:
+        (tmp_path / PROGRESS_FILE_NAME).unlink()
+
+    code, out, _ = run(capsys, "latest", tmp_path, "--layout", layout, "--verify", "deep", "--json")
+
+    answer = json.loads(out)
+    assert (code, answer["step"], answer["layout"]) == (0, 20, "rljob")
+    rejected = {r["step"]: (r["verdict"], r["reason"]) for r in answer["rejected"]}
+    assert list(rejected) == list(MEGATRON_SAVES)
+    for step, (_, verdict, words) in MEGATRON_SAVES.items():
+        assert rejected[step][0] == verdict and words in rejected[step][1], rejected[step]

@@ -11,7 +11,17 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from ckpt_trees import build_dcp, build_rljob, build_verl_fsdp, snapshot, write_text, write_tracker
+from builders import make_job
+from ckpt_trees import (
+    build_dcp,
+    build_rljob,
+    build_rljob_megatron,
+    build_verl_fsdp,
+    snapshot,
+    write_text,
+    write_tracker,
+)
+from rljob_contract import PROGRESS_FILE_NAME
 from rljob_contract.steps import parse_step
 from rljob_operator.checkpoints import (
     CheckpointInputError,
@@ -21,6 +31,7 @@ from rljob_operator.checkpoints import (
     probe,
     verify_folder,
 )
+from rljob_operator.reconcile.lookup import CheckpointFinder
 
 
 @pytest.mark.parametrize(
@@ -61,9 +72,13 @@ def test_newest_complete_wins_and_every_newer_folder_says_why_not(tmp_path):
     assert snapshot(tmp_path) == before
 
 
-def test_deep_verification_skips_a_folder_whose_checksum_fails(tmp_path):
-    build_rljob(tmp_path, 100)
-    build_rljob(tmp_path, 200, "checksum_mismatch")
+@pytest.mark.parametrize(
+    ("build", "tear"),
+    [(build_rljob, "checksum_mismatch"), (build_rljob_megatron, "changed_shard")],
+)
+def test_deep_verification_skips_a_folder_whose_checksum_fails(tmp_path, build, tear):
+    build(tmp_path, 100)
+    build(tmp_path, 200, tear)
     assert find_latest(tmp_path, verify="quick").step == 200
     deep = find_latest(tmp_path, verify="deep")
     assert (deep.step, steps(deep.rejected)) == (100, [(200, "corrupt")])
@@ -208,6 +223,29 @@ def test_auto_reads_an_unsealed_folder_by_the_layout_of_its_sealed_siblings(tmp_
     result = find_latest(tmp_path)
     assert result.step == 100
     assert result.rejected[0].verdict.layout == "rljob"
+
+
+def test_auto_reads_every_folder_beside_the_rljob_trainers_progress_as_rljob(tmp_path):
+    """The trainer's Megatron save shows rlinf-megatron's files, and its manifest comes last."""
+    build_rljob_megatron(tmp_path, 100)
+    build_rljob_megatron(tmp_path, 200, "no_manifest")
+    listed = list_checkpoints(tmp_path)
+    assert steps(listed) == [(200, "incomplete"), (100, "complete")]
+    assert {j.verdict.layout for j in listed} == {"rljob"}
+
+
+def test_the_operator_reads_an_rljob_megatron_job_as_rljob_before_any_progress_json(tmp_path):
+    """Its first save torn before the trainer ever wrote progress.json: the spec decides."""
+    build_rljob_megatron(tmp_path / "run", 100, "no_manifest")
+    (tmp_path / "run" / PROGRESS_FILE_NAME).unlink()
+    finder = CheckpointFinder(volumes={"ckpts": tmp_path}, inspector_image="unused")
+    volume = {"persistentVolumeClaim": {"claimName": "ckpts"}}
+    job = make_job(backend="megatron", checkpoint={"volume": volume, "directory": "run"})
+
+    result = finder.lookup(job)
+
+    assert result.target is None
+    assert "rljob_manifest.json is missing: the save did not finish" in result.detail
 
 
 def test_auto_reads_each_folder_by_its_own_decisive_files(tmp_path):

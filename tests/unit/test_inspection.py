@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
 from builders import NOW, make_job
 from rljob_operator import constants as c
 from rljob_operator.reconcile.lookup import CheckpointFinder
@@ -14,10 +15,11 @@ from rljob_operator.reconcile.run import plan_pass
 # No volume the operator reads itself: every look goes through an inspector pod.
 FINDER = CheckpointFinder(volumes={}, inspector_image="rljob-operator:test")
 NODES: dict = {}
+VOLUME = {"persistentVolumeClaim": {"claimName": "ckpts"}}
 
 
 def job_with_volume(**status):
-    job = make_job(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpts"}}})
+    job = make_job(checkpoint={"volume": VOLUME})
     job["status"] = status
     return job
 
@@ -101,3 +103,25 @@ def test_an_inspector_of_an_earlier_attempt_is_deleted():
 
     assert "grpo-inspect-a0" in plan.delete
     assert [o["metadata"]["name"] for o in plan.create] == ["grpo-inspect-a1"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "layout"),
+    [
+        ({"backend": "megatron"}, "rljob"),
+        ({"backend": "fsdp", "checkpoint": {"volume": VOLUME, "layout": "auto"}}, "rljob"),
+        ({"checkpoint": {"volume": VOLUME, "layout": "dcp"}}, "dcp"),
+        ({"framework": "rlinf", "backend": "megatron", "command": ["python", "main.py"]}, "auto"),
+    ],
+)  # fmt: skip
+def test_layout_auto_is_rljob_for_the_rljob_trainer_whatever_its_backend(spec, layout):
+    """Its torn Megatron save would read as complete rlinf-megatron if told from the files."""
+    job = make_job(**{"checkpoint": {"volume": VOLUME}, **spec})
+    inspector = first_inspector(job)
+    command = inspector["spec"]["containers"][0]["command"]
+    assert command[command.index("--layout") + 1] == layout
+
+    report = {"found": True, "path": "/checkpoints/global_step_30", "step": 30}
+    plan = plan_pass(job, [reported(inspector, report)], NODES, FINDER, NOW)
+
+    assert plan.status["latestCheckpoint"]["layout"] == layout

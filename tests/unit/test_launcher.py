@@ -75,9 +75,22 @@ def test_pods_carry_rendezvous_and_checkpoint_settings():
 
 
 def test_user_env_that_rljob_sets_is_refused_naming_it():
-    with pytest.raises(SpecError, match=r"spec.env: MASTER_ADDR, RLJOB_RESUME_DIR: rljob sets"):
+    with pytest.raises(
+        SpecError, match=r"spec.env: MASTER_ADDR, RLJOB_BACKEND, RLJOB_RESUME_DIR: rljob sets"
+    ):
         render(env=[{"name": "MASTER_ADDR", "value": "evil"}, {"name": "WANDB_MODE", "value": "x"},
-                    {"name": "RLJOB_RESUME_DIR", "value": "/elsewhere"}])  # fmt: skip
+                    {"name": "RLJOB_RESUME_DIR", "value": "/elsewhere"},
+                    {"name": "RLJOB_BACKEND", "value": "megatron"}])  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "megatron"])
+def test_the_rljob_trainer_is_told_its_backend(backend):
+    assert env_of(render(backend=backend))["RLJOB_BACKEND"] == backend
+
+
+def test_other_trainers_are_not_told_a_backend_they_read_from_their_own_config():
+    pod = render(framework="custom", command=["python", "t.py"], backend="megatron")
+    assert "RLJOB_BACKEND" not in env_of(pod)
 
 
 def test_template_metadata_reaches_the_pod_and_rljob_keys_are_refused():

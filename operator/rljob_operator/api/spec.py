@@ -3,13 +3,16 @@
 The API server validates and defaults the spec (crds/rljob.io_rltrainingjobs.yaml);
 this parser applies the same defaults again so that pure logic and tests can build
 jobs from partial dicts, and turns anything that slipped through into SpecError
-naming the field.
+naming the field. It also resolves `checkpoint.layout: auto` where the framework alone
+decides the layout (FRAMEWORK_LAYOUTS), once, for everything downstream.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from rljob_contract.manifest import LAYOUT_NAME as RLJOB_LAYOUT
 
 FRAMEWORKS = ("rljob", "rlinf", "verl", "custom")
 BACKENDS = ("fsdp", "megatron")
@@ -18,6 +21,10 @@ GANG_SCHEDULING = ("Auto", "Off")
 # RLinf and verl are Ray programs: one driver on the head places workers on every node.
 RAY_FRAMEWORKS = frozenset({"rlinf", "verl"})
 RLJOB_TRAINER_COMMAND = ("python", "-m", "rljob_trainer")
+# What `checkpoint.layout: auto` means for a framework whose trainer writes one layout only.
+# rljob's trainer seals every folder with its manifest, FSDP and Megatron alike; told from
+# the files, its Megatron save torn before the manifest would read as complete rlinf-megatron.
+FRAMEWORK_LAYOUTS = {"rljob": RLJOB_LAYOUT}
 
 
 class SpecError(ValueError):
@@ -175,7 +182,13 @@ def _no_parent_segments(value: str, field: str) -> None:
         raise SpecError(field, f"must not contain '..' segments, got {value!r}")
 
 
-def parse_checkpoint(data: dict[str, Any]) -> CheckpointSpec:
+def _layout(data: dict[str, Any], framework: str) -> str:
+    """The layout asked for, with `auto` resolved where the framework alone decides it."""
+    layout = data.get("layout", "auto")
+    return FRAMEWORK_LAYOUTS.get(framework, layout) if layout == "auto" else layout
+
+
+def parse_checkpoint(data: dict[str, Any], framework: str) -> CheckpointSpec:
     path = "spec.checkpoint"
     for key in ("mountPath", "directory", "resume"):
         _no_parent_segments(str(data.get(key) or ""), f"{path}.{key}")
@@ -186,7 +199,7 @@ def parse_checkpoint(data: dict[str, Any]) -> CheckpointSpec:
         mount_path=data.get("mountPath", "/checkpoints"),
         directory=data.get("directory", "") or "",
         volume=data.get("volume"),
-        layout=data.get("layout", "auto"),
+        layout=_layout(data, framework),
         verify=data.get("verify", "quick"),
         save_interval=_int(data, "saveInterval", path, None, minimum=1),
         max_to_keep=_int(data, "maxToKeep", path, None, minimum=1),
@@ -230,7 +243,7 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
         resources=spec.get("resources") or {},
         template_metadata=template.get("metadata") or {},
         template_spec=template.get("spec") or {},
-        checkpoint=parse_checkpoint(spec.get("checkpoint") or {}),
+        checkpoint=parse_checkpoint(spec.get("checkpoint") or {}, framework),
         restart_policy=parse_restart_policy(spec.get("restartPolicy") or {}),
         gang_scheduling=_choice(spec, "gangScheduling", "spec", "Auto", GANG_SCHEDULING),
         suspend=bool(spec.get("suspend", False)),

@@ -1,6 +1,11 @@
 """`--layout auto`: which layout a folder is in, from the names of the files it holds.
 
-Each folder is read by the layout its own files show, when they show one decisively
+A directory whose `progress.json` sits beside its global_step_N folders is written by
+rljob's own trainer, which seals every folder with its manifest whatever its backend: all
+its folders are read as rljob. Its Megatron arrangement (`actor/iter_*`, the tracker) would
+otherwise read as rlinf-megatron, complete before the manifest that the trainer demands.
+
+Elsewhere each folder is read by the layout its own files show, when they show one decisively
 (a file only that layout writes). A folder that shows none, typically a save torn
 before its distinctive files, is read by the directory's layout: the decisive layout of
 the newest folder that has one, else the first hint. The ambiguous case is DCP shards
@@ -17,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rljob_contract import PROGRESS_FILE_NAME
 from rljob_contract.manifest import MANIFEST_NAME
 
 from .candidates import Candidate
@@ -50,6 +56,12 @@ HINTS = (
     Rule("actor", "*.distcp", "rljob"),
     Rule("", _verl.DATA, "verl-fsdp"),  # verl, maybe a folder its retention emptied
 )
+
+
+def writer_layout(directory: Path) -> str | None:
+    """rljob where `directory` holds the progress.json of rljob's trainer, which then wrote
+    every folder there; None where nothing names the writer."""
+    return "rljob" if os.path.isfile(directory / PROGRESS_FILE_NAME) else None
 
 
 def folder_layout(folder: Path) -> str | None:

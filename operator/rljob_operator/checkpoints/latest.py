@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .candidates import Candidate, candidate_for_folder, confine, scan
-from .detect import directory_layout, folder_layout
+from .detect import directory_layout, folder_layout, writer_layout
 from .errors import CheckpointInputError
 from .layouts import AUTO, LAYOUTS, Layout, get_layout
 from .parts import PEERS, missing_part, torn_reason
@@ -168,9 +168,15 @@ def _judge_each(
         folders = siblings()
         return directory_layout(folders[0].root, folders) if folders else None
 
+    written_by = functools.cache(writer_layout)  # one look per directory, not per folder
+
     def layout_of(candidate: Candidate) -> Layout | None:
-        name = fixed.name if fixed else folder_layout(candidate.path) or directory_default()
+        name = fixed.name if fixed else detected(candidate)
         return LAYOUTS[name] if name else None
+
+    def detected(candidate: Candidate) -> str | None:
+        """auto: the directory's writer, else the folder's own files, else its siblings'."""
+        return written_by(candidate.root) or folder_layout(candidate.path) or directory_default()
 
     @functools.cache
     def complete_by_layout(index: int, layout: Layout) -> bool:

@@ -7,7 +7,9 @@ parallelism, each holding `model_optim_rng.pt` and, with the distributed optimiz
 
 Distributed (`torch_dist`, megatron.core.dist_checkpointing): a DCP folder plus
 `common.pt`, and `metadata.json`, which rank 0 writes in place after every shard is on
-disk (its "finalize" step, also for asynchronous saves).
+disk (its "finalize" step, also for asynchronous saves). Its pieces come in that order,
+the shards, DCP's `.metadata`, then `metadata.json`, and a torn save is named by the
+first piece it lacks: that says how far it got.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import itertools
 import re
 from pathlib import Path
 
-from .dcp import check_dcp
+from .dcp import METADATA, METADATA_TMP, SHARD, check_dcp
 from .probe import intact_zip, join, names, nonempty_file, read_json, size_of
 from .verdict import Corrupt, Incomplete
 
@@ -25,6 +27,13 @@ MODEL_FILE = "model_optim_rng.pt"
 OPTIM_FILE = "distrib_optim.pt"
 DIST_MARKER = "metadata.json"
 COMMON_FILE = "common.pt"
+_DIST_NAMES = frozenset({DIST_MARKER, COMMON_FILE, METADATA, METADATA_TMP})
+
+
+def is_dist_ckpt(entries: list[str]) -> bool:
+    """Whether a folder holding `entries` is dist_checkpointing's rather than the legacy
+    per-rank folders: any of its files tells, even in a save torn before its markers."""
+    return any(name in _DIST_NAMES or SHARD.fullmatch(name) for name in entries)
 
 
 def check_mp_rank_grid(folder: Path, rel: str, deep: bool) -> None:
@@ -64,6 +73,7 @@ def check_dist_ckpt(folder: Path, rel: str, deep: bool) -> None:
     """A megatron.core.dist_checkpointing folder whose save has been finalized."""
     marker = join(rel, DIST_MARKER)
     if size_of(folder, marker) is None:
+        check_dcp(folder, rel, deep=False)  # a save torn before DCP's .metadata says so first
         raise Incomplete(f"{marker} is missing: Megatron writes it after every shard")
     config = read_json(folder, marker, written_atomically=False)
     backend = config.get("sharded_backend") if isinstance(config, dict) else None

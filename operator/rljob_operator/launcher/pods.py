@@ -164,6 +164,8 @@ def _own_env(
         ),
         contract.ENV_TERMINATION_LOG: contract.DEFAULT_TERMINATION_LOG,
     }
+    if spec.framework == "rljob":  # its trainer's runner.backend; other trainers have their own
+        values[contract.ENV_BACKEND] = spec.backend
     if spec.checkpoint.save_interval is not None:
         values[contract.ENV_SAVE_INTERVAL] = str(spec.checkpoint.save_interval)
     if spec.checkpoint.max_to_keep is not None:
