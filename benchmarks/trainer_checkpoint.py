@@ -1,7 +1,9 @@
 """How long a checkpoint stalls training (synchronous vs `dcp.async_save`), and how long a resume
-load takes, as a function of model size: the real trainer (FSDP2, 2 ranks, CPU/gloo).
+load takes, as a function of model size: the real trainer (2 ranks, CPU/gloo), FSDP2 or, with
+`--backend megatron`, megatron-core with tensor parallel 2 (its saves are synchronous only).
 
-    python benchmarks/trainer_checkpoint.py [--repeats 5] [--sizes 128x2,256x4,384x8]
+    python benchmarks/trainer_checkpoint.py [--backend fsdp|megatron] [--repeats 5] \
+        [--sizes 128x2,256x4,384x8]
 
 Run plainly, it starts itself under torchrun with two ranks; rank 0 prints a table of medians.
 The stall is the time the training loop is blocked in `CheckpointManager.save`: for async saving,
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 SIZES = "128x2,256x4,384x8"  # d_model x n_layers
+MODES = {"fsdp": ("sync", "async"), "megatron": ("sync",)}
 
 
 def _launch(argv: list[str]) -> int:
@@ -50,11 +53,12 @@ def _bench_size(d_model: int, n_layers: int, args: argparse.Namespace, root: Pat
     import torch
     import torch.distributed as dist
     from rljob_trainer.config import load_config
-    from rljob_trainer.train import DistEnv, Trainer
+    from rljob_trainer.train import DistEnv
 
     env = DistEnv(dist.get_rank(), dist.get_world_size(), torch.device("cpu"))
-    result: dict = {"size": f"d{d_model} L{n_layers}"}
-    for mode in ("sync", "async"):
+    result: dict = {"size": f"d{d_model} L{n_layers}", "async_stall": None}
+    megatron = args.backend == "megatron"
+    for mode in MODES[args.backend]:
         out = root / f"{d_model}x{n_layers}-{mode}"
         overrides = [
             f"runner.output_dir={out}",
@@ -65,10 +69,22 @@ def _bench_size(d_model: int, n_layers: int, args: argparse.Namespace, root: Pat
             f"model.n_layers={n_layers}",
             f"model.n_heads={max(2, d_model // 64)}",
             f"model.d_ff={4 * d_model}",
+            f"runner.backend={args.backend}",
         ]
-        trainer = Trainer(load_config(None, overrides, env={}), env)
+        if megatron:
+            from rljob_trainer.megatron.trainer import MegatronTrainer
+
+            overrides.append("megatron.tensor_model_parallel_size=2")
+            trainer = MegatronTrainer(load_config(None, overrides, env={}), env)
+        else:
+            from rljob_trainer.fsdp import FsdpTrainer
+
+            trainer = FsdpTrainer(load_config(None, overrides, env={}), env)
         trainer.rng.reseed(0)
-        result["params"] = sum(p.numel() for p in trainer.policy.parameters())  # global sizes
+        local = sum(p.numel() for p in trainer.policy.parameters())
+        # FSDP: DTensors of the global sizes; Megatron: this rank's shard, summed over the ranks
+        # (the norms, replicated over TP, are counted twice: a fraction of a percent).
+        result["params"] = _summed(local) if megatron else local
         stalls, step = [], 0
         for _ in range(args.repeats):
             for _ in range(args.steps_between):
@@ -94,7 +110,20 @@ def _bench_size(d_model: int, n_layers: int, args: argparse.Namespace, root: Pat
         dist.barrier()
         if dist.get_rank() == 0:
             shutil.rmtree(out)
+        if megatron:
+            from megatron.core import parallel_state
+
+            parallel_state.destroy_model_parallel()  # the next size splits its ranks anew
     return result
+
+
+def _summed(value: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    total = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(total)
+    return int(total.item())
 
 
 def _worker(args: argparse.Namespace) -> None:
@@ -109,7 +138,7 @@ def _worker(args: argparse.Namespace) -> None:
         results.append(_bench_size(d_model, n_layers, args, root))
     if rank == 0:
         print(
-            f"\n2 ranks, CPU/gloo, median of {args.repeats} checkpoints, "
+            f"\n{args.backend}, 2 ranks, CPU/gloo, median of {args.repeats} checkpoints, "
             f"{args.steps_between} GRPO steps between checkpoints\n"
         )
         print(
@@ -119,14 +148,20 @@ def _worker(args: argparse.Namespace) -> None:
         for r in results:
             print(
                 f"| {r['size']} | {r['params'] / 1e6:.1f} M | {r['bytes'] / 2**20:.0f} MiB "
-                f"| {r['step_time']:.2f} s | {r['sync_stall']:.2f} s | {r['async_stall']:.2f} s "
+                f"| {r['step_time']:.2f} s | {r['sync_stall']:.2f} s "
+                f"| {_seconds(r['async_stall'])} "
                 f"| {r['load']:.2f} s |"
             )
     dist.destroy_process_group()
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=sorted(MODES), default="fsdp")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps-between", type=int, default=2)
     parser.add_argument("--sizes", default=SIZES, help="d_model x n_layers, comma-separated")

@@ -21,6 +21,7 @@ def test_the_examples_cover_every_framework():
     frameworks = {(j["spec"]["framework"], j["spec"].get("backend", "fsdp")) for j in jobs}
     assert {
         ("rljob", "fsdp"),
+        ("rljob", "megatron"),
         ("rlinf", "fsdp"),
         ("rlinf", "megatron"),
         ("verl", "fsdp"),

@@ -43,6 +43,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_reference(tmp_path_factory.mktemp("reference") / "run")
 
 
+@pytest.fixture(scope="session")
+def megatron_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same for the Megatron backend (TP2 over the two ranks)."""
+    return run_reference(tmp_path_factory.mktemp("megatron-reference") / "run", backend="megatron")
+
+
 @pytest.fixture
 def agent_root(tmp_path: Path) -> Path:
     return tmp_path / "nodeagent"

@@ -3,7 +3,7 @@
 Every e2e job runs the reference trainer's packaged config, shrunk (TINY) and cut to
 MAX_STEPS with a checkpoint every SAVE_INTERVAL steps, on a world of 2 ranks: 2 nodes
 x 1 process or 1 node x 2 processes. The same config and world size make the same
-weights, so one uninterrupted reference run serves every rljob test.
+weights, so one uninterrupted reference run serves every rljob test of a backend.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import re
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import rljob_contract as contract
 from kube_steps import wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from rljob_contract.steps import step_dir_name
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import parse_iso
@@ -48,10 +51,14 @@ def port_is_free(port: int) -> bool:
 
 
 # --------------------------------------------------------------------------- the job
-def trainer_args(output_dir: str) -> list[str]:
+# The Megatron backend's e2e shape: one model split over the two ranks (tensor parallel).
+MEGATRON_ARGS = ("megatron.tensor_model_parallel_size=2",)
+
+
+def trainer_args(output_dir: str, extra: Sequence[str] = ()) -> list[str]:
     return [
         "--config", str(CONFIG), f"runner.output_dir={output_dir}", *TINY,
-        f"runner.max_steps={MAX_STEPS}",
+        f"runner.max_steps={MAX_STEPS}", *extra,
     ]  # fmt: skip
 
 
@@ -68,6 +75,7 @@ def rljob_job(
     pool: str,
     priority_class: str | None = None,
     max_failures: int = 2,
+    backend: str = "fsdp",
 ) -> dict[str, Any]:
     template_spec: dict[str, Any] = {
         "nodeSelector": {POOL_LABEL: pool},
@@ -81,11 +89,12 @@ def rljob_job(
         "metadata": {"name": name},
         "spec": {
             "framework": "rljob",
+            "backend": backend,
             "image": "rljob-trainer:dev",
             "nnodes": nnodes,
             "nprocPerNode": nproc,
             "rendezvousPort": port,
-            "args": trainer_args(f"{MOUNT}/{name}"),
+            "args": trainer_args(f"{MOUNT}/{name}", MEGATRON_ARGS if backend == "megatron" else ()),
             "resources": {"limits": {"nvidia.com/gpu": nproc}},
             "checkpoint": {
                 "volume": {"persistentVolumeClaim": {"claimName": CLAIM}},
@@ -186,19 +195,29 @@ def resumed_from(log: str) -> tuple[str, int] | None:
 
 
 # --------------------------------------------------------------------------- the reference run
-def run_reference(output_dir: Path, nproc: int = WORLD_SIZE, timeout: float = 300) -> Path:
+def run_reference(
+    output_dir: Path, nproc: int = WORLD_SIZE, timeout: float = 300, backend: str = "fsdp"
+) -> Path:
     """The same config, never interrupted, under a plain local torchrun; its checkpoint dir."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    env = {"RLJOB_SAVE_INTERVAL": str(SAVE_INTERVAL)}
+    env = {"RLJOB_SAVE_INTERVAL": str(SAVE_INTERVAL), contract.ENV_BACKEND: backend}
     log = output_dir.parent / "reference.log"
-    scenario.run_reference(trainer_args(str(output_dir)), env, log, nproc, timeout)
+    extra = MEGATRON_ARGS if backend == "megatron" else ()
+    scenario.run_reference(trainer_args(str(output_dir), extra), env, log, nproc, timeout)
     return output_dir / "grpo_tiny" / "checkpoints"
 
 
 def assert_same_run_as_reference(checkpoint_dir: Path, reference_dir: Path) -> None:
-    """Final weights bitwise equal to the uninterrupted run's, and equal metrics at every step."""
-    model = scenario.final_model(checkpoint_dir, MAX_STEPS)
-    differ = scenario.differing_tensors(model, scenario.final_model(reference_dir, MAX_STEPS))
+    """The final state bitwise equal to the uninterrupted run's (FSDP: the gathered model;
+    Megatron: every tensor of its dist_checkpointing save), and equal metrics at every step."""
+    iteration = f"{step_dir_name(MAX_STEPS)}/actor/iter_{MAX_STEPS:07d}"
+    if (checkpoint_dir / iteration).is_dir():
+        differ = scenario.differing_saved_state(
+            checkpoint_dir / iteration, reference_dir / iteration
+        )
+    else:
+        model = scenario.final_model(checkpoint_dir, MAX_STEPS)
+        differ = scenario.differing_tensors(model, scenario.final_model(reference_dir, MAX_STEPS))
     assert not differ, f"tensors differ from the uninterrupted run: {differ}"
     metrics = read_metrics(checkpoint_dir.parent / "metrics.jsonl")
     reference = read_metrics(reference_dir.parent / "metrics.jsonl")

@@ -75,6 +75,38 @@ def test_two_node_gang_preempted_twice_by_the_scheduler_resumes_bit_exactly(
     assert_nothing_left(pool, port, api_client, core, namespace, JOB)
 
 
+def test_megatron_tensor_parallel_gang_across_two_nodes_preempted_resumes_bit_exactly(
+    api_client, core, namespace, rng, megatron_reference, agents, claim, priority_classes,
+    e2e_operator,
+):  # fmt: skip
+    """backend: megatron, one model split over two nodes (TP2): the operator tells the trainer
+    its backend, finds the newest sealed Megatron save and resumes it bit-exactly."""
+    low, high = priority_classes
+    pool = agents(3, gpus=1)
+    port = free_port()
+    checkpoints = claim / experiment_path(JOB) / "checkpoints"
+    body = rljob_job(JOB, 2, 1, port, namespace, priority_class=low, backend="megatron")
+    create_job(api_client, namespace, body)
+    try:
+        gang = running_gang(core, namespace, 0, 2)
+        preempt_after = wait_step(checkpoints, rng.randint(SAVE_INTERVAL + 1, 12), attempt=0)
+        victim = rng.choice(gang).spec.node_name
+        core.create_namespaced_pod(namespace, preemptor_pod("urgent", victim, high, 1))
+        job = wait_succeeded(api_client, namespace, JOB)
+    finally:
+        delete_pods(core, namespace, "app=preemptor")
+    trainers = [r for r in pool.records() if r.labels.get(c.LABEL_ROLE) == c.ROLE_TRAINER]
+    assert trainers and all(r.env["RLJOB_BACKEND"] == "megatron" for r in trainers)
+    report = verify_rljob_run(
+        job, pool.records(), checkpoints, megatron_reference,
+        [("Disruption", {"PreemptionByScheduler"})],
+        f"Megatron TP2 over 2 nodes, preempted by the scheduler after step {preempt_after}",
+    )  # fmt: skip
+    REPORTS.append(report)
+    print(report)
+    assert_nothing_left(pool, port, api_client, core, namespace, JOB)
+
+
 def test_one_node_gang_killed_mid_save_then_evicted_resumes_bit_exactly(
     api_client, core, namespace, rng, reference, agents, claim, e2e_operator
 ):

@@ -103,3 +103,34 @@ def test_yaml_type_errors_are_named(tmp_path: Path) -> None:
         load_config(_yaml(tmp_path, "runner: 3\n"), env={})
     with pytest.raises(ConfigError, match=r"runner\.experiment_name: Incompatible value 'None'"):
         load_config(_yaml(tmp_path, "runner: {experiment_name: null}\n"), env={})
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["runner.backend=deepspeed"], "runner.backend must be one of fsdp, megatron"),
+        (
+            ["runner.backend=megatron", "runner.async_save=true"],
+            "runner.async_save is not supported with runner.backend=megatron",
+        ),
+        (
+            ["runner.backend=megatron", "megatron.tensor_model_parallel_size=3"],
+            "model.n_heads (4) must be divisible by megatron.tensor_model_parallel_size (3)",
+        ),
+        (
+            ["runner.backend=megatron", "megatron.pipeline_model_parallel_size=3"],
+            "model.n_layers (2) must be divisible by megatron.pipeline_model_parallel_size (3)",
+        ),
+        (["megatron.tensor_model_parallel_size=0"], "must be >= 1"),
+    ],
+)
+def test_the_megatron_backend_checks_its_split(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_config(None, overrides, env={})
+    assert message in str(excinfo.value)
+
+
+def test_the_operator_chooses_the_backend() -> None:
+    cfg = load_config(None, [], env={contract.ENV_BACKEND: "megatron"})
+    assert cfg.runner.backend == "megatron"
+    assert load_config(None, [], env={}).runner.backend == "fsdp"

@@ -1,1 +1,2 @@
-"""rljob's reference trainer: resumable GRPO on FSDP2 with DCP checkpoints; see docs/trainer.md."""
+"""rljob's reference trainer: resumable GRPO on FSDP2 (DCP) or megatron-core
+(dist_checkpointing); see docs/trainer.md."""

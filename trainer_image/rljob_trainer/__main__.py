@@ -14,7 +14,7 @@ from rljob_trainer.config import ConfigError, load_config
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m rljob_trainer",
-        description="Resumable GRPO trainer on FSDP2. Run under torchrun for several ranks.",
+        description="Resumable GRPO trainer on FSDP2 or megatron-core. Run under torchrun.",
     )
     parser.add_argument(
         "--config", help="YAML config file (default: the packaged configs/grpo_tiny.yaml)"

@@ -1,6 +1,12 @@
 """Checkpoints: `<checkpoint_dir>/global_step_N/`, sealed by the rljob manifest, written last.
 
-Layout of one checkpoint (RLinf's FSDP layout plus the manifest):
+The manager here is the same for both backends: one save in flight at most, the folder of a
+step replaced and never mixed, the manifest written by rank 0 once every rank's part is on
+disk, retention, and the choice of the folder to resume from. What a backend writes into the
+folder, and how it reads it back, is its `CheckpointFormat`: `DcpFormat` below for FSDP2, and
+`rljob_trainer.megatron.checkpoint.MegatronFormat` for megatron-core.
+
+The FSDP layout (RLinf's FSDP layout plus the manifest):
 
     global_step_N/
       actor/__<rank>_0.distcp, actor/.metadata   DCP shards: model, optimizer, lr_scheduler,
@@ -11,7 +17,7 @@ Layout of one checkpoint (RLinf's FSDP layout plus the manifest):
 
 A folder without a readable manifest is never loaded. With async saving the DCP write and rank
 0's extra files run in the background; the manifest is written once every rank has agreed, at
-a step boundary, that its part is on disk. At most one save is in flight.
+a step boundary, that its part is on disk.
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -33,6 +39,7 @@ import torch.distributed.checkpoint as dcp
 from rljob_contract.manifest import (
     Corrupt,
     Incomplete,
+    Manifest,
     check_complete,
     read_manifest,
     write_manifest,
@@ -65,34 +72,64 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be used, with the reason and the folder in the message."""
 
 
-def incomplete_reason(folder: Path) -> str | None:
+class CheckpointFormat(Protocol):
+    """What one backend writes into a `global_step_N` folder, and how it reads it back."""
+
+    def sealed_files(self, step: int) -> tuple[str, ...]:
+        """Files the manifest of a checkpoint in this format must list."""
+        ...
+
+    def write(self, folder: Path, step: int, background: ThreadPoolExecutor | None) -> list[Future]:
+        """Write this rank's part (collective); with `background`, return what still runs."""
+        ...
+
+    def read(self, folder: Path, manifest: Manifest, allow_world_size_change: bool) -> None:
+        """Restore every state from a complete folder (collective)."""
+        ...
+
+
+SealedFiles = Callable[[int], tuple[str, ...]]
+
+
+def fsdp_sealed_files(step: int) -> tuple[str, ...]:
+    """An FSDP checkpoint seals its DCP metadata."""
+    return (f"{ACTOR_DIR}/.metadata",)
+
+
+def incomplete_reason(folder: Path, sealed_files: SealedFiles = fsdp_sealed_files) -> str | None:
     """Why `folder` is not a complete trainer checkpoint, or None if it is one.
 
     The contract's definition of complete (sizes, not checksums: the operator's verifier
-    checks those), and a DCP checkpoint of the actor among the files it seals.
+    checks those), with the backend's own files among those it seals.
     """
     try:
         manifest = check_complete(folder, parse_step(folder.name))
     except (Incomplete, Corrupt) as exc:
         return str(exc)
-    if f"{ACTOR_DIR}/.metadata" not in {entry.path for entry in manifest.files}:
-        return f"its manifest lists no {ACTOR_DIR}/.metadata, so it is not a trainer checkpoint"
+    listed = {entry.path for entry in manifest.files}
+    for rel in sealed_files(manifest.step):
+        if rel not in listed:
+            return f"its manifest lists no {rel}, so it is not a checkpoint of this backend"
     return None
 
 
-def list_checkpoints(checkpoint_dir: Path) -> list[tuple[str, bool]]:
+def list_checkpoints(
+    checkpoint_dir: Path, sealed_files: SealedFiles = fsdp_sealed_files
+) -> list[tuple[str, bool]]:
     """(name, complete) of every `global_step_N` folder; other names are not listed."""
     if not checkpoint_dir.is_dir():
         return []
     return [
-        (p.name, incomplete_reason(p) is None)
+        (p.name, incomplete_reason(p, sealed_files) is None)
         for p in checkpoint_dir.iterdir()
         if p.is_dir() and parse_step(p.name) is not None
     ]
 
 
-def newest_complete(checkpoint_dir: Path) -> Path | None:
-    complete = [name for name, ok in list_checkpoints(checkpoint_dir) if ok]
+def newest_complete(
+    checkpoint_dir: Path, sealed_files: SealedFiles = fsdp_sealed_files
+) -> Path | None:
+    complete = [name for name, ok in list_checkpoints(checkpoint_dir, sealed_files) if ok]
     if not complete:
         return None
     return checkpoint_dir / max(complete, key=lambda name: parse_step(name) or 0)
@@ -132,62 +169,59 @@ def write_extras(
         )
 
 
-class CheckpointManager:
-    """Saves, seals, purges and loads checkpoints; every rank holds one, rank 0 writes the rest.
+class DcpFormat:
+    """FSDP2's format: every state through DCP into `actor/`, and rank 0's extra files.
 
     `states` is the dict handed to DCP (model, optimizer, lr_scheduler, train_state, rng).
+    With an executor (async saving), the DCP write runs on a process group of its own, so that
+    its collectives do not interleave with the training collectives on the default group.
     """
 
     def __init__(
         self,
-        checkpoint_dir: Path,
         states: dict[str, Stateful],
         sampler: PromptSampler,
         model: nn.Module,
         model_config: Mapping[str, Any],
         *,
         async_save: bool,
-        keep: int,
         save_full_model: bool,
     ) -> None:
-        self.checkpoint_dir = checkpoint_dir
         self.states = states
         self.sampler = sampler
         self.model = model
         self.model_config = model_config
-        self.async_save = async_save
-        self.keep = keep
         self.save_full_model = save_full_model
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
-        # Async DCP runs its collectives in a background thread; a group of its own keeps them
-        # from interleaving with the training collectives on the default group.
         self.pg = dist.new_group(backend="gloo") if async_save else None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rljob-ckpt")
-        self._inflight: list[Future] = []
-        self._unsealed: tuple[int, Path] | None = None
 
-    # ----------------------------------------------------------------------------- resume
-    def resolve_resume_dir(self, resume_dir: str | None, auto_resume: bool) -> Path | None:
-        """The explicit resume_dir, else (auto_resume) the newest complete checkpoint; rank 0
-        decides and every rank gets its answer, so all ranks load the same folder."""
-        choice: list[str | None] = [None]
+    def sealed_files(self, step: int) -> tuple[str, ...]:
+        return fsdp_sealed_files(step)
+
+    def write(self, folder: Path, step: int, background: ThreadPoolExecutor | None) -> list[Future]:
+        full_model = None
+        if self.save_full_model:
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            gathered = get_model_state_dict(self.model, options=options)
+            # Cloned: with one rank the gathered tensors may alias the live parameters.
+            full_model = {k: v.detach().clone().contiguous() for k, v in gathered.items()}
+        data_state = self.sampler.state_dict()
+        if background is None:
+            dcp.save(self.states, checkpoint_id=folder / ACTOR_DIR)
+            if self.rank == 0:
+                write_extras(folder, data_state, full_model, self.model_config)
+            return []
+        running = [
+            dcp.async_save(self.states, checkpoint_id=folder / ACTOR_DIR, process_group=self.pg)
+        ]
         if self.rank == 0:
-            if resume_dir:
-                choice[0] = str(Path(resume_dir))
-            elif auto_resume:
-                newest = newest_complete(self.checkpoint_dir)
-                choice[0] = str(newest) if newest else None
-        dist.broadcast_object_list(choice, src=0)
-        return Path(choice[0]) if choice[0] else None
+            running.append(
+                background.submit(write_extras, folder, data_state, full_model, self.model_config)
+            )
+        return running
 
-    def load(self, folder: Path, allow_world_size_change: bool) -> int:
-        """Restore every state from a complete checkpoint; return its step."""
-        reasons: list[str | None] = [incomplete_reason(folder) if self.rank == 0 else None]
-        dist.broadcast_object_list(reasons, src=0)
-        if reasons[0] is not None:
-            raise CheckpointError(f"refusing to resume from {folder}: {reasons[0]}")
-        manifest = read_manifest(folder)
+    def read(self, folder: Path, manifest: Manifest, allow_world_size_change: bool) -> None:
         states = dict(self.states)
         rng = states["rng"]
         assert isinstance(rng, RNGState)
@@ -205,20 +239,71 @@ class CheckpointManager:
         self.sampler.load_state_dict(torch.load(folder / DATA_FILE, weights_only=True))
         train_state = self.states["train_state"]
         assert isinstance(train_state, TrainState)
-        if train_state.step != manifest.step:
-            raise CheckpointError(
-                f"{folder}: its manifest says step {manifest.step}, its train state step "
-                f"{train_state.step}"
-            )
+        check_step(folder, manifest, train_state.step)
         if "rng" not in states:
-            log.warning(
-                "world size changed from %d to %d: reseeded per-rank random state at step %d; "
-                "this run is not bit-exact with an uninterrupted one",
-                manifest.world_size,
-                self.world_size,
-                manifest.step,
+            warn_reseeded(
+                f"world size changed from {manifest.world_size} to {self.world_size}", manifest.step
             )
             rng.reseed(manifest.step)
+
+
+def check_step(folder: Path, manifest: Manifest, loaded_step: int) -> None:
+    if loaded_step != manifest.step:
+        raise CheckpointError(
+            f"{folder}: its manifest says step {manifest.step}, its train state step {loaded_step}"
+        )
+
+
+def warn_reseeded(why: str, step: int) -> None:
+    log.warning(
+        "%s: reseeded per-rank random state at step %d; this run is not bit-exact with an "
+        "uninterrupted one",
+        why,
+        step,
+    )
+
+
+class CheckpointManager:
+    """Saves, seals, purges and loads checkpoints; every rank holds one, rank 0 writes the rest.
+
+    `fmt` writes and reads a folder's contents for the backend; the manager owns the folders.
+    """
+
+    def __init__(
+        self, checkpoint_dir: Path, fmt: CheckpointFormat, *, async_save: bool, keep: int
+    ) -> None:
+        self.checkpoint_dir = checkpoint_dir
+        self.fmt = fmt
+        self.async_save = async_save
+        self.keep = keep
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rljob-ckpt")
+        self._inflight: list[Future] = []
+        self._unsealed: tuple[int, Path] | None = None
+
+    # ----------------------------------------------------------------------------- resume
+    def resolve_resume_dir(self, resume_dir: str | None, auto_resume: bool) -> Path | None:
+        """The explicit resume_dir, else (auto_resume) the newest complete checkpoint; rank 0
+        decides and every rank gets its answer, so all ranks load the same folder."""
+        choice: list[str | None] = [None]
+        if self.rank == 0:
+            if resume_dir:
+                choice[0] = str(Path(resume_dir))
+            elif auto_resume:
+                newest = newest_complete(self.checkpoint_dir, self.fmt.sealed_files)
+                choice[0] = str(newest) if newest else None
+        dist.broadcast_object_list(choice, src=0)
+        return Path(choice[0]) if choice[0] else None
+
+    def load(self, folder: Path, allow_world_size_change: bool) -> int:
+        """Restore every state from a complete checkpoint; return its step."""
+        reasons = [incomplete_reason(folder, self.fmt.sealed_files) if self.rank == 0 else None]
+        dist.broadcast_object_list(reasons, src=0)
+        if reasons[0] is not None:
+            raise CheckpointError(f"refusing to resume from {folder}: {reasons[0]}")
+        manifest = read_manifest(folder)
+        self.fmt.read(folder, manifest, allow_world_size_change)
         return manifest.step
 
     # ------------------------------------------------------------------------------- save
@@ -238,29 +323,9 @@ class CheckpointManager:
                 log.warning("removing existing %s before saving step %d", folder, step)
                 shutil.rmtree(folder)
         dist.barrier()
-        full_model = None
-        if self.save_full_model:
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            gathered = get_model_state_dict(self.model, options=options)
-            # Cloned: with one rank the gathered tensors may alias the live parameters.
-            full_model = {k: v.detach().clone().contiguous() for k, v in gathered.items()}
-        data_state = self.sampler.state_dict()
-        if self.async_save:
-            self._inflight.append(
-                dcp.async_save(self.states, checkpoint_id=folder / ACTOR_DIR, process_group=self.pg)
-            )
-            if self.rank == 0:
-                self._inflight.append(
-                    self._executor.submit(
-                        write_extras, folder, data_state, full_model, self.model_config
-                    )
-                )
-            self._unsealed = (step, folder)
-        else:
-            dcp.save(self.states, checkpoint_id=folder / ACTOR_DIR)
-            if self.rank == 0:
-                write_extras(folder, data_state, full_model, self.model_config)
-            self._unsealed = (step, folder)
+        self._inflight += self.fmt.write(folder, step, self._executor if self.async_save else None)
+        self._unsealed = (step, folder)
+        if not self.async_save:
             dist.barrier()
             self._seal()
         return time.perf_counter() - start
@@ -320,6 +385,7 @@ class CheckpointManager:
             os.kill(os.getpid(), signal.SIGKILL)
         write_manifest(folder, step, self.world_size)
         log.info("saved checkpoint %s", folder)
-        for name in choose_checkpoints_to_delete(list_checkpoints(self.checkpoint_dir), self.keep):
+        listed = list_checkpoints(self.checkpoint_dir, self.fmt.sealed_files)
+        for name in choose_checkpoints_to_delete(listed, self.keep):
             log.info("retention: removing %s", self.checkpoint_dir / name)
             shutil.rmtree(self.checkpoint_dir / name, ignore_errors=True)

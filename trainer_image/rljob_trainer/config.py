@@ -31,7 +31,9 @@ ENV_OVERRIDES: dict[str, str] = {
     contract.ENV_MAX_TO_KEEP: "runner.max_num_checkpoints",
     contract.ENV_RESUME_DIR: "runner.resume_dir",
     contract.ENV_CHECKPOINT_REQUEST_FILE: "runner.checkpoint_request_file",
+    contract.ENV_BACKEND: "runner.backend",
 }
+BACKENDS = ("fsdp", "megatron")
 
 
 class ConfigError(ValueError):
@@ -70,15 +72,20 @@ class RunnerConfig:
     seed: int = 1234
     """Seeds the model initialisation, the data order and every rank's random generators."""
     async_save: bool = False
-    """Write checkpoints with `dcp.async_save` while training goes on (one save in flight)."""
+    """Write checkpoints with `dcp.async_save` while training goes on (one save in flight).
+    FSDP only."""
     save_full_model: bool = True
-    """Also gather the full model into `actor/model/` (safetensors + config.json) at each save."""
+    """Also gather the full model into `actor/model/` (safetensors + config.json) at each save.
+    FSDP only: a Megatron checkpoint becomes safetensors with `rljob ckpt convert`."""
     allow_world_size_change: bool = False
     """Resume a checkpoint written by a different number of ranks: model and optimizer are
     re-sharded, per-rank random state is reseeded, so the run is no longer bit-exact."""
     checkpoint_request_file: str | None = None
     """Polled every step; non-empty means: checkpoint now and exit 75.
     Env RLJOB_CHECKPOINT_REQUEST_FILE."""
+    backend: str = "fsdp"
+    """`fsdp` (rljob's TransformerLM on FSDP2, DCP checkpoints) or `megatron` (megatron-core's
+    GPTModel with tensor, pipeline and data parallelism, dist_checkpointing); env RLJOB_BACKEND."""
     device: str = "auto"
     """`auto` (CUDA when available, else CPU), `cpu` or `cuda`."""
     deterministic: bool = True
@@ -97,6 +104,15 @@ class RunnerConfig:
             f"got {self.max_num_checkpoints}",
         )
         _require(self.seed >= 0, f"runner.seed must be >= 0, got {self.seed}")
+        _require(
+            self.backend in BACKENDS,
+            f"runner.backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}",
+        )
+        _require(
+            not (self.async_save and self.backend == "megatron"),
+            "runner.async_save is not supported with runner.backend=megatron: its saves are "
+            "synchronous",
+        )
         _require(
             self.device in ("auto", "cpu", "cuda"),
             f"runner.device must be one of auto, cpu, cuda; got {self.device!r}",
@@ -225,6 +241,26 @@ class DataConfig:
 
 
 @dataclass
+class MegatronConfig:
+    """How `runner.backend=megatron` splits the model; data parallel takes the other ranks."""
+
+    tensor_model_parallel_size: int = 1
+    """Ranks each layer's weights are split over (heads, MLP columns and rows, vocabulary)."""
+    pipeline_model_parallel_size: int = 1
+    """Stages the layers are split into; model.n_layers must be divisible by it."""
+    use_distributed_optimizer: bool = True
+    """Shard the Adam state over the data-parallel ranks (megatron's distributed optimizer).
+    Its checkpoint can change only the data-parallel size on resume; without it, tensor and
+    pipeline sizes can change too (with runner.allow_world_size_change)."""
+
+    def __post_init__(self) -> None:
+        for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
+            _require(
+                getattr(self, name) >= 1, f"megatron.{name} must be >= 1, got {getattr(self, name)}"
+            )
+
+
+@dataclass
 class TrainerConfig:
     """The whole run; one section per component."""
 
@@ -232,6 +268,7 @@ class TrainerConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
 
     def __post_init__(self) -> None:
         # Imported here: the task module needs nothing from config, but keep the import graph flat.
@@ -249,6 +286,20 @@ class TrainerConfig:
             f"model.max_seq_len ({self.model.max_seq_len}) must be >= prompt + completion "
             f"length ({needed})",
         )
+        if self.runner.backend == "megatron":
+            for name in ("n_heads", "d_ff"):
+                size = self.megatron.tensor_model_parallel_size
+                _require(
+                    getattr(self.model, name) % size == 0,
+                    f"model.{name} ({getattr(self.model, name)}) must be divisible by "
+                    f"megatron.tensor_model_parallel_size ({size})",
+                )
+            stages = self.megatron.pipeline_model_parallel_size
+            _require(
+                self.model.n_layers % stages == 0,
+                f"model.n_layers ({self.model.n_layers}) must be divisible by "
+                f"megatron.pipeline_model_parallel_size ({stages})",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

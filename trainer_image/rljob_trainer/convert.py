@@ -1,7 +1,13 @@
 """`rljob ckpt convert`: DCP shards -> model.safetensors + config.json, no process group needed.
 
-Reads only the `model.*` tensors (not the optimizer) from `global_step_N/actor`, whatever the
-number of ranks that wrote them, and the model config the trainer stored next to them.
+Reads only the model's tensors (not the optimizer), whatever the number of ranks that wrote
+them, and the model config the trainer stored next to them:
+
+- FSDP: the `model.*` tensors of `global_step_N/actor`;
+- Megatron: the GPTModel tensors of `global_step_N/actor/iter_N` (dist_checkpointing's torch_dist
+  format is DCP), with the layers megatron stacks in the checkpoint split again into
+  `decoder.layers.<i>.*`: the state dict of the whole model on one rank.
+
 torch is imported inside `convert`, so registering the subcommand costs the `rljob` CLI nothing.
 """
 
@@ -11,7 +17,7 @@ import argparse
 import json
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rljob_contract.manifest import MANIFEST_NAME
@@ -25,12 +31,15 @@ class ConvertError(RuntimeError):
 
 
 def _resolve_dcp_dir(dcp_path: Path) -> Path:
-    """Accept `global_step_N/actor` or `global_step_N` itself."""
-    if not (dcp_path / ".metadata").is_file() and (dcp_path / "actor" / ".metadata").is_file():
+    """Accept `global_step_N/actor` or `global_step_N` itself (and a Megatron `iter_N`)."""
+    if not (dcp_path / ".metadata").is_file() and (dcp_path / "actor").is_dir():
         dcp_path = dcp_path / "actor"
+    iterations = sorted(dcp_path.glob("iter_*"))
+    if not (dcp_path / ".metadata").is_file() and len(iterations) == 1:
+        dcp_path = iterations[0]
     if not (dcp_path / ".metadata").is_file():
         raise ConvertError(f"{dcp_path} has no .metadata: it is not a DCP checkpoint folder")
-    step_dir = dcp_path.parent
+    step_dir = dcp_path.parent.parent if dcp_path.name.startswith("iter_") else dcp_path.parent
     if step_dir.name.startswith("global_step_") and not (step_dir / MANIFEST_NAME).is_file():
         raise ConvertError(
             f"{step_dir} has no {MANIFEST_NAME}: the checkpoint was not completely written"
@@ -41,34 +50,51 @@ def _resolve_dcp_dir(dcp_path: Path) -> Path:
 def convert(dcp_path: str | Path, output_path: str | Path) -> Path:
     """Write `<output_path>/model.safetensors` and `config.json`; return the safetensors path."""
     source = _resolve_dcp_dir(Path(dcp_path))
-    import torch
-    import torch.distributed.checkpoint as dcp
     from safetensors.torch import save_file
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    reader = dcp.FileSystemReader(str(source))
-    metadata = reader.read_metadata().state_dict_metadata
-    if CONFIG_KEY not in metadata:
-        raise ConvertError(f"{source} holds no {CONFIG_KEY}: not written by rljob_trainer")
-    state: dict[str, object] = {
-        key: torch.empty(meta.size, dtype=meta.properties.dtype)
-        for key, meta in metadata.items()
-        if key.startswith(MODEL_PREFIX) and isinstance(meta, TensorStorageMetadata)
-    }
-    if not state:
+    if source.name.startswith("iter_"):
+        from rljob_trainer.megatron.convert import megatron_model
+
+        weights, config = megatron_model(source)
+    else:
+        weights, config = _fsdp_model(source)
+    if not weights:
         raise ConvertError(f"{source} holds no model weights")
-    state[CONFIG_KEY] = ""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, storage_reader=reader, no_dist=True)
-    config = json.loads(str(state.pop(CONFIG_KEY)))
-    weights = {key[len(MODEL_PREFIX) :]: tensor for key, tensor in state.items()}
     out = Path(output_path)
     out.mkdir(parents=True, exist_ok=True)
     target = out / "model.safetensors"
     save_file(weights, str(target), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return target
+
+
+def read_dcp_tensors(source: Path, wanted: Callable[[str], bool], extra: dict[str, object]):
+    """The full tensors under the keys `wanted` accepts, and `extra`'s keys, from a DCP folder."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    reader = dcp.FileSystemReader(str(source))
+    metadata = reader.read_metadata().state_dict_metadata
+    state: dict[str, object] = {
+        key: torch.empty(meta.size, dtype=meta.properties.dtype)
+        for key, meta in metadata.items()
+        if wanted(key) and isinstance(meta, TensorStorageMetadata)
+    }
+    missing = sorted(set(extra) - set(metadata))
+    if missing:
+        raise ConvertError(f"{source} holds no {', '.join(missing)}: not written by rljob_trainer")
+    state.update(extra)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, storage_reader=reader, no_dist=True)
+    return state
+
+
+def _fsdp_model(source: Path) -> tuple[dict, dict]:
+    state = read_dcp_tensors(source, lambda key: key.startswith(MODEL_PREFIX), {CONFIG_KEY: ""})
+    config = json.loads(str(state.pop(CONFIG_KEY)))
+    return {key[len(MODEL_PREFIX) :]: tensor for key, tensor in state.items()}, config
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,16 +6,17 @@ so a resumed run samples exactly the completions an uninterrupted run would have
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from rljob_trainer.task import EOS, PAD
 
 
 @torch.no_grad()
 def sample_completions(
-    model: nn.Module,
+    model: Callable[[torch.Tensor], torch.Tensor],
     prompts: torch.Tensor,
     max_new_tokens: int,
     temperature: float,
@@ -23,7 +24,9 @@ def sample_completions(
 ) -> torch.Tensor:
     """Sample [batch, max_new_tokens] tokens; after a sequence's EOS the rest is PAD.
 
-    Always runs max_new_tokens forward passes, so every FSDP rank issues the same collectives.
+    `model` maps token ids [batch, len] to logits [batch, len', vocab] whose last position
+    predicts the next token. Always runs max_new_tokens forward passes, so every rank issues
+    the same collectives.
     """
     sequences = prompts
     done = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
@@ -44,12 +47,22 @@ def completion_mask(completions: torch.Tensor) -> torch.Tensor:
 
 
 def completion_logprobs(
-    model: nn.Module, sequences: torch.Tensor, prompt_len: int, temperature: float
+    model: Callable[[torch.Tensor], torch.Tensor],
+    sequences: torch.Tensor,
+    prompt_len: int,
+    temperature: float,
 ) -> torch.Tensor:
     """Log-probabilities [batch, completion_len] of the completion tokens of `sequences`."""
-    logits = model(sequences[:, :-1])[:, prompt_len - 1 :].float() / temperature
+    return logprobs_from_logits(model(sequences[:, :-1]), sequences, prompt_len, temperature)
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, sequences: torch.Tensor, prompt_len: int, temperature: float
+) -> torch.Tensor:
+    """The same, from the logits [batch, len - 1, vocab] of `sequences` without its last token."""
+    scaled = logits[:, prompt_len - 1 :].float() / temperature
     targets = sequences[:, prompt_len:]
-    return torch.gather(F.log_softmax(logits, dim=-1), 2, targets[..., None]).squeeze(2)
+    return torch.gather(F.log_softmax(scaled, dim=-1), 2, targets[..., None]).squeeze(2)
 
 
 def group_advantages(rewards: torch.Tensor, eps: float) -> torch.Tensor:

@@ -103,11 +103,14 @@ def build_model(
 
 
 def model_config_dict(
-    cfg: ModelConfig, vocab_size: int, tokenizer: dict[str, Any]
+    cfg: ModelConfig,
+    vocab_size: int,
+    tokenizer: dict[str, Any],
+    architecture: str = ARCHITECTURE,
 ) -> dict[str, Any]:
     """What `actor/model/config.json` holds: enough to rebuild the model and its tokenizer."""
     return {
-        "architecture": ARCHITECTURE,
+        "architecture": architecture,
         "vocab_size": vocab_size,
         **dataclasses.asdict(cfg),
         "tokenizer": tokenizer,

@@ -1,9 +1,10 @@
-"""The GRPO training loop on FSDP2: rollouts, group advantages, clipped updates, checkpoints.
+"""The training loop both backends share: resume, steps, checkpoints, stopping on request.
 
-One step: every rank takes its slice of the step's prompts, samples `group_size` completions per
-prompt, scores them, and runs `update_epochs` optimizer updates on the clipped GRPO loss; FSDP2
-averages the gradients over ranks. At each step boundary the ranks agree whether to stop and
-whether an async save has finished everywhere, then maybe checkpoint.
+A backend (`rljob_trainer.fsdp.FsdpTrainer`, `rljob_trainer.megatron.trainer.MegatronTrainer`)
+builds the model, optimizer and checkpoint format and runs one GRPO step; this loop decides
+when to save, writes the metrics and progress.json, and at the end seals the last checkpoint
+and tells the operator why it stopped. At each step boundary the ranks agree whether to stop
+and whether an async save has finished everywhere, then maybe checkpoint.
 """
 
 from __future__ import annotations
@@ -17,24 +18,13 @@ from pathlib import Path
 import rljob_contract as contract
 import torch
 import torch.distributed as dist
-from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
-from rljob_trainer import grpo
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE, CheckpointError, CheckpointManager
 from rljob_trainer.config import TrainerConfig
-from rljob_trainer.data import PromptSampler
 from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, StepTiming, write_progress
-from rljob_trainer.model import TransformerLM, build_model, model_config_dict
-from rljob_trainer.state import (
-    ModelState,
-    OptimizerState,
-    RNGState,
-    SchedulerState,
-    TrainState,
-)
+from rljob_trainer.state import RNGState, TrainState
 from rljob_trainer.stop import StopRequest, agree_any
-from rljob_trainer.task import BOS, AdditionTask, CharTokenizer
+from rljob_trainer.task import AdditionTask, CharTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -74,150 +64,32 @@ def set_deterministic(device: torch.device) -> None:
     torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
 
 
-def shard(model: TransformerLM) -> TransformerLM:
-    """FSDP2: one unit per block, the embeddings, final norm and head in the root unit."""
-    for block in model.blocks:
-        fully_shard(block)
-    fully_shard(model)
-    return model
-
-
 def _attempt() -> int | None:
     value = os.environ.get(contract.ENV_ATTEMPT)
     return int(value) if value else None
 
 
 class Trainer:
+    """The loop; a backend sets `checkpoints`, `train_state` and `rng` and runs `train_step`."""
+
+    checkpoints: CheckpointManager
+    train_state: TrainState
+    rng: RNGState
+
     def __init__(self, cfg: TrainerConfig, env: DistEnv) -> None:
         self.cfg = cfg
         self.env = env
-        runner, algo = cfg.runner, cfg.algorithm
-        if runner.deterministic:
+        if cfg.runner.deterministic:
             set_deterministic(env.device)
         self.tokenizer = CharTokenizer()
         self.task = AdditionTask(cfg.data.max_operand, cfg.data.format_reward)
-        vocab = self.tokenizer.vocab_size
-        self.policy = shard(build_model(cfg.model, vocab, runner.seed, env.device))
-        # The reference is the initial policy, rebuilt from the same seed, so it is not saved.
-        self.reference = None
-        if algo.kl_coef > 0:
-            self.reference = shard(build_model(cfg.model, vocab, runner.seed, env.device))
-            self.reference.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(
-            self.policy.parameters(), lr=algo.lr, weight_decay=algo.weight_decay
-        )
-        warmup = algo.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1))
-        )
-        self.sampler = PromptSampler(
-            self.task.num_examples, cfg.data.prompts_per_step, runner.seed, env.rank, env.world_size
-        )
-        self.generator = torch.Generator(device=env.device)
-        self.rng = RNGState(env.rank, runner.seed, self.generator)
-        model_config = model_config_dict(cfg.model, vocab, self.tokenizer.describe())
-        self.train_state = TrainState(model_config)
-        states = {
-            "model": ModelState(self.policy),
-            "optimizer": OptimizerState(self.policy, self.optimizer),
-            "lr_scheduler": SchedulerState(self.scheduler),
-            "train_state": self.train_state,
-            "rng": self.rng,
-        }
-        self.checkpoint_dir = Path(str(runner.checkpoint_dir))
-        self.checkpoints = CheckpointManager(
-            self.checkpoint_dir,
-            states,
-            self.sampler,
-            self.policy,
-            model_config,
-            async_save=runner.async_save,
-            keep=runner.max_num_checkpoints,
-            save_full_model=runner.save_full_model,
-        )
-        self.stop = StopRequest(runner.checkpoint_request_file)
+        self.checkpoint_dir = Path(str(cfg.runner.checkpoint_dir))
+        self.stop = StopRequest(cfg.runner.checkpoint_request_file)
         self.attempt = _attempt()
 
-    # --------------------------------------------------------------------------- one step
     def train_step(self) -> dict[str, float]:
-        algo = self.cfg.algorithm
-        device = self.env.device
-        indices = self.sampler.next_local_batch()
-        prompts = torch.tensor(
-            [[BOS, *self.tokenizer.encode(self.task.prompt(i))] for i in indices], device=device
-        ).repeat_interleave(algo.group_size, dim=0)
-        prompt_len = prompts.shape[1]
-
-        self.policy.eval()
-        completions = grpo.sample_completions(
-            self.policy, prompts, algo.max_new_tokens, algo.temperature, self.generator
-        )
-        sequences = torch.cat([prompts, completions], dim=1)
-        mask = grpo.completion_mask(completions)
-        with torch.no_grad():
-            old_logp = grpo.completion_logprobs(
-                self.policy, sequences, prompt_len, algo.temperature
-            )
-            ref_logp = (
-                grpo.completion_logprobs(self.reference, sequences, prompt_len, algo.temperature)
-                if self.reference is not None
-                else old_logp
-            )
-        answers = [self.task.answer(i) for i in indices for _ in range(algo.group_size)]
-        rewards = torch.tensor(
-            [
-                self.task.reward(c, a, self.tokenizer)
-                for c, a in zip(completions.tolist(), answers, strict=True)
-            ],
-            device=device,
-        )
-        advantages = grpo.group_advantages(rewards.view(-1, algo.group_size), algo.adv_eps).view(-1)
-
-        self.policy.train()
-        lr = self.scheduler.get_last_lr()[0]
-        # Loss, KL and gradient norm of the first update (on the sampling policy); the clip
-        # fraction of the last (in the first the ratio is exactly 1).
-        first: dict[str, float] = {}
-        for epoch in range(algo.update_epochs):
-            logp = grpo.completion_logprobs(self.policy, sequences, prompt_len, algo.temperature)
-            loss, stats = grpo.grpo_loss(
-                logp, old_logp, ref_logp, advantages, mask, algo.clip_ratio, algo.kl_coef
-            )
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm)
-            if isinstance(grad_norm, DTensor):
-                grad_norm = grad_norm.full_tensor()
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            if epoch == 0:
-                first = {
-                    "loss": loss.item(),
-                    "kl": stats["kl"].item(),
-                    "grad_norm": grad_norm.item(),
-                }
-        self.scheduler.step()
-
-        local = torch.tensor(
-            [
-                first["loss"],
-                rewards.mean().item(),
-                (rewards == 1.0).float().mean().item(),
-                first["kl"],
-                stats["clip_frac"].item(),
-            ],
-            dtype=torch.float64,
-        )
-        dist.all_reduce(local, op=dist.ReduceOp.SUM)
-        loss_, reward, accuracy, kl, clip_frac = (local / self.env.world_size).tolist()
-        return {
-            "loss": loss_,
-            "reward": reward,
-            "accuracy": accuracy,
-            "kl": kl,
-            "clip_frac": clip_frac,
-            "grad_norm": first["grad_norm"],
-            "lr": lr,
-        }
+        """One GRPO step; the metrics as every rank agrees on them."""
+        raise NotImplementedError
 
     def step_boundary(self, want_stop: bool) -> bool:
         """One all_reduce: whether any rank wants to stop, and whether an async save is still
@@ -227,7 +99,6 @@ class Trainer:
             self.checkpoints.seal_agreed()
         return stop
 
-    # --------------------------------------------------------------------------- the loop
     def _start(self) -> int:
         runner = self.cfg.runner
         folder = self.checkpoints.resolve_resume_dir(runner.resume_dir, runner.auto_resume)
@@ -328,6 +199,12 @@ def tell_the_operator(message: str) -> None:
 def run(cfg: TrainerConfig) -> int:
     env = init_distributed(cfg.runner.device)
     try:
-        return Trainer(cfg, env).train()
+        if cfg.runner.backend == "megatron":
+            from rljob_trainer.megatron.trainer import MegatronTrainer
+
+            return MegatronTrainer(cfg, env).train()
+        from rljob_trainer.fsdp import FsdpTrainer
+
+        return FsdpTrainer(cfg, env).train()
     finally:
         dist.destroy_process_group()

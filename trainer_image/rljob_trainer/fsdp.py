@@ -1,0 +1,161 @@
+"""The FSDP2 backend: rljob's own TransformerLM sharded with `fully_shard`, saved with DCP.
+
+One step: every rank takes its slice of the step's prompts, samples `group_size` completions per
+prompt, scores them, and runs `update_epochs` optimizer updates on the clipped GRPO loss; FSDP2
+averages the gradients over ranks.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from rljob_trainer import grpo
+from rljob_trainer.checkpoint import CheckpointManager, DcpFormat
+from rljob_trainer.config import TrainerConfig
+from rljob_trainer.data import PromptSampler
+from rljob_trainer.model import TransformerLM, build_model, model_config_dict
+from rljob_trainer.state import (
+    ModelState,
+    OptimizerState,
+    RNGState,
+    SchedulerState,
+    TrainState,
+)
+from rljob_trainer.task import BOS
+from rljob_trainer.train import DistEnv, Trainer
+
+
+def shard(model: TransformerLM) -> TransformerLM:
+    """FSDP2: one unit per block, the embeddings, final norm and head in the root unit."""
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+class FsdpTrainer(Trainer):
+    def __init__(self, cfg: TrainerConfig, env: DistEnv) -> None:
+        super().__init__(cfg, env)
+        runner, algo = cfg.runner, cfg.algorithm
+        vocab = self.tokenizer.vocab_size
+        self.policy = shard(build_model(cfg.model, vocab, runner.seed, env.device))
+        # The reference is the initial policy, rebuilt from the same seed, so it is not saved.
+        self.reference = None
+        if algo.kl_coef > 0:
+            self.reference = shard(build_model(cfg.model, vocab, runner.seed, env.device))
+            self.reference.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self.policy.parameters(), lr=algo.lr, weight_decay=algo.weight_decay
+        )
+        warmup = algo.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1))
+        )
+        self.sampler = PromptSampler(
+            self.task.num_examples, cfg.data.prompts_per_step, runner.seed, env.rank, env.world_size
+        )
+        self.generator = torch.Generator(device=env.device)
+        self.rng = RNGState(env.rank, runner.seed, self.generator)
+        model_config = model_config_dict(cfg.model, vocab, self.tokenizer.describe())
+        self.train_state = TrainState(model_config)
+        states = {
+            "model": ModelState(self.policy),
+            "optimizer": OptimizerState(self.policy, self.optimizer),
+            "lr_scheduler": SchedulerState(self.scheduler),
+            "train_state": self.train_state,
+            "rng": self.rng,
+        }
+        fmt = DcpFormat(
+            states,
+            self.sampler,
+            self.policy,
+            model_config,
+            async_save=runner.async_save,
+            save_full_model=runner.save_full_model,
+        )
+        self.checkpoints = CheckpointManager(
+            self.checkpoint_dir, fmt, async_save=runner.async_save, keep=runner.max_num_checkpoints
+        )
+
+    def train_step(self) -> dict[str, float]:
+        algo = self.cfg.algorithm
+        device = self.env.device
+        indices = self.sampler.next_local_batch()
+        prompts = torch.tensor(
+            [[BOS, *self.tokenizer.encode(self.task.prompt(i))] for i in indices], device=device
+        ).repeat_interleave(algo.group_size, dim=0)
+        prompt_len = prompts.shape[1]
+
+        self.policy.eval()
+        completions = grpo.sample_completions(
+            self.policy, prompts, algo.max_new_tokens, algo.temperature, self.generator
+        )
+        sequences = torch.cat([prompts, completions], dim=1)
+        mask = grpo.completion_mask(completions)
+        with torch.no_grad():
+            old_logp = grpo.completion_logprobs(
+                self.policy, sequences, prompt_len, algo.temperature
+            )
+            ref_logp = (
+                grpo.completion_logprobs(self.reference, sequences, prompt_len, algo.temperature)
+                if self.reference is not None
+                else old_logp
+            )
+        answers = [self.task.answer(i) for i in indices for _ in range(algo.group_size)]
+        rewards = torch.tensor(
+            [
+                self.task.reward(c, a, self.tokenizer)
+                for c, a in zip(completions.tolist(), answers, strict=True)
+            ],
+            device=device,
+        )
+        advantages = grpo.group_advantages(rewards.view(-1, algo.group_size), algo.adv_eps).view(-1)
+
+        self.policy.train()
+        lr = self.scheduler.get_last_lr()[0]
+        # Loss, KL and gradient norm of the first update (on the sampling policy); the clip
+        # fraction of the last (in the first the ratio is exactly 1).
+        first: dict[str, float] = {}
+        for epoch in range(algo.update_epochs):
+            logp = grpo.completion_logprobs(self.policy, sequences, prompt_len, algo.temperature)
+            loss, stats = grpo.grpo_loss(
+                logp, old_logp, ref_logp, advantages, mask, algo.clip_ratio, algo.kl_coef
+            )
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm)
+            if isinstance(grad_norm, DTensor):
+                grad_norm = grad_norm.full_tensor()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            if epoch == 0:
+                first = {
+                    "loss": loss.item(),
+                    "kl": stats["kl"].item(),
+                    "grad_norm": grad_norm.item(),
+                }
+        self.scheduler.step()
+
+        local = torch.tensor(
+            [
+                first["loss"],
+                rewards.mean().item(),
+                (rewards == 1.0).float().mean().item(),
+                first["kl"],
+                stats["clip_frac"].item(),
+            ],
+            dtype=torch.float64,
+        )
+        dist.all_reduce(local, op=dist.ReduceOp.SUM)
+        loss_, reward, accuracy, kl, clip_frac = (local / self.env.world_size).tolist()
+        return {
+            "loss": loss_,
+            "reward": reward,
+            "accuracy": accuracy,
+            "kl": kl,
+            "clip_frac": clip_frac,
+            "grad_norm": first["grad_norm"],
+            "lr": lr,
+        }
