@@ -8,7 +8,6 @@ averages the gradients over ranks.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
@@ -24,8 +23,7 @@ from rljob_trainer.state import (
     SchedulerState,
     TrainState,
 )
-from rljob_trainer.task import BOS
-from rljob_trainer.train import DistEnv, Trainer
+from rljob_trainer.train import DistEnv, Trainer, agree_on_metrics
 
 
 def shard(model: TransformerLM) -> TransformerLM:
@@ -82,19 +80,9 @@ class FsdpTrainer(Trainer):
 
     def train_step(self) -> dict[str, float]:
         algo = self.cfg.algorithm
-        device = self.env.device
-        indices = self.sampler.next_local_batch()
-        prompts = torch.tensor(
-            [[BOS, *self.tokenizer.encode(self.task.prompt(i))] for i in indices], device=device
-        ).repeat_interleave(algo.group_size, dim=0)
-        prompt_len = prompts.shape[1]
-
         self.policy.eval()
-        completions = grpo.sample_completions(
-            self.policy, prompts, algo.max_new_tokens, algo.temperature, self.generator
-        )
-        sequences = torch.cat([prompts, completions], dim=1)
-        mask = grpo.completion_mask(completions)
+        batch = self.rollout(self.policy)
+        sequences, prompt_len = batch.sequences, batch.prompt_len
         with torch.no_grad():
             old_logp = grpo.completion_logprobs(
                 self.policy, sequences, prompt_len, algo.temperature
@@ -104,15 +92,6 @@ class FsdpTrainer(Trainer):
                 if self.reference is not None
                 else old_logp
             )
-        answers = [self.task.answer(i) for i in indices for _ in range(algo.group_size)]
-        rewards = torch.tensor(
-            [
-                self.task.reward(c, a, self.tokenizer)
-                for c, a in zip(completions.tolist(), answers, strict=True)
-            ],
-            device=device,
-        )
-        advantages = grpo.group_advantages(rewards.view(-1, algo.group_size), algo.adv_eps).view(-1)
 
         self.policy.train()
         lr = self.scheduler.get_last_lr()[0]
@@ -122,8 +101,9 @@ class FsdpTrainer(Trainer):
         for epoch in range(algo.update_epochs):
             logp = grpo.completion_logprobs(self.policy, sequences, prompt_len, algo.temperature)
             loss, stats = grpo.grpo_loss(
-                logp, old_logp, ref_logp, advantages, mask, algo.clip_ratio, algo.kl_coef
-            )
+                logp, old_logp, ref_logp, batch.advantages, batch.mask, algo.clip_ratio,
+                algo.kl_coef,
+            )  # fmt: skip
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), algo.max_grad_norm)
             if isinstance(grad_norm, DTensor):
@@ -137,25 +117,12 @@ class FsdpTrainer(Trainer):
                     "grad_norm": grad_norm.item(),
                 }
         self.scheduler.step()
-
-        local = torch.tensor(
-            [
-                first["loss"],
-                rewards.mean().item(),
-                (rewards == 1.0).float().mean().item(),
-                first["kl"],
-                stats["clip_frac"].item(),
-            ],
-            dtype=torch.float64,
+        rewards = batch.rewards
+        local = (
+            first["loss"],
+            rewards.mean().item(),
+            (rewards == 1.0).float().mean().item(),
+            first["kl"],
+            stats["clip_frac"].item(),
         )
-        dist.all_reduce(local, op=dist.ReduceOp.SUM)
-        loss_, reward, accuracy, kl, clip_frac = (local / self.env.world_size).tolist()
-        return {
-            "loss": loss_,
-            "reward": reward,
-            "accuracy": accuracy,
-            "kl": kl,
-            "clip_frac": clip_frac,
-            "grad_norm": first["grad_norm"],
-            "lr": lr,
-        }
+        return agree_on_metrics(local, self.env.world_size, first["grad_norm"], lr)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,12 +20,14 @@ import rljob_contract as contract
 import torch
 import torch.distributed as dist
 
+from rljob_trainer import grpo
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE, CheckpointError, CheckpointManager
 from rljob_trainer.config import TrainerConfig
+from rljob_trainer.data import PromptSampler
 from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, StepTiming, write_progress
 from rljob_trainer.state import RNGState, TrainState
 from rljob_trainer.stop import StopRequest, agree_any
-from rljob_trainer.task import AdditionTask, CharTokenizer
+from rljob_trainer.task import BOS, AdditionTask, CharTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,39 @@ class DistEnv:
     rank: int
     world_size: int
     device: torch.device
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """This rank's share of a step: prompt + completion sequences, scored and normalised."""
+
+    sequences: torch.Tensor  # [prompts x group_size, prompt_len + max_new_tokens]
+    prompt_len: int
+    mask: torch.Tensor  # completion tokens up to and including EOS
+    rewards: torch.Tensor
+    advantages: torch.Tensor
+
+
+def agree_on_metrics(
+    local: tuple[float, float, float, float, float] | None,
+    reporters: int,
+    grad_norm: float,
+    lr: float,
+) -> dict[str, float]:
+    """The step's metrics as every rank sees them: (loss, reward, accuracy, kl, clip_frac)
+    averaged over the `reporters` ranks that pass theirs (None: this rank does not report)."""
+    summed = torch.tensor(local or (0.0,) * 5, dtype=torch.float64)
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    loss, reward, accuracy, kl, clip_frac = (summed / reporters).tolist()
+    return {
+        "loss": loss,
+        "reward": reward,
+        "accuracy": accuracy,
+        "kl": kl,
+        "clip_frac": clip_frac,
+        "grad_norm": grad_norm,
+        "lr": lr,
+    }
 
 
 def init_distributed(device_pref: str) -> DistEnv:
@@ -70,11 +106,13 @@ def _attempt() -> int | None:
 
 
 class Trainer:
-    """The loop; a backend sets `checkpoints`, `train_state` and `rng` and runs `train_step`."""
+    """The loop; a backend sets the attributes below and runs `train_step`."""
 
     checkpoints: CheckpointManager
     train_state: TrainState
     rng: RNGState
+    sampler: PromptSampler
+    generator: torch.Generator  # sampling, checkpointed with `rng`
 
     def __init__(self, cfg: TrainerConfig, env: DistEnv) -> None:
         self.cfg = cfg
@@ -90,6 +128,36 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         """One GRPO step; the metrics as every rank agrees on them."""
         raise NotImplementedError
+
+    def rollout(self, next_token_logits: Callable[[torch.Tensor], torch.Tensor]) -> Rollout:
+        """Take this rank's prompts of the step, sample `group_size` completions of each with
+        the policy's `next_token_logits`, score them and normalise within each group."""
+        algo = self.cfg.algorithm
+        device = self.env.device
+        indices = self.sampler.next_local_batch()
+        prompts = torch.tensor(
+            [[BOS, *self.tokenizer.encode(self.task.prompt(i))] for i in indices], device=device
+        ).repeat_interleave(algo.group_size, dim=0)
+        completions = grpo.sample_completions(
+            next_token_logits, prompts, algo.max_new_tokens, algo.temperature, self.generator
+        )
+        answers = [self.task.answer(i) for i in indices for _ in range(algo.group_size)]
+        rewards = torch.tensor(
+            [
+                self.task.reward(c, a, self.tokenizer)
+                for c, a in zip(completions.tolist(), answers, strict=True)
+            ],
+            device=device,
+        )
+        return Rollout(
+            sequences=torch.cat([prompts, completions], dim=1),
+            prompt_len=prompts.shape[1],
+            mask=grpo.completion_mask(completions),
+            rewards=rewards,
+            advantages=grpo.group_advantages(rewards.view(-1, algo.group_size), algo.adv_eps).view(
+                -1
+            ),
+        )
 
     def step_boundary(self, want_stop: bool) -> bool:
         """One all_reduce: whether any rank wants to stop, and whether an async save is still

@@ -44,8 +44,7 @@ from rljob_trainer.megatron.model import (
 )
 from rljob_trainer.model import model_config_dict
 from rljob_trainer.state import RNGState, TrainState
-from rljob_trainer.task import BOS
-from rljob_trainer.train import DistEnv, Trainer
+from rljob_trainer.train import DistEnv, Trainer, agree_on_metrics
 
 ARCHITECTURE = "megatron-core GPTModel"
 # What megatron's schedule calls on the last stage's output: (loss, what to report).
@@ -176,21 +175,11 @@ class MegatronTrainer(Trainer):
     # ------------------------------------------------------------------------------ a step
     def train_step(self) -> dict[str, float]:
         algo = self.cfg.algorithm
-        device = self.env.device
-        indices = self.sampler.next_local_batch()
-        prompts = torch.tensor(
-            [[BOS, *self.tokenizer.encode(self.task.prompt(i))] for i in indices], device=device
-        ).repeat_interleave(algo.group_size, dim=0)
-        prompt_len = prompts.shape[1]
-
         self.policy.eval()
-        completions = grpo.sample_completions(
-            self._next_token_logits, prompts, algo.max_new_tokens, algo.temperature, self.generator
-        )
-        sequences = torch.cat([prompts, completions], dim=1)
+        batch = self.rollout(self._next_token_logits)
+        sequences, prompt_len = batch.sequences, batch.prompt_len
         inputs = sequences[:, :-1]
-        mask = grpo.completion_mask(completions)
-        old_logp = ref_logp = None
+        old_logp = ref_logp = None  # on the last stage only
         with torch.no_grad():
             logits = self._logits(self.policy, inputs)
             if logits is not None:
@@ -204,75 +193,42 @@ class MegatronTrainer(Trainer):
                     ref_logp = grpo.logprobs_from_logits(
                         logits, sequences, prompt_len, algo.temperature
                     )
-        answers = [self.task.answer(i) for i in indices for _ in range(algo.group_size)]
-        rewards = torch.tensor(
-            [
-                self.task.reward(c, a, self.tokenizer)
-                for c, a in zip(completions.tolist(), answers, strict=True)
-            ],
-            device=device,
-        )
-        advantages = grpo.group_advantages(rewards.view(-1, algo.group_size), algo.adv_eps).view(-1)
 
         def grpo_loss(local_logits: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
             logp = grpo.logprobs_from_logits(
                 self._full_logits(local_logits), sequences, prompt_len, algo.temperature
             )
             loss, stats = grpo.grpo_loss(
-                logp, old_logp, ref_logp, advantages, mask, algo.clip_ratio, algo.kl_coef
-            )
+                logp, old_logp, ref_logp, batch.advantages, batch.mask, algo.clip_ratio,
+                algo.kl_coef,
+            )  # fmt: skip
             return loss, {"loss": loss.detach(), **stats}
 
         self.policy.train()
         lr = float(self.optimizer.param_groups[0]["lr"])
         # Loss, KL and gradient norm of the first update (on the sampling policy); the clip
         # fraction of the last (in the first the ratio is exactly 1).
-        first: dict[str, float] = {}
+        first: dict[str, torch.Tensor] = {}
         reported: dict[str, torch.Tensor] = {}
-        for epoch in range(algo.update_epochs):
+        grad_norms = []
+        for _ in range(algo.update_epochs):
             self.policy.zero_grad_buffer()
             self.optimizer.zero_grad()
             outputs = self._run_pipeline(self.policy, inputs, grpo_loss)
-            _, grad_norm, _ = self.optimizer.step()
-            if outputs:
-                reported = outputs[0]
-            if epoch == 0:
-                first = {"grad_norm": float(grad_norm)}
-                if reported:
-                    first.update(loss=reported["loss"].item(), kl=reported["kl"].item())
+            grad_norms.append(float(self.optimizer.step()[1]))
+            reported = outputs[0] if outputs else {}
+            first = first or reported
         self.scheduler.step(increment=1)
-        return self._agree(first, reported, rewards, lr)
-
-    def _agree(
-        self,
-        first: dict[str, float],
-        reported: dict[str, torch.Tensor],
-        rewards: torch.Tensor,
-        lr: float,
-    ) -> dict[str, float]:
-        """Every rank's view of the step's metrics: the mean over the data-parallel replicas,
-        each counted once (by its last stage's first tensor-parallel rank)."""
-        counts = self.last_stage and parallel_state.get_tensor_model_parallel_rank() == 0
-        local = torch.tensor(
-            [
-                first.get("loss", 0.0),
+        # Each data-parallel replica reports once: its last stage's first tensor-parallel rank.
+        reports = self.last_stage and parallel_state.get_tensor_model_parallel_rank() == 0
+        rewards = batch.rewards
+        local = None
+        if reports:
+            local = (
+                first["loss"].item(),
                 rewards.mean().item(),
                 (rewards == 1.0).float().mean().item(),
-                first.get("kl", 0.0),
-                reported["clip_frac"].item() if reported else 0.0,
-            ]
-            if counts
-            else [0.0] * 5,
-            dtype=torch.float64,
-        )
-        dist.all_reduce(local, op=dist.ReduceOp.SUM)
-        loss, reward, accuracy, kl, clip_frac = (local / self.shape.data).tolist()
-        return {
-            "loss": loss,
-            "reward": reward,
-            "accuracy": accuracy,
-            "kl": kl,
-            "clip_frac": clip_frac,
-            "grad_norm": first["grad_norm"],
-            "lr": lr,
-        }
+                first["kl"].item(),
+                reported["clip_frac"].item(),
+            )
+        return agree_on_metrics(local, self.shape.data, grad_norms[0], lr)
