@@ -159,9 +159,13 @@ def test_a_queue_that_does_not_exist_is_a_warning_in_kueues_words_until_it_is_cr
 
     stuck = wait_for(inadmissible, 60, "the job to say Kueue cannot admit it")
     assert stuck["status"] == "True" and "LocalQueue tema doesn't exist" in stuck["message"]
-    warnings = [e for e in core.list_namespaced_event(namespace).items
-                if e.reason == "QueueInadmissible"]  # fmt: skip
-    assert [e.type for e in warnings] == ["Warning"]
+
+    def warnings():  # Events go out after the status write that sets the condition
+        found = [e.type for e in core.list_namespaced_event(namespace).items
+                 if e.reason == "QueueInadmissible"]  # fmt: skip
+        return found or None
+
+    assert wait_for(warnings, 15, "the Warning Event") == ["Warning"]
     pods = pods_of(core, namespace, "typo", 0)
     assert len(pods) == 2 and all(gated(p) and not p.spec.node_name for p in pods)
     status = get_job(api_client, namespace, "typo")["status"]
