@@ -94,29 +94,14 @@ def differing_tensors(model: Path, reference: Path) -> list[str]:
     return [name for name in want if not torch.equal(got[name], want[name])]
 
 
-def saved_state(dcp_folder: Path) -> dict[str, Any]:
-    """Every tensor a DCP folder holds (model and optimizer state), whole, with no process
-    group: FSDP's `global_step_N/actor`, or Megatron's `global_step_N/actor/iter_N`."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    reader = dcp.FileSystemReader(str(dcp_folder))
-    state = {
-        key: torch.empty(meta.size, dtype=meta.properties.dtype)
-        for key, meta in reader.read_metadata().state_dict_metadata.items()
-        if isinstance(meta, TensorStorageMetadata)
-    }
-    dcp.load(state, storage_reader=reader, no_dist=True)
-    return state
-
-
 def differing_saved_state(folder: Path, reference: Path) -> list[str]:
-    """The tensors in which two DCP folders differ bitwise (all if their names differ).
-    Megatron's distributed optimizer pads its buffers with NaN: NaN equals NaN here."""
+    """The tensors in which two DCP folders (FSDP's `global_step_N/actor`, Megatron's
+    `global_step_N/actor/iter_N`) differ bitwise, model and optimizer state alike (all if their
+    names differ). Megatron's distributed optimizer pads its buffers with NaN: equal here."""
     import torch
+    from rljob_trainer.convert import read_dcp_tensors
 
-    got, want = saved_state(folder), saved_state(reference)
+    got, want = (read_dcp_tensors(f, lambda key: True, {}) for f in (folder, reference))
     if sorted(got) != sorted(want):
         return sorted(set(got) ^ set(want))
     return [

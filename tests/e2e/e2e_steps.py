@@ -210,7 +210,9 @@ def run_reference(
 def assert_same_run_as_reference(checkpoint_dir: Path, reference_dir: Path) -> None:
     """The final state bitwise equal to the uninterrupted run's (FSDP: the gathered model;
     Megatron: every tensor of its dist_checkpointing save), and equal metrics at every step."""
-    iteration = f"{step_dir_name(MAX_STEPS)}/actor/iter_{MAX_STEPS:07d}"
+    from rljob_trainer.megatron.checkpoint import iteration_dir  # megatron only when needed
+
+    iteration = f"{step_dir_name(MAX_STEPS)}/{iteration_dir(MAX_STEPS)}"
     if (checkpoint_dir / iteration).is_dir():
         differ = scenario.differing_saved_state(
             checkpoint_dir / iteration, reference_dir / iteration

@@ -25,10 +25,10 @@ from helpers import (
     wait_for_step,
 )
 from rljob_contract.manifest import MANIFEST_NAME, read_manifest
-from rljob_testenv.scenario import differing_saved_state, saved_state
+from rljob_testenv.scenario import differing_saved_state
 from rljob_trainer.checkpoint import newest_complete
-from rljob_trainer.convert import convert
-from rljob_trainer.megatron.checkpoint import TRACKER, sealed_files
+from rljob_trainer.convert import convert, read_dcp_tensors
+from rljob_trainer.megatron.checkpoint import TRACKER, iteration_dir, sealed_files
 from safetensors.torch import load_file
 from tiny_trainer import TINY
 
@@ -62,12 +62,12 @@ def tp2_pp2(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 def iteration(handle: Run, step: int) -> Path:
-    return handle.checkpoint_dir / f"global_step_{step}" / "actor" / f"iter_{step:07d}"
+    return handle.checkpoint_dir / f"global_step_{step}" / iteration_dir(step)
 
 
 def assert_matches(resumed: Run, baseline: Run) -> None:
     assert resumed.process.returncode == 0, resumed.log()[-3000:]
-    saved = saved_state(iteration(resumed, MAX_STEPS))
+    saved = read_dcp_tensors(iteration(resumed, MAX_STEPS), lambda key: True, {})
     assert any(key.startswith("optimizer.") for key in saved), "no optimizer state saved"
     differ = differing_saved_state(iteration(resumed, MAX_STEPS), iteration(baseline, MAX_STEPS))
     assert not differ, f"tensors differ bitwise from the uninterrupted run in {differ}"
@@ -149,7 +149,7 @@ def test_torn_saves_are_skipped_with_the_reason(tp2: Run, tmp_path: Path) -> Non
     for step, cut in ((11, f"actor/{TRACKER}"), (12, "actor/iter_0000012/.metadata")):
         torn = root / f"global_step_{step}"
         shutil.copytree(complete, torn)
-        (torn / "actor" / "iter_0000010").rename(torn / "actor" / f"iter_{step:07d}")
+        (torn / iteration_dir(10)).rename(torn / iteration_dir(step))
         (torn / "actor" / TRACKER).write_text(f"{step}\n")
         (torn / MANIFEST_NAME).unlink()
         (torn / cut).unlink()
