@@ -2,10 +2,11 @@
 
 The one package that both rljob_operator and rljob_trainer import, so that the trainer
 never imports the operator. It holds these names, `steps` (the `global_step_N` folder
-names), `manifest` (the seal the rljob trainer writes last into every checkpoint and the
-operator checks) and `untrusted` (parsing JSON read from a checkpoint volume). An
-environment variable, an annotation or an exit code is spelled here once. Nothing here
-imports kopf, kubernetes or torch.
+names), `progress` (progress.json: the last finished step), `manifest` (the seal the rljob
+trainer writes last into every checkpoint and the operator checks) and `untrusted` (parsing
+JSON read from a checkpoint volume). An environment variable, an annotation or an exit code
+is spelled here once. Nothing here imports anything but the standard library, and it runs
+on Python 3.10 too: the Ray launcher ships it into the user's image (launcher.ray).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ ENV_CHECKPOINT_DIR = "RLJOB_CHECKPOINT_DIR"  # the folder that holds the global_
 ENV_SAVE_INTERVAL = "RLJOB_SAVE_INTERVAL"
 ENV_MAX_TO_KEEP = "RLJOB_MAX_TO_KEEP"
 ENV_CHECKPOINT_REQUEST_FILE = "RLJOB_CHECKPOINT_REQUEST_FILE"
+# The pod's terminationGracePeriodSeconds: how long a save on notice may take after SIGTERM.
+ENV_GRACE_SECONDS = "RLJOB_GRACE_SECONDS"
 # rljob's own trainer only: `spec.backend` (fsdp or megatron), which its runner.backend follows.
 ENV_BACKEND = "RLJOB_BACKEND"
 
@@ -36,6 +39,3 @@ EXIT_CHECKPOINTED_ON_REQUEST = 75
 CHECKPOINTED_ON_REQUEST_MESSAGE = "rljob: checkpointed on request"
 ENV_TERMINATION_LOG = "RLJOB_TERMINATION_LOG"  # where to write it; default below
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-
-# Written by rank 0 next to the global_step_N folders after every finished step.
-PROGRESS_FILE_NAME = "progress.json"

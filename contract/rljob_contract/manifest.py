@@ -15,7 +15,7 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 from . import untrusted
@@ -40,7 +40,7 @@ class Manifest:
     files: tuple[ManifestEntry, ...]
     layout: str = LAYOUT_NAME
     layout_version: int = LAYOUT_VERSION
-    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    created_at: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat())
 
     def to_json(self) -> str:
         data = asdict(self)

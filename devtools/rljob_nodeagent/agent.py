@@ -671,7 +671,7 @@ class PodWorker:
                 ended_by = "agent-stopped" if stopping else "deletion"
                 deadline = time.monotonic() + grace
                 log.info("pod %s/%s: SIGTERM (grace %.0fs)", self.namespace, self.name, grace)
-                procs.signal_group(self.process.pid, signal.SIGTERM)
+                procs.send([self.process.pid], signal.SIGTERM)  # PID 1's, as a runtime does
             if deadline is not None and time.monotonic() >= deadline:
                 log.info("pod %s/%s: grace period over: SIGKILL", self.namespace, self.name)
                 procs.send(procs.marked_processes(self.marker), signal.SIGKILL)

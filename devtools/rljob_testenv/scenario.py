@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rljob_contract import PROGRESS_FILE_NAME
+from rljob_contract.progress import PROGRESS_FILE_NAME
 from rljob_contract.steps import step_dir_name
 from rljob_operator import constants as c
 

@@ -135,8 +135,8 @@ class Kube:
             raise KubeError(f"update status of {namespace}/{name}", exc) from exc
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        """Create a Pod, Service, Workload or PodGroup; the object as stored, or None when
-        one of that name exists already."""
+        """Create a Pod, Service, ConfigMap, Workload or PodGroup; the object as stored, or
+        None when one of that name exists already."""
         namespace = obj["metadata"]["namespace"]
         try:
             if obj["kind"] in ("Workload", "PodGroup"):
@@ -150,6 +150,7 @@ class Kube:
             create = {
                 "Pod": self.core.create_namespaced_pod,
                 "Service": self.core.create_namespaced_service,
+                "ConfigMap": self.core.create_namespaced_config_map,
             }[obj["kind"]]
             return _data(create(namespace, obj, _preload_content=False))
         except ApiException as exc:

@@ -174,7 +174,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         (("rljob.io",), ("rltrainingjobs/status",), ("patch",), ()),
         (("rljob.io",), ("rltrainingjobs/finalizers",), ("update",), ()),
         (("",), ("pods",), ("get", "list", "watch", "create", "patch", "delete"), ()),
-        (("",), ("services",), ("create",), ()),
+        (("",), ("services", "configmaps"), ("create",), ()),
         (("scheduling.k8s.io",), ("workloads", "podgroups"), ("create",), ()),
         (("scheduling.k8s.io",), ("podgroups",), ("delete",), ()),
         (("kueue.x-k8s.io",), ("workloads",), ("list", "watch"), ()),

@@ -31,6 +31,7 @@ RAY = Path(sys.executable).with_name("ray")
 STEPS, EVERY = 16, 4
 STEP = re.compile(r"ray_trainer: step (\d+)/")
 SAVED = re.compile(r"ray_trainer: saved \S*/global_step_(\d+)")
+SAVED_ON_NOTICE = re.compile(r"rljob: saved step (\d+) on notice")
 RESUMED = re.compile(r"ray_trainer: resumed from (\S+) at step (\d+)")
 LAYOUT = {"verl": "verl-fsdp", "rlinf": "rlinf-fsdp"}
 
@@ -49,7 +50,15 @@ def checkpoint_subdir(framework: str) -> str:
     return "ckpt" if framework == "verl" else "run/checkpoints"
 
 
-def ray_job(name: str, framework: str, pool: str, port: int, priority_class: str) -> dict[str, Any]:
+def ray_job(
+    name: str,
+    framework: str,
+    pool: str,
+    port: int,
+    priority_class: str,
+    grace: int = 20,
+    extra_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
     ray_ports: list[int] = []  # apart from each other and the rendezvous port (admission checks)
     while len(ray_ports) < 2:
         if (candidate := free_port()) not in (port, *ray_ports):
@@ -62,7 +71,7 @@ def ray_job(name: str, framework: str, pool: str, port: int, priority_class: str
             "framework": framework,
             "image": f"{framework}:example",
             "command": ["python", str(DRIVER), framework],
-            "args": overrides(framework, f"{MOUNT}/{name}"),
+            "args": [*overrides(framework, f"{MOUNT}/{name}"), *extra_args],
             "nnodes": 2,
             "rendezvousPort": port,
             "ray": {
@@ -83,7 +92,7 @@ def ray_job(name: str, framework: str, pool: str, port: int, priority_class: str
             "restartPolicy": {"maxFailures": 0},
             "template": {"spec": {
                 "nodeSelector": {POOL_LABEL: pool}, "priorityClassName": priority_class,
-                "terminationGracePeriodSeconds": 20,
+                "terminationGracePeriodSeconds": grace,
             }},
         },
     }  # fmt: skip

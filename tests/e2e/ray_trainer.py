@@ -15,13 +15,21 @@ What is real:
   `load_checkpoint` (`actor/dcp_checkpoint/`, `actor/model_state_dict/full_weights.pt`);
 - overrides read with OmegaConf, and the frameworks' resume switches: verl's
   `trainer.resume_mode=resume_path trainer.resume_from_path=<dir>`, RLinf's
-  `runner.resume_dir=<dir>`, each taking the step from the folder's name, as they do.
+  `runner.resume_dir=<dir>`, each taking the step from the folder's name, as they do;
+- the frameworks' own step-end decisions, which rljob's bridge hooks: RLinf's reasoning
+  runner's (its `Timer` and `check_progress`, save, then stop on the time limit) in the
+  driver, and verl's `RayPPOTrainer.fit`'s (`should_save_ckpt_esi` through
+  `verl.trainer.ppo.ray_trainer`, the save, `Tracking.log`) in a TaskRunner actor, a Ray
+  worker, as verl runs it.
 
 What it fakes:
 - the RL algorithm: next-token loss on fixed random tokens stands in for GRPO/PPO;
-- the frameworks' trainers around the checkpoint managers: this driver writes what they
-  write after the actors, in their order (verl: `data.pt`, then the run's
-  `latest_checkpointed_iteration.txt`; RLinf: `data/data.pt`);
+- the frameworks' trainers around the checkpoint managers and step-end decisions: this
+  loop is a copy of their control flow, and writes what they write after the actors, in
+  their order (verl: `data.pt`, then the run's `latest_checkpointed_iteration.txt`; RLinf:
+  `data/data.pt`);
+- a slow save, when the test asks for one (`seconds_per_unscheduled_save`): a pause between
+  the actors' shards and the files the frameworks write last, in saves off the schedule;
 - RLinf's accelerator platform: RLinf knows no CPU platform, so the actors give its Worker
   one whose synchronize/empty_cache are no-ops (`cpu_platform`).
 
@@ -51,14 +59,15 @@ DEFAULTS = {
     "verl": {
         "trainer": {
             "nnodes": 2, "total_training_steps": 16, "save_freq": 4, "default_local_dir": "???",
-            "resume_mode": "auto", "resume_from_path": None, "seconds_per_step": 0.3,
+            "resume_mode": "auto", "resume_from_path": None, "seconds_per_step": 1.0,
+            "seconds_per_unscheduled_save": 0,
         },
     },
     "rlinf": {
         "cluster": {"num_nodes": 2},
         "runner": {
             "output_dir": "???", "experiment_name": "run", "max_steps": 16, "save_interval": 4,
-            "resume_dir": None, "seconds_per_step": 0.3,
+            "resume_dir": None, "seconds_per_step": 1.0, "seconds_per_unscheduled_save": 0,
         },
     },
 }  # fmt: skip
@@ -174,16 +183,21 @@ def settings(framework: str, cfg) -> dict[str, Any]:
                 resume = f"{t.default_local_dir}/global_step_{tracker.read_text().strip()}"
         return {"nnodes": t.nnodes, "steps": t.total_training_steps, "every": t.save_freq,
                 "dir": Path(t.default_local_dir), "resume": resume, "pause": t.seconds_per_step,
-                "switch": t.resume_mode == "resume_path"}  # fmt: skip
+                "switch": t.resume_mode == "resume_path",
+                "slow_save": t.seconds_per_unscheduled_save}  # fmt: skip
     r = cfg.runner
     return {"nnodes": cfg.cluster.num_nodes, "steps": r.max_steps, "every": r.save_interval,
             "dir": Path(r.output_dir) / r.experiment_name / "checkpoints", "resume": r.resume_dir,
-            "pause": r.seconds_per_step, "switch": r.resume_dir is not None}  # fmt: skip
+            "pause": r.seconds_per_step, "switch": r.resume_dir is not None,
+            "slow_save": r.seconds_per_unscheduled_save}  # fmt: skip
 
 
-def save(framework: str, trainers, root: Path, step: int) -> None:
+def save(framework: str, trainers, s: dict[str, Any], step: int) -> None:
+    root = s["dir"]
     folder = root / f"global_step_{step}"
     ray.get([getattr(t, f"save_{framework}").remote(str(folder / "actor"), step) for t in trainers])
+    if step % s["every"] and step != s["steps"]:  # a save the schedule did not ask for
+        time.sleep(s["slow_save"])  # the test's knob: a save on notice too slow for the grace
     import torch
 
     if framework == "verl":
@@ -195,14 +209,7 @@ def save(framework: str, trainers, root: Path, step: int) -> None:
     print(f"ray_trainer: saved {folder}", flush=True)
 
 
-def main(argv: list[str]) -> int:
-    framework, overrides = argv[0], argv[1:]
-    cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS[framework]), OmegaConf.from_dotlist(overrides))
-    s = settings(framework, cfg)
-    if int(os.environ.get("RLJOB_ATTEMPT", "0")) > 0 and not s["switch"]:
-        print("ray_trainer: a restarted attempt was not given the resume switch", flush=True)
-        return 3
-    ray.init(logging_level="WARNING")
+def start_trainers(s: dict[str, Any]) -> list:
     nodes = [n for n in ray.nodes() if n["Alive"]]
     print(f"ray_trainer: {len(nodes)} Ray nodes", flush=True)
     group = placement_group([{"CPU": 1}] * s["nnodes"], strategy="STRICT_SPREAD")
@@ -217,18 +224,90 @@ def main(argv: list[str]) -> int:
     print(f"ray_trainer: actors on {json.dumps(places)}", flush=True)
     master = ray.get(trainers[0].address.remote())
     ray.get([t.setup.remote(master) for t in trainers])
-    start = 0
-    if s["resume"]:
-        folder = str(s["resume"])
-        start = int(folder.split("global_step_")[-1])  # as both frameworks read it
-        ray.get([getattr(t, f"load_{framework}").remote(f"{folder}/actor") for t in trainers])
-        print(f"ray_trainer: resumed from {folder} at step {start}", flush=True)
+    return trainers
+
+
+def resume(framework: str, s: dict[str, Any], trainers) -> int:
+    if not s["resume"]:
+        return 0
+    folder = str(s["resume"])
+    start = int(folder.split("global_step_")[-1])  # as both frameworks read it
+    ray.get([getattr(t, f"load_{framework}").remote(f"{folder}/actor") for t in trainers])
+    print(f"ray_trainer: resumed from {folder} at step {start}", flush=True)
+    return start
+
+
+def train(trainers, step: int, s: dict[str, Any]) -> None:
+    time.sleep(s["pause"])
+    losses = ray.get([t.train_step.remote(step) for t in trainers])
+    print(f"ray_trainer: step {step}/{s['steps']} loss {losses[0]!r}", flush=True)
+
+
+def rlinf_loop(s: dict[str, Any], trainers, start: int) -> None:
+    """RLinf's reasoning runner's control flow, on its own Timer and check_progress."""
+    from rlinf.utils.runner_utils import check_progress
+    from rlinf.utils.timers import Timer
+
+    run_timer = Timer(None)  # RLinf's default: no time limit
+    run_timer.start_time()
     for step in range(start + 1, s["steps"] + 1):
-        time.sleep(s["pause"])
-        losses = ray.get([t.train_step.remote(step) for t in trainers])
-        print(f"ray_trainer: step {step}/{s['steps']} loss {losses[0]!r}", flush=True)
-        if step % s["every"] == 0 or step == s["steps"]:
-            save(framework, trainers, s["dir"], step)
+        train(trainers, step, s)
+        run_time_exceeded = run_timer.is_finished()
+        _, save_model, is_train_end = check_progress(
+            step, s["steps"], 0, s["every"], 1.0, run_time_exceeded=run_time_exceeded
+        )
+        if save_model:
+            save("rlinf", trainers, s, step)
+        if is_train_end:
+            return
+        if run_time_exceeded:
+            print(f"ray_trainer: time limit reached at step {step}: stopping", flush=True)
+            return
+
+
+@ray.remote(num_cpus=0)
+class TaskRunner:
+    """verl's TaskRunner: the trainer's loop runs in this Ray worker, not in the driver."""
+
+    def run(self, s: dict[str, Any]) -> None:
+        # Through the trainer module's own name, as RayPPOTrainer.fit calls it.
+        from verl.trainer.ppo import ray_trainer as verl_trainer
+        from verl.utils.tracking import Tracking
+
+        print(f"ray_trainer: verl's loop on node {ray.get_runtime_context().get_node_id()}",
+              flush=True)  # fmt: skip
+        trainers = start_trainers(s)
+        start = resume("verl", s, trainers)
+        logger = Tracking(project_name="rljob", experiment_name="e2e", default_backend=[])
+        max_steps_duration = 0.0
+        for step in range(start + 1, s["steps"] + 1):
+            began = time.time()
+            train(trainers, step, s)
+            is_last_step = step >= s["steps"]
+            esi_close_to_expiration = verl_trainer.should_save_ckpt_esi(
+                max_steps_duration=max_steps_duration, redundant_time=0
+            )
+            if s["every"] > 0 and (is_last_step or step % s["every"] == 0
+                                   or esi_close_to_expiration):  # fmt: skip
+                save("verl", trainers, s, step)
+            steps_duration = time.time() - began
+            max_steps_duration = max(max_steps_duration, steps_duration)
+            logger.log(data={"timing_s/step": steps_duration}, step=step)
+
+
+def main(argv: list[str]) -> int:
+    framework, overrides = argv[0], argv[1:]
+    cfg = OmegaConf.merge(OmegaConf.create(DEFAULTS[framework]), OmegaConf.from_dotlist(overrides))
+    s = settings(framework, cfg)
+    if int(os.environ.get("RLJOB_ATTEMPT", "0")) > 0 and not s["switch"]:
+        print("ray_trainer: a restarted attempt was not given the resume switch", flush=True)
+        return 3
+    ray.init(logging_level="WARNING")
+    if framework == "verl":
+        ray.get(TaskRunner.remote().run.remote(s))
+    else:
+        trainers = start_trainers(s)
+        rlinf_loop(s, trainers, resume(framework, s, trainers))
     print("ray_trainer: finished", flush=True)
     return 0
 

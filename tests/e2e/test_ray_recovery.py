@@ -1,5 +1,8 @@
 """verl- and RLinf-shaped jobs on a real two-node Ray cluster under rljob, preempted by the
-scheduler at the worker and at the head, resume bit-exactly through the framework's switch.
+scheduler at the worker and at the head between periodic saves, save on notice through the
+framework's own step-end decision (rljob's bridge), lose no step, and resume bit-exactly
+through the framework's switch. With a save on notice too slow for the grace period they go
+back to the last periodic save, and say what was lost.
 
 Each job's pods run rljob's Ray launcher on node agents: rank 0 starts the Ray head, waits
 for both nodes and runs ray_trainer.py once as the driver; rank 1 joins with `ray start
@@ -11,6 +14,8 @@ rank's weights, optimizer state and RNG bitwise equal to an uninterrupted run.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from e2e_steps import (
@@ -28,6 +33,7 @@ from ray_steps import (
     EVERY,
     RESUMED,
     SAVED,
+    SAVED_ON_NOTICE,
     STEP,
     STEPS,
     assert_same_state,
@@ -36,6 +42,7 @@ from ray_steps import (
     ray_job,
     run_reference,
 )
+from rljob_contract import progress
 from rljob_operator.checkpoints.resume import resume_overrides
 from rljob_testenv.ports import free_port
 from rljob_testenv.scenario import preemptor_pod
@@ -61,6 +68,33 @@ def last(pattern, text: str) -> int:
     return max((int(m) for m in pattern.findall(text)), default=0)
 
 
+def reported_step(checkpoints) -> int:
+    try:
+        return json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())[
+            progress.STEP
+        ]
+    except (OSError, ValueError):
+        return 0
+
+
+def preempt(api_client, core, namespace, gang, victim, checkpoints, at, high) -> dict:
+    """Wait for the loop's step `at`, then have the scheduler preempt pod `victim`; the
+    job as it ends."""
+    # The head turns Ready (its probe) once both Ray nodes joined and the driver runs.
+    wait_for(lambda: (status(api_client, namespace, JOB).get("ray") or {}).get("driver")
+             == "Running", 120, "status.ray.driver to be Running")  # fmt: skip
+    # The step the bridge reports from the framework's loop (an actor's own log lines reach
+    # the head's log in bursts).
+    wait_for(lambda: reported_step(checkpoints) >= at, 180, f"the loop's step {at}")
+    try:
+        core.create_namespaced_pod(
+            namespace, preemptor_pod("urgent", gang[victim].spec.node_name, high, 1)
+        )
+        return wait_succeeded(api_client, namespace, JOB, timeout=300)
+    finally:
+        delete_pods(core, namespace, "app=preemptor")
+
+
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "head"])
 @pytest.mark.parametrize("framework", ["verl", "rlinf"])
 def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
@@ -72,23 +106,10 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     pool = agents(3, gpus=1)  # one spare node: the preemptor keeps the one it took
     port = free_port()
     checkpoints = claim / JOB / checkpoint_subdir(framework)
-    at = rng.randint(EVERY + 1, STEPS - 5)
+    at = rng.randint(EVERY + 1, STEPS // 2)  # time for the preemption to land
     create_job(api_client, namespace, ray_job(JOB, framework, namespace, port, low))
-    try:
-        gang = running_gang(core, namespace, 0, 2)
-        head = wait_for(
-            lambda: next((r for r in pool.records() if r.name == gang[0].metadata.name), None),
-            what="the head to start",
-        )
-        # The head turns Ready (its probe) once both Ray nodes joined and the driver runs.
-        wait_for(lambda: (status(api_client, namespace, JOB).get("ray") or {}).get("driver")
-                 == "Running", 120, "status.ray.driver to be Running")  # fmt: skip
-        wait_for(lambda: last(STEP, head.log()) >= at, 180, f"the driver's step {at}")
-        node = gang[victim].spec.node_name
-        core.create_namespaced_pod(namespace, preemptor_pod("urgent", node, high, 1))
-        job = wait_succeeded(api_client, namespace, JOB, timeout=300)
-    finally:
-        delete_pods(core, namespace, "app=preemptor")
+    gang = running_gang(core, namespace, 0, 2)
+    job = preempt(api_client, core, namespace, gang, victim, checkpoints, at, high)
 
     st = job["status"]
     (recovery,) = st["recoveries"]
@@ -105,8 +126,10 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     assert '"node_rank": "0"' in before and '"node_rank": "1"' in before  # one actor a pod
     newest = last(SAVED, before)
     folder = f"{checkpoints}/global_step_{newest}"
-    assert recovery["resumedFromStep"] == newest
-    assert "lastFinishedStep" not in recovery  # neither framework writes rljob's progress file
+    # Saved on notice through the framework's own decision, at the step it had reached.
+    assert last(SAVED_ON_NOTICE, before) == newest >= at
+    assert recovery["resumedFromStep"] == recovery["lastFinishedStep"] == newest
+    assert recovery["lostSteps"] == 0
     head_after, worker_after = attempts[1]
     switch = resume_overrides(framework, folder)
     assert head_after.argv[-len(switch) :] == switch  # the framework's own switch, on the driver
@@ -118,9 +141,52 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     assert_same_state(final_state(framework, checkpoints), want)
     report = (
         f"{framework}-shaped Ray job, 2 pods, {'head' if victim == 0 else 'worker'} preempted by "
-        f"the scheduler after step {last(STEP, before)}: resumed from step {newest} through "
-        f"{switch[0].split('=')[0]}; every rank's final state equal to an uninterrupted run"
+        f"the scheduler after step {last(STEP, before)}: saved step {newest} on notice, resumed "
+        f"from it through {switch[0].split('=')[0]}, lost 0 steps; every rank's final state "
+        f"equal to an uninterrupted run"
     )
     REPORTS.append(report)
     print(report)
+    assert_nothing_left(pool, port, api_client, core, namespace, JOB)
+
+
+@pytest.mark.parametrize("framework", ["verl", "rlinf"])
+def test_a_save_on_notice_too_slow_for_the_grace_goes_back_to_the_last_periodic_save(
+    framework, api_client, core, namespace, rng, agents, claim, priority_classes, e2e_operator,
+    ray_references,
+):  # fmt: skip
+    """The save on notice starts but cannot end within a 4 s grace: the folder it leaves is
+    never taken for complete, and status and the Event say how many steps were lost."""
+    low, high = priority_classes
+    want = ray_references(framework)
+    pool = agents(3, gpus=1)
+    port = free_port()
+    checkpoints = claim / JOB / checkpoint_subdir(framework)
+    at = rng.randint(EVERY + 1, STEPS // 2)  # time for the preemption to land
+    section = "trainer" if framework == "verl" else "runner"
+    slow = (f"{section}.seconds_per_unscheduled_save=60",)
+    create_job(api_client, namespace,
+               ray_job(JOB, framework, namespace, port, low, grace=4, extra_args=slow))  # fmt: skip
+    gang = running_gang(core, namespace, 0, 2)
+    job = preempt(api_client, core, namespace, gang, 1, checkpoints, at, high)
+
+    (recovery,) = job["status"]["recoveries"]
+    attempts = attempts_of(pool.records(), JOB)
+    before = attempts[0][0].log()
+    assert not SAVED_ON_NOTICE.search(before)
+    periodic = recovery["resumedFromStep"]
+    assert periodic % EVERY == 0 and periodic == last(SAVED, before)
+    finished = json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())
+    assert recovery["lastFinishedStep"] >= at and recovery["lastFinishedStep"] > periodic
+    assert recovery["lostSteps"] == recovery["lastFinishedStep"] - periodic
+    assert (finished[progress.ATTEMPT], finished[progress.STEP]) == (1, STEPS)  # every step
+    events = [e.message for e in core.list_namespaced_event(namespace).items
+              if e.reason == "GangCreated" and "attempt 1" in e.message]  # fmt: skip
+    assert any(f"lost steps: {recovery['lostSteps']} " in m for m in events), events
+    assert_same_state(final_state(framework, checkpoints), want)
+    REPORTS.append(
+        f"{framework}-shaped Ray job, save on notice slower than the 4 s grace: resumed from "
+        f"the periodic save at step {periodic}, {recovery['lostSteps']} steps lost, as status "
+        f"and the GangCreated Event say; final state equal to an uninterrupted run"
+    )
     assert_nothing_left(pool, port, api_client, core, namespace, JOB)

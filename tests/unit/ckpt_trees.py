@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rljob_contract import PROGRESS_FILE_NAME
 from rljob_contract.manifest import MANIFEST_NAME, write_manifest
+from rljob_contract.progress import PROGRESS_FILE_NAME
 from rljob_operator.checkpoints import Status
 
 WORLD = 2  # ranks in every built checkpoint

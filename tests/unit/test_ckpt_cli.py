@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from ckpt_trees import build_dcp, build_rljob, build_rljob_megatron, snapshot, write_text
-from rljob_contract import PROGRESS_FILE_NAME
+from rljob_contract.progress import PROGRESS_FILE_NAME
 from rljob_operator.cli import main
 
 LATEST_KEYS = {

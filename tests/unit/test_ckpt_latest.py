@@ -21,7 +21,7 @@ from ckpt_trees import (
     write_text,
     write_tracker,
 )
-from rljob_contract import PROGRESS_FILE_NAME
+from rljob_contract.progress import PROGRESS_FILE_NAME
 from rljob_contract.steps import parse_step
 from rljob_operator.checkpoints import (
     CheckpointInputError,

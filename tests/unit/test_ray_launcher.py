@@ -5,12 +5,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import rljob_contract as contract
 from builders import job_ref, make_job
 from rljob_operator.api.spec import SpecError, parse_spec
 from rljob_operator.launcher import ray, ray_node
-from rljob_operator.launcher.pods import ResumeTarget, desired_pods, desired_service
+from rljob_operator.launcher.pods import (
+    ResumeTarget,
+    desired_launcher_config_map,
+    desired_pods,
+    desired_service,
+)
 
 VERL = {"framework": "verl", "command": ["python3", "-m", "verl.trainer.main_ppo"]}
 RESUME = ResumeTarget("/checkpoints/run/global_step_20", 20)
@@ -31,8 +38,8 @@ def env_of(pod):
 
 def split(command):
     """(interpreter, role, flags, driver) of a rendered Ray container command."""
-    interpreter, dash_c, program, role, *rest = command
-    assert dash_c == "-c" and program == ray.node_program()
+    interpreter, program, role, *rest = command
+    assert program == ray.NODE_PROGRAM == f"{ray.LAUNCHER_DIR}/ray_node.py"
     _, flags, driver = ray_node.parse_argv([role, *rest])
     return interpreter, role, flags, driver
 
@@ -101,6 +108,39 @@ def test_ray_pods_get_a_temp_dir_and_memory_backed_shm_and_the_head_a_readiness_
         assert mounts["/dev/shm"] == ray.SHM_VOLUME and mounts[ray.TEMP_DIR] == ray.TEMP_VOLUME
     assert container(head)["readinessProbe"]["exec"]["command"] == ["test", "-e", ray.DRIVER_MARKER]
     assert "readinessProbe" not in container(worker)
+
+
+def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
+    job = make_job(**VERL)
+    spec, ref = parse_spec(job["spec"]), job_ref(job)
+    config_map = desired_launcher_config_map(spec, ref)
+    assert config_map["metadata"]["name"] == ray.launcher_config_map_name(ref.name)
+    assert config_map["metadata"]["name"].startswith(f"{ref.name}-launcher-")
+    assert config_map["metadata"]["ownerReferences"][0]["uid"] == ref.uid
+    for pod in desired_pods(spec, ref, 0, None):
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        source = volumes[ray.LAUNCHER_VOLUME]["configMap"]
+        assert source["name"] == config_map["metadata"]["name"]
+        mount = next(m for m in container(pod)["volumeMounts"] if m["name"] == ray.LAUNCHER_VOLUME)
+        assert (mount["mountPath"], mount["readOnly"]) == (ray.LAUNCHER_DIR, True)
+        files = {i["path"]: config_map["data"][i["key"]] for i in source["items"]}
+        assert files == ray.launcher_files()
+    assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_contract/__init__.py",
+            "rljob_contract/progress.py"} <= set(ray.launcher_files())  # fmt: skip
+    assert desired_launcher_config_map(parse_spec(make_job()["spec"]), ref) is None  # torchrun
+
+
+def test_no_ray_pod_carries_the_launcher_source_in_its_command():
+    for pod in render(RESUME):
+        assert all(len(part) < 200 for part in container(pod)["command"])
+
+
+def mounted_launcher(root: Path) -> Path:
+    """The launcher's files as a kubelet lays out the ConfigMap's items."""
+    for path, text in ray.launcher_files().items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root / "ray_node.py"
 
 
 def test_ray_ports_are_named_on_the_head_and_the_headless_service():
@@ -223,16 +263,18 @@ def test_node_program_refuses_a_malformed_command_line(argv):
 
 
 def test_worker_program_as_the_pod_runs_it_reports_the_unreachable_head(tmp_path):
-    """The program's real source through `python -c`, against a port nobody listens on."""
+    """The program as the pod runs it, from the mounted files, against a port nobody
+    listens on."""
+    program = mounted_launcher(tmp_path / "launcher")
     message = tmp_path / "termination-log"
     env = {
         **os.environ,
         ray_node.ENV_HEAD_ADDRESS: "127.0.0.1:9",  # discard: nothing listens here
         ray_node.ENV_JOIN_TIMEOUT: "1",
-        ray_node.ENV_TERMINATION_LOG: str(message),
+        contract.ENV_TERMINATION_LOG: str(message),
     }
     result = subprocess.run(
-        [sys.executable, "-c", ray.node_program(), "worker"], env=env, capture_output=True,
+        [sys.executable, str(program), "worker"], env=env, capture_output=True, cwd=tmp_path,
         text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1

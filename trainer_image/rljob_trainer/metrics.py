@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rljob_contract import PROGRESS_FILE_NAME
-from rljob_contract.manifest import write_atomically
+from rljob_contract import progress
 
 METRICS_FILE_NAME = "metrics.jsonl"
 
@@ -79,15 +76,7 @@ def write_progress(
     status: str,
     step_seconds: float | None = None,
 ) -> None:
-    """status: running, finished, or checkpointed_on_request."""
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    progress = {
-        "step": step,
-        "time": datetime.fromtimestamp(now, UTC).isoformat(),
-        "unix_time": now,
-        "attempt": attempt,
-        "status": status,
-        "step_seconds": step_seconds,
-    }
-    write_atomically(checkpoint_dir / PROGRESS_FILE_NAME, json.dumps(progress) + "\n")
+    """status: one of rljob_contract.progress's RUNNING, FINISHED, CHECKPOINTED_ON_REQUEST."""
+    progress.write_progress(
+        checkpoint_dir, progress.progress_record(step, attempt, status, step_seconds)
+    )

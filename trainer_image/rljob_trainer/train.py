@@ -19,6 +19,7 @@ from pathlib import Path
 import rljob_contract as contract
 import torch
 import torch.distributed as dist
+from rljob_contract import progress
 
 from rljob_trainer import grpo
 from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE, CheckpointError, CheckpointManager
@@ -212,7 +213,9 @@ class Trainer:
                 if self.attempt is not None:
                     entry["attempt"] = self.attempt
                 metrics.write(entry)
-                write_progress(self.checkpoint_dir, step, self.attempt, "running", timing.mean)
+                write_progress(
+                    self.checkpoint_dir, step, self.attempt, progress.RUNNING, timing.mean
+                )
                 log.info(
                     "step %d/%d loss=%.4f reward=%.3f accuracy=%.3f kl=%.4f",
                     step,
@@ -229,16 +232,16 @@ class Trainer:
                     step,
                     contract.EXIT_CHECKPOINTED_ON_REQUEST,
                 )
-                self._end(step, "checkpointed_on_request", timing.mean)
+                self._end(step, progress.CHECKPOINTED_ON_REQUEST, timing.mean)
                 return contract.EXIT_CHECKPOINTED_ON_REQUEST
-        self._end(step, "finished", timing.mean)
+        self._end(step, progress.FINISHED, timing.mean)
         log.info("finished at step %d", step)
         return EXIT_OK
 
     def _end(self, step: int, status: str, step_seconds: float | None) -> None:
         """Seal the last checkpoint and record the outcome before any rank may exit."""
         slow = float(os.environ.get(ENV_TEST_SLOW_STOP_SAVE) or 0)
-        if status == "checkpointed_on_request" and slow and self.env.rank == 0:
+        if status == progress.CHECKPOINTED_ON_REQUEST and slow and self.env.rank == 0:
             log.warning(
                 "test hook %s: the save on stop takes %.0f s more", ENV_TEST_SLOW_STOP_SAVE, slow
             )
@@ -246,7 +249,10 @@ class Trainer:
         self.checkpoints.wait()
         if self.env.rank == 0:
             write_progress(self.checkpoint_dir, step, self.attempt, status, step_seconds)
-        if status == "checkpointed_on_request" and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        if (
+            status == progress.CHECKPOINTED_ON_REQUEST
+            and int(os.environ.get("LOCAL_RANK", "0")) == 0
+        ):
             tell_the_operator(contract.CHECKPOINTED_ON_REQUEST_MESSAGE + f" at step {step}")
         self.checkpoints.finish()
 

@@ -23,9 +23,10 @@ The operator's permissions, derived from its code (docs/install.md explains each
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, patch, delete]
-# The gang's headless Service (rendezvous); the garbage collector removes it with the job.
+# The gang's headless Service (rendezvous) and, for Ray jobs, the ConfigMap of the launcher
+# files its pods mount; the garbage collector removes them with the job.
 - apiGroups: [""]
-  resources: [services]
+  resources: [services, configmaps]
   verbs: [create]
 # All-or-nothing gangs where the cluster serves the Workload API: a Workload per job and a
 # PodGroup per attempt (the garbage collector removes them with the job); the last attempt's

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rljob_contract import PROGRESS_FILE_NAME
 from rljob_contract.manifest import MANIFEST_NAME
+from rljob_contract.progress import PROGRESS_FILE_NAME
 
 from .candidates import Candidate
 from .layouts import _verl

@@ -1,4 +1,4 @@
-"""Read the trainer's progress.json: the last finished step and the trainer's step time, to
+"""Read the trainer's progress file: the last finished step and the trainer's step time, to
 count and price the work lost in a restart."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rljob_contract import PROGRESS_FILE_NAME, untrusted
+from rljob_contract import progress, untrusted
 
 MAX_BYTES = 1024 * 1024  # the trainer writes a few hundred bytes
 
@@ -25,8 +25,12 @@ class Progress:
 
 
 def read_progress(directory: str | os.PathLike[str]) -> Progress:
-    """What <directory>/progress.json says; a field that is missing or not to be trusted is None."""
-    path = Path(directory) / PROGRESS_FILE_NAME
+    """What the directory's progress file says (rljob's trainer's, else the one rljob's bridge
+    writes for a framework); a field that is missing or not to be trusted is None."""
+    found = (Path(directory) / name for name in progress.PROGRESS_FILE_NAMES)
+    path = next((p for p in found if p.is_file()), None)
+    if path is None:
+        return Progress()
     try:
         if path.stat().st_size > MAX_BYTES:
             return Progress()
@@ -35,7 +39,7 @@ def read_progress(directory: str | os.PathLike[str]) -> Progress:
         return Progress()
     if not isinstance(data, dict):
         return Progress()
-    step, seconds = data.get("step"), data.get("step_seconds")
+    step, seconds = data.get(progress.STEP), data.get(progress.STEP_SECONDS)
     good_step = isinstance(step, int) and not isinstance(step, bool) and step >= 0
     good_seconds = (
         isinstance(seconds, int | float)

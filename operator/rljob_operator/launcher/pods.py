@@ -163,6 +163,7 @@ def _own_env(
             f"{contract.PODINFO_MOUNT_PATH}/{contract.CHECKPOINT_REQUEST_FILE_NAME}"
         ),
         contract.ENV_TERMINATION_LOG: contract.DEFAULT_TERMINATION_LOG,
+        contract.ENV_GRACE_SECONDS: str(grace_period(spec)),
     }
     if spec.framework == "rljob":  # its trainer's runner.backend; other trainers have their own
         values[contract.ENV_BACKEND] = spec.backend
@@ -199,7 +200,7 @@ def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarg
     return [*spec.env, *ours]
 
 
-def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     source = spec.checkpoint.volume or {"emptyDir": {}}
     volumes = [
         {"name": c.CHECKPOINT_VOLUME, **source},
@@ -224,7 +225,7 @@ def _volumes(spec: JobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
         {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
     ]
     if spec.launcher == "ray":
-        ray_volumes, ray_mounts = ray.volumes()
+        ray_volumes, ray_mounts = ray.volumes(job.name)
         volumes += ray_volumes
         mounts += ray_mounts
     return volumes, mounts
@@ -254,7 +255,7 @@ def desired_pod(
     and its Kueue queue (Kueue admits it as one pod group). Raises SpecError when the
     template sets a part that is rljob's.
     """
-    volumes, mounts = _volumes(spec)
+    volumes, mounts = _volumes(spec, job)
     runs_trainer = spec.launcher == "torchrun" or rank == 0
     args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
     ports = [{"name": "rendezvous", "containerPort": spec.rendezvous_port}]
@@ -332,6 +333,14 @@ def _service_ports(spec: JobSpec) -> dict[str, int]:
     if spec.launcher == "ray":
         ports.update(spec.ray.ports)
     return ports
+
+
+def desired_launcher_config_map(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
+    """The Ray launcher's files (launcher.ray), which the job's Ray pods mount."""
+    if spec.launcher != "ray":
+        return None
+    metadata = {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
+    return ray.launcher_config_map(ray.launcher_config_map_name(job.name), job.namespace, metadata)
 
 
 def desired_service(spec: JobSpec, job: JobRef) -> dict[str, Any]:

@@ -3,29 +3,69 @@
 Rank 0 starts the Ray head, waits until all `nnodes` Ray nodes have joined, and then runs
 the user's command (the driver, which gets the resume switch); every other rank waits for
 the head's GCS port and runs `ray start --address=<head> --block`. Both steps are
-launcher/ray_node.py, passed to the image's Python with `-c`, since the user's image has
-Ray but not rljob.
+launcher/ray_node.py, run by the image's Python, since the user's image has Ray but not
+rljob. It comes, with the bridge into the frameworks' loops (rljob_ray_bridge.py) and the
+rljob_contract package they read, from a ConfigMap per job that the pods mount at
+LAUNCHER_DIR; its name carries a digest of what it holds, so an operator that ships a new
+launcher makes a new one, and the garbage collector removes them with the job.
 """
 
 from __future__ import annotations
 
+import hashlib
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import rljob_contract
+
 from ..api.spec import JobSpec
-from . import ray_node
+from . import ray_node, rljob_ray_bridge
 
 TEMP_DIR = "/tmp/ray"  # an emptyDir: Ray's sockets, logs and spilled objects
 TEMP_VOLUME = "rljob-ray-tmp"
 SHM_VOLUME = "rljob-dshm"  # memory-backed /dev/shm for Ray's object store (and NCCL)
 GPU_RESOURCE = "nvidia.com/gpu"
 DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
+NOTICE_FILE = f"{TEMP_DIR}/{ray_node.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
+LAUNCHER_DIR = "/etc/rljob/launcher"
+LAUNCHER_VOLUME = "rljob-launcher"
+NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
 
 
 @cache
-def node_program() -> str:
-    return Path(ray_node.__file__).read_text(encoding="utf-8")
+def launcher_files() -> dict[str, str]:
+    """Path under LAUNCHER_DIR -> text: the node program, the bridge, the contract."""
+    files = {Path(m.__file__).name: Path(m.__file__) for m in (ray_node, rljob_ray_bridge)}
+    contract_dir = Path(rljob_contract.__file__).parent
+    files.update({f"rljob_contract/{p.name}": p for p in sorted(contract_dir.glob("*.py"))})
+    return {path: source.read_text(encoding="utf-8") for path, source in files.items()}
+
+
+def config_map_key(path: str) -> str:
+    return path.replace("/", ".")  # a ConfigMap key has no slash
+
+
+@cache
+def launcher_config_map_suffix() -> str:
+    digest = hashlib.sha256()
+    for path, text in sorted(launcher_files().items()):
+        digest.update(f"{path}\0{text}\0".encode())
+    return digest.hexdigest()[:10]
+
+
+def launcher_config_map_name(job: str) -> str:
+    return f"{job}-launcher-{launcher_config_map_suffix()}"
+
+
+def launcher_config_map(name: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """The job's launcher files; `metadata` brings the job's labels and owner reference."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, **metadata},
+        "data": {config_map_key(path): text for path, text in launcher_files().items()},
+    }
 
 
 def interpreter(entry: tuple[str, ...]) -> str:
@@ -56,7 +96,7 @@ def start_flags(spec: JobSpec, rank: int) -> list[str]:
 
 def command(spec: JobSpec, rank: int) -> list[str]:
     """The container command of rank `rank`; the head's ends with the driver."""
-    launch = [interpreter(spec.entry_command), "-c", node_program()]
+    launch = [interpreter(spec.entry_command), NODE_PROGRAM]
     if rank == 0:
         return [*launch, "head", *start_flags(spec, rank), "--", *spec.entry_command]
     return [*launch, "worker", *start_flags(spec, rank)]
@@ -76,6 +116,7 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         "RLINF_NODE_RANK": str(rank),
         "NODE_RANK": str(rank),
         "NNODES": str(spec.nnodes),
+        ray_node.ENV_NOTICE_FILE: NOTICE_FILE,
     }
     if rank == 0:
         values["RAY_ADDRESS"] = head_address(spec, master)  # the driver's ray.init() joins it
@@ -100,14 +141,20 @@ def container_ports(spec: JobSpec, rank: int) -> list[dict[str, Any]]:
     return [{"name": name, "containerPort": port} for name, port in spec.ray.ports.items()]
 
 
-def volumes() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def volumes(job: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    launcher = {
+        "name": launcher_config_map_name(job),
+        "items": [{"key": config_map_key(path), "path": path} for path in launcher_files()],
+    }
     return (
         [
             {"name": TEMP_VOLUME, "emptyDir": {}},
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+            {"name": LAUNCHER_VOLUME, "configMap": launcher},
         ],
         [
             {"name": TEMP_VOLUME, "mountPath": TEMP_DIR},
             {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+            {"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR, "readOnly": True},
         ],
     )

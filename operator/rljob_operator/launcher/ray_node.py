@@ -1,12 +1,23 @@
-"""Start this pod's Ray node; on the head, wait for the whole gang, then become the driver.
+"""Start this pod's Ray node; on the head, wait for the whole gang, then run the driver.
 
-This file runs inside the user's image, which has Python and Ray but not rljob:
+This file runs inside the user's image, which has Python and Ray but not rljob. The operator
+mounts it, with rljob_ray_bridge.py and the rljob_contract package, from the job's launcher
+ConfigMap at /etc/rljob/launcher, and runs it by path:
 
-    python3 -c <this source> head [ray start flags...] -- DRIVER...
-    python3 -c <this source> worker [ray start flags...]
+    python3 /etc/rljob/launcher/ray_node.py head [ray start flags...] -- DRIVER...
+    python3 /etc/rljob/launcher/ray_node.py worker [ray start flags...]
+    python3 /etc/rljob/launcher/ray_node.py driver -- [-u] (-m MODULE | SCRIPT) ARGS...
 
 It uses the standard library only and finds `ray` on the image's PATH. The operator
 renders the flags and sets the RLJOB_RAY_* variables below (launcher.ray).
+
+It stays the container's first process, so that a notice reaches it and not Ray: SIGTERM,
+or rljob's checkpoint request turning non-empty. On notice it writes the pod's notice file,
+which rljob_ray_bridge reads inside the framework's loop (in the driver for RLinf, in the
+Ray worker that runs verl's trainer) to make the framework save through its own path.
+Meanwhile the head keeps the driver running until the bridge reports the save done (exit 75
+and rljob's "checkpointed on request" message) or the grace period is nearly spent, and a
+worker keeps its raylet, which the save needs, until the head is gone or the same deadline.
 
 Failures that the operator should report are written to the termination message, so that
 `kubectl describe` and the job's status say which address could not be reached, or how many
@@ -15,20 +26,33 @@ Ray nodes joined, instead of a bare exit code.
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
+from rljob_contract import progress
 
 ENV_HEAD_ADDRESS = "RLJOB_RAY_HEAD_ADDRESS"  # host:port of the head's GCS
 ENV_NNODES = "RLJOB_RAY_NNODES"
 ENV_JOIN_TIMEOUT = "RLJOB_RAY_JOIN_TIMEOUT_SECONDS"
-ENV_TERMINATION_LOG = "RLJOB_TERMINATION_LOG"
-# Written by the head just before it becomes the driver; the head's readiness probe reads it.
+# Written by the head just before it starts the driver; the head's readiness probe reads it.
 ENV_DRIVER_MARKER = "RLJOB_RAY_DRIVER_MARKER"
+# The pod's notice file, which the bridge reads (set here, for Ray and the driver to inherit).
+ENV_NOTICE_FILE = "RLJOB_NOTICE_FILE"
+NOTICE_FILE_NAME = "rljob-notice"
+# Ray imports these modules in every worker process it starts (its `preload_python_modules`).
+ENV_RAY_PRELOAD = "RAY_preload_python_modules"
+BRIDGE_MODULE = "rljob_ray_bridge"
 RETRY_SECONDS = 2.0
+POLL_SECONDS = 0.2
+DEFAULT_GRACE_SECONDS = 30.0
 
 
 class LaunchError(RuntimeError):
@@ -70,6 +94,14 @@ def wait_for_head(
         sleep(RETRY_SECONDS)
 
 
+def head_reachable(address: str) -> bool:
+    try:
+        socket.create_connection(split_address(address), timeout=1.0).close()
+    except OSError:
+        return False
+    return True
+
+
 def wait_for_nodes(
     count_alive: Callable[[], int],
     nnodes: int,
@@ -100,7 +132,145 @@ def _alive_nodes_counter(address: str) -> Callable[[], int]:
     return lambda: sum(1 for node in ray.nodes() if node.get("Alive"))
 
 
-def run_head(flags: list[str], driver: list[str]) -> None:
+# --------------------------------------------------------------------------- the notice
+def stop_margin(grace: float) -> float:
+    """What the head keeps of the grace period to stop the driver and report: 5 s, or a
+    quarter of a short one."""
+    return min(5.0, grace / 4)
+
+
+class Notice:
+    """SIGTERM or the checkpoint request, recorded once, with the time it leaves.
+
+    `file` is the pod's notice file: created on notice, read by the bridge.
+    """
+
+    def __init__(self, file: Path, grace: float, request_file: str | None) -> None:
+        self.file, self.grace, self.request_file = file, grace, request_file
+        self.terminated = False  # SIGTERM: the pod goes; a request alone only asks for a save
+        self.given_at: float | None = None
+
+    def give(self, why: str) -> None:
+        if why == "SIGTERM":
+            self.terminated = True
+        if self.given_at is None:
+            self.given_at = time.monotonic()
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            self.file.write_text(f"{why}\n", encoding="utf-8")
+            print(f"rljob: notice ({why}): saving through the framework", flush=True)
+
+    def poll_request(self) -> None:
+        if self.given_at is not None or not self.request_file:
+            return
+        try:
+            asked = Path(self.request_file).read_text(encoding="utf-8").strip()
+        except OSError:
+            return
+        if asked:
+            self.give("checkpoint request")
+
+    def seconds_left(self, margin: float) -> float:
+        if self.given_at is None:
+            return float("inf")
+        return self.given_at + self.grace - margin - time.monotonic()
+
+
+def _notice_from_env() -> Notice:
+    grace = float(os.environ.get(contract.ENV_GRACE_SECONDS) or DEFAULT_GRACE_SECONDS)
+    file = Path(os.environ.get(ENV_NOTICE_FILE) or f"/tmp/ray/{NOTICE_FILE_NAME}")
+    return Notice(file, grace, os.environ.get(contract.ENV_CHECKPOINT_REQUEST_FILE))
+
+
+def bridge_environment(env: dict[str, str], launcher_dir: str, notice_file: Path) -> None:
+    """What Ray's processes and the driver inherit: the bridge importable and preloaded in
+    every Ray worker process, and where the notice will be."""
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = launcher_dir + (f":{path}" if path else "")
+    preload = [m for m in (env.get(ENV_RAY_PRELOAD) or "").split(",") if m]
+    env[ENV_RAY_PRELOAD] = ",".join([*preload, BRIDGE_MODULE] if BRIDGE_MODULE not in preload
+                                    else preload)  # fmt: skip
+    env[ENV_NOTICE_FILE] = str(notice_file)
+
+
+def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> tuple[str, int] | None:
+    """(status, step) of the bridge's progress record if this attempt wrote it: the bridge
+    runs in the framework's loop (a step has finished through it), and whether it saved on
+    notice."""
+    if not checkpoint_dir:
+        return None
+    path = Path(checkpoint_dir) / progress.FRAMEWORK_PROGRESS_FILE_NAME
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or str(record.get(progress.ATTEMPT)) != str(attempt):
+        return None
+    status, step = record.get(progress.STATUS), record.get(progress.STEP)
+    return (status, step) if isinstance(status, str) and isinstance(step, int) else None
+
+
+def _end_group(process: subprocess.Popen, wait: float) -> None:
+    """SIGTERM the process's group, SIGKILL it after `wait` seconds."""
+    for sig, grace in ((signal.SIGTERM, wait), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def returncode(process: subprocess.Popen) -> int:
+    code = process.returncode
+    return 128 - code if code is not None and code < 0 else int(code or 0)
+
+
+def supervise_driver(
+    driver: subprocess.Popen, notice: Notice, report: Callable[[], tuple[str, int] | None]
+) -> tuple[int, str | None]:
+    """Wait for the driver. After a notice, end it once the bridge reports the save on notice,
+    or at once when no step of this attempt went through the bridge (nothing in the loop will
+    save), or when the grace period is nearly spent. (exit code, termination message)."""
+    margin = stop_margin(notice.grace)
+    while driver.poll() is None:
+        notice.poll_request()
+        if notice.given_at is not None:
+            seen = report()
+            if seen and seen[0] == progress.CHECKPOINTED_ON_REQUEST:
+                _end_group(driver, 5.0)
+                return contract.EXIT_CHECKPOINTED_ON_REQUEST, _saved_message(seen[1])
+            why = None
+            if seen is None:
+                why = "no step of this attempt has finished through rljob's bridge"
+            elif notice.seconds_left(margin) <= 0:
+                why = f"the driver did not save within the grace period ({notice.grace:g} s)"
+            if why:
+                _end_group(driver, max(1.0, min(5.0, notice.seconds_left(0) - 1.0)))
+                last = f"; the last finished step is {seen[1]}" if seen else ""
+                return returncode(driver), f"rljob: no save on notice: {why}{last}"
+        time.sleep(POLL_SECONDS)
+    code = returncode(driver)
+    seen = report() if notice.given_at is not None else None
+    if seen and seen[0] == progress.CHECKPOINTED_ON_REQUEST:
+        return contract.EXIT_CHECKPOINTED_ON_REQUEST, _saved_message(seen[1])
+    return code, None
+
+
+def _saved_message(step: int) -> str:
+    return f"{contract.CHECKPOINTED_ON_REQUEST_MESSAGE}: saved step {step} through the framework"
+
+
+def driver_command(driver: list[str], launcher: str) -> list[str]:
+    """The driver run through the bridge when it is a Python program, else as it is."""
+    if Path(driver[0]).name.startswith("python") and len(driver) > 1:
+        return [driver[0], launcher, "driver", "--", *driver[1:]]
+    return driver
+
+
+def run_head(flags: list[str], driver: list[str], notice: Notice) -> int:
     address = os.environ[ENV_HEAD_ADDRESS]
     _, port = split_address(address)
     started = subprocess.run(["ray", "start", "--head", f"--port={port}", *flags])
@@ -115,49 +285,93 @@ def run_head(flags: list[str], driver: list[str]) -> None:
     print(f"rljob: {alive} Ray nodes joined; starting the driver: {' '.join(driver)}", flush=True)
     with open(os.environ[ENV_DRIVER_MARKER], "w", encoding="utf-8") as marker:
         marker.write(f"{alive}\n")
-    os.execvp(driver[0], driver)
+    process = subprocess.Popen(driver_command(driver, str(Path(__file__).resolve())),
+                               start_new_session=True)  # fmt: skip
+    listen_for_notice(notice)
+    checkpoint_dir = os.environ.get(contract.ENV_CHECKPOINT_DIR)
+    attempt = os.environ.get(contract.ENV_ATTEMPT)
+    code, message = supervise_driver(
+        process, notice, lambda: bridge_report(checkpoint_dir, attempt)
+    )
+    if message:
+        _report(message)
+    return code
 
 
-def run_worker(flags: list[str]) -> None:
+def run_worker(flags: list[str], notice: Notice) -> int:
+    """`ray start --block`; after SIGTERM keep the raylet until the head is gone (it has
+    ended its driver, after the save) or the grace period is nearly spent."""
     address = os.environ[ENV_HEAD_ADDRESS]
     wait_for_head(address, float(os.environ[ENV_JOIN_TIMEOUT]))
-    command = ["ray", "start", f"--address={address}", "--block", *flags]
-    os.execvp(command[0], command)
+    raylet = subprocess.Popen(["ray", "start", f"--address={address}", "--block", *flags],
+                              start_new_session=True)  # fmt: skip
+    listen_for_notice(notice)
+    margin = stop_margin(notice.grace) / 2  # the head stops first, and this node after it
+    while raylet.poll() is None:
+        if notice.terminated and (notice.seconds_left(margin) <= 0 or not head_reachable(address)):
+            print("rljob: stopping this Ray node", flush=True)
+            _end_group(raylet, max(1.0, margin - 1.0))
+            break
+        time.sleep(POLL_SECONDS)
+    return returncode(raylet)
+
+
+def listen_for_notice(notice: Notice) -> None:
+    """From now on SIGTERM is a notice; before, there is nothing to save and it ends the pod."""
+    signal.signal(signal.SIGTERM, lambda *_: notice.give("SIGTERM"))
+
+
+def _stop(*_: object) -> None:
+    raise SystemExit(128 + signal.SIGTERM)
+
+
+def run_driver(command: list[str]) -> int:
+    import rljob_ray_bridge
+
+    return rljob_ray_bridge.run_driver(command)
 
 
 def _report(message: str) -> None:
-    print(f"rljob: {message}", file=sys.stderr, flush=True)
-    path = os.environ.get(ENV_TERMINATION_LOG)
+    print(message, file=sys.stderr, flush=True)
+    path = os.environ.get(contract.ENV_TERMINATION_LOG)
     if path:
         try:
             with open(path, "w", encoding="utf-8") as log:
-                log.write(f"rljob: {message}\n")
+                log.write(f"{message}\n")
         except OSError:
             pass  # no message file: the log line above is all there is
 
 
 def parse_argv(argv: list[str]) -> tuple[str, list[str], list[str]]:
-    """(role, ray start flags, driver) of `head FLAGS... -- DRIVER...` or `worker FLAGS...`."""
+    """(role, ray start flags, command) of `head FLAGS... -- DRIVER...`, `worker FLAGS...`
+    or `driver -- PYTHON ARGS...`."""
     role, rest = (argv[0] if argv else ""), argv[1:]
-    flags, driver = (
+    flags, command = (
         (rest[: rest.index("--")], rest[rest.index("--") + 1 :]) if "--" in rest else (rest, [])
     )
-    if role not in ("head", "worker") or (role == "head") != bool(driver):
-        raise LaunchError(f"usage: head [FLAGS...] -- DRIVER... | worker [FLAGS...]; got {argv!r}")
-    return role, flags, driver
+    wants_command = role in ("head", "driver")
+    if role not in ("head", "worker", "driver") or wants_command != bool(command):
+        raise LaunchError(
+            "usage: head [FLAGS...] -- DRIVER... | worker [FLAGS...] | driver -- ARGS...; "
+            f"got {argv!r}"
+        )
+    return role, flags, command
 
 
 def main(argv: list[str]) -> int:
     try:
-        role, flags, driver = parse_argv(argv)
+        role, flags, command = parse_argv(argv)
+        if role == "driver":
+            return run_driver(command)
+        notice = _notice_from_env()
+        bridge_environment(os.environ, str(Path(__file__).resolve().parent), notice.file)  # type: ignore[arg-type]
+        signal.signal(signal.SIGTERM, _stop)
         if role == "head":
-            run_head(flags, driver)
-        else:
-            run_worker(flags)
+            return run_head(flags, command, notice)
+        return run_worker(flags, notice)
     except LaunchError as exc:
-        _report(str(exc))
+        _report(f"rljob: {exc}")
         return 1
-    return 0
 
 
 if __name__ == "__main__":

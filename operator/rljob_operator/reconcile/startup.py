@@ -12,7 +12,14 @@ from ..api.spec import JobSpec, SpecError
 from ..api.status import LatestCheckpoint, ResumeFrom
 from ..api.timestamps import iso, parse_iso
 from ..launcher import gang
-from ..launcher.pods import Placement, ResumeTarget, attempt_name, desired_pods, desired_service
+from ..launcher.pods import (
+    Placement,
+    ResumeTarget,
+    attempt_name,
+    desired_launcher_config_map,
+    desired_pods,
+    desired_service,
+)
 from .lookup_backoff import lookup_backing_off, lookup_failed, lookup_succeeded
 from .plan import LookupResult, Pass
 from .recovery import record_gang_creation
@@ -85,7 +92,9 @@ def _create_gang(
                f"cannot resume from {resume.path if resume else '-'}: {exc}")  # fmt: skip
         return
     scheduling = gang.desired_objects(spec, p.ref, attempt) if group else []
-    p.plan.create = [desired_service(spec, p.ref), *scheduling, *pods]
+    launcher = desired_launcher_config_map(spec, p.ref)
+    p.plan.create = [desired_service(spec, p.ref), *([launcher] if launcher else []),
+                     *scheduling, *pods]  # fmt: skip
     if status.get("podGroup") and status["podGroup"] != group:
         p.plan.delete_pod_groups = [status["podGroup"]]  # the last attempt's: its pods are gone
     if group:
@@ -110,6 +119,9 @@ def _create_gang(
         latest = LatestCheckpoint(resume.step, resume.path, spec.checkpoint.layout, iso(p.now))
         status["latestCheckpoint"] = latest.to_dict()
     p.lost = record_gang_creation(status, attempt, resume, lookup, p.now)
+    if p.lost and p.lost[0] and lookup and lookup.last_finished_step is not None:
+        where += (f"; lost steps: {p.lost[0]} (the last finished step was "
+                  f"{lookup.last_finished_step}: the trainer did not save on notice)")  # fmt: skip
     p.event(EventType.NORMAL, Reason.GANG_CREATED,
             f"attempt {attempt}: created {spec.nnodes} pods, {where}")  # fmt: skip
     if not status.get("phase") or status.get("phase") == Phase.SUSPENDED:

@@ -1,0 +1,55 @@
+"""progress.json: the last finished step of a run, beside its global_step_N folders.
+
+Written after every finished step by whoever runs the training loop (rljob's trainer; for
+RLinf and verl, rljob's bridge inside the framework's own loop) and read by the operator,
+which compares the step with the one it resumes from to count the steps a restart lost,
+and prices them with the step time. Its keys and statuses are spelled here once.
+
+A framework's run keeps it under its own name (FRAMEWORK_PROGRESS_FILE_NAME): a plain
+progress.json beside the step folders marks a directory as written by rljob's trainer,
+whose layout (`--layout auto`) is read differently.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .manifest import write_atomically
+
+PROGRESS_FILE_NAME = "progress.json"  # rljob's own trainer
+FRAMEWORK_PROGRESS_FILE_NAME = "rljob-progress.json"  # RLinf and verl, through the bridge
+PROGRESS_FILE_NAMES = (PROGRESS_FILE_NAME, FRAMEWORK_PROGRESS_FILE_NAME)
+
+STEP = "step"  # the last finished step
+STEP_SECONDS = "step_seconds"  # the mean step time of the attempt that wrote it
+STATUS = "status"
+ATTEMPT = "attempt"
+TIME = "time"
+UNIX_TIME = "unix_time"
+
+RUNNING = "running"
+FINISHED = "finished"
+CHECKPOINTED_ON_REQUEST = "checkpointed_on_request"  # saved this step on notice and stopped
+
+
+def progress_record(
+    step: int, attempt: int | None, status: str, step_seconds: float | None = None
+) -> dict[str, object]:
+    now = time.time()
+    return {
+        STEP: step,
+        TIME: datetime.fromtimestamp(now, timezone.utc).isoformat(),
+        UNIX_TIME: now,
+        ATTEMPT: attempt,
+        STATUS: status,
+        STEP_SECONDS: step_seconds,
+    }
+
+
+def write_progress(directory: Path, record: dict[str, object], name: str = PROGRESS_FILE_NAME):
+    """Write `record` as <directory>/<name>, atomically: a reader never sees half a file."""
+    directory.mkdir(parents=True, exist_ok=True)
+    write_atomically(directory / name, json.dumps(record) + "\n")

@@ -1,0 +1,247 @@
+"""rljob's bridge into RLinf's and verl's loops, against the frameworks' own functions, and
+the head's supervision of the driver after a notice (launcher/rljob_ray_bridge.py and
+launcher/ray_node.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import rljob_contract as contract
+from rljob_contract import progress
+from rljob_operator.launcher import ray, ray_node
+from rljob_operator.launcher import rljob_ray_bridge as bridge
+from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
+from verl.utils.tracking import Tracking
+
+
+@pytest.fixture
+def loop(tmp_path: Path) -> bridge.Loop:
+    return bridge.Loop(str(tmp_path / "notice"), str(tmp_path / "ckpt"), "3")
+
+
+def give_notice(loop: bridge.Loop) -> None:
+    Path(loop.notice_file).write_text("SIGTERM\n")
+
+
+class Held(Exception):
+    """The loop was held, as the bridge holds it until the driver is ended."""
+
+
+def hold() -> None:
+    raise Held
+
+
+def record(loop: bridge.Loop) -> dict:
+    return json.loads((loop.checkpoint_dir / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())
+
+
+def test_verls_own_esi_rule_fires_on_notice_once_a_step_has_finished(loop, monkeypatch):
+    monkeypatch.delenv(bridge.VERL_EXPIRATION, raising=False)
+    esi = bridge.wrap_should_save_ckpt_esi(should_save_ckpt_esi, loop)
+    assert esi(max_steps_duration=2.0, redundant_time=0) is False  # no notice
+    give_notice(loop)
+    assert esi(max_steps_duration=0, redundant_time=0) is False  # verl: no finished step yet
+    assert loop.saving_on_notice is None
+    assert esi(max_steps_duration=2.0, redundant_time=0) is True
+    assert float(os.environ[bridge.VERL_EXPIRATION]) > time.time()  # still ahead, as verl needs
+    assert loop.saving_on_notice == -1
+
+
+def test_verls_step_log_reports_each_step_and_the_save_on_notice(loop):
+    log = bridge.wrap_tracking_log(Tracking.log, loop, hold=hold)
+    tracking = Tracking(project_name="rljob", experiment_name="unit", default_backend=[])
+    log(tracking, {"timing_s/step": 2.0}, 13)
+    assert record(loop)[progress.STEP] == 13 and record(loop)[progress.STATUS] == progress.RUNNING
+    assert record(loop)[progress.ATTEMPT] == 3 and record(loop)[progress.STEP_SECONDS] == 2.0
+    loop.saving_on_notice = -1  # verl's ESI check fired for step 14, which verl then saved
+    with pytest.raises(Held):
+        log(tracking, {"timing_s/step": 4.0}, 14)
+    assert record(loop)[progress.STATUS] == progress.CHECKPOINTED_ON_REQUEST
+    assert record(loop)[progress.STEP] == 14 and record(loop)[progress.STEP_SECONDS] == 3.0
+
+
+def test_rlinfs_own_timer_and_check_progress_save_and_stop_on_notice(loop):
+    from rlinf.utils.runner_utils import check_progress
+    from rlinf.utils.timers import Timer
+
+    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    timer_finished = bridge.wrap_timer_is_finished(Timer.is_finished, loop)
+    timer = Timer(None)
+    timer.start_time()
+    assert not timer_finished(timer)
+    assert checked(13, 20, 0, 10, 1.0, run_time_exceeded=False)[1] is False  # not a save step
+    assert record(loop)[progress.STEP] == 13
+    give_notice(loop)
+    assert timer_finished(timer)  # RLinf's runner now stops after this step
+    _, save_model, is_train_end = checked(14, 20, 0, 10, 1.0, run_time_exceeded=True)
+    assert (save_model, is_train_end, loop.saving_on_notice) == (True, False, 14)
+
+
+def test_an_rlinf_runner_that_ignores_its_timer_saves_and_is_held_at_its_next_step(loop):
+    from rlinf.utils.runner_utils import check_progress
+
+    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    give_notice(loop)
+    assert checked(14, 20, 0, 10, 1.0, run_time_exceeded=False)[1] is True  # saves all the same
+    with pytest.raises(Held):
+        checked(15, 20, 0, 10, 1.0, run_time_exceeded=False)  # step 14's save is done by now
+    assert record(loop)[progress.STATUS] == progress.CHECKPOINTED_ON_REQUEST
+    assert record(loop)[progress.STEP] == 14
+
+
+def test_no_save_on_notice_without_save_interval_or_on_the_last_step(loop):
+    from rlinf.utils.runner_utils import check_progress
+
+    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    give_notice(loop)
+    assert checked(14, 20, 0, -1, 1.0, run_time_exceeded=False)[1] is False  # saving is off
+    assert checked(20, 20, 0, 10, 1.0, run_time_exceeded=True)[2] is True  # the run's end
+    assert loop.saving_on_notice is None
+
+
+def mounted(root: Path) -> Path:
+    """The launcher's files as a kubelet lays out its ConfigMap's items."""
+    for path, text in ray.launcher_files().items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root
+
+
+def bridge_env(tmp_path: Path, launcher: Path, notice: bool) -> dict[str, str]:
+    if notice:
+        (tmp_path / "notice").write_text("SIGTERM\n")
+    return {
+        **os.environ,
+        "PYTHONPATH": str(launcher),
+        bridge.ENV_NOTICE_FILE: str(tmp_path / "notice"),
+        contract.ENV_CHECKPOINT_DIR: str(tmp_path / "ckpt"),
+        contract.ENV_ATTEMPT: "2",
+    }
+
+
+def test_a_preloaded_bridge_hooks_the_frameworks_modules_when_they_are_imported(tmp_path):
+    """As Ray's preload imports it in a worker process, before the framework's modules."""
+    launcher = mounted(tmp_path / "launcher")
+    code = textwrap.dedent("""
+        import rljob_ray_bridge
+        from rlinf.utils.runner_utils import check_progress
+        from rlinf.utils.timers import Timer
+        from verl.utils.tracking import Tracking
+        print(check_progress.__qualname__, Timer.is_finished.__qualname__,
+              Tracking.log.__qualname__)
+    """)
+    shown = subprocess.run([sys.executable, "-c", code], env=bridge_env(tmp_path, launcher, False),
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == [
+        "wrap_check_progress.<locals>.checked",
+        "wrap_timer_is_finished.<locals>.finished",
+        "wrap_tracking_log.<locals>.logged",
+    ]
+
+
+RLINF_DRIVER = """
+from rlinf.utils.runner_utils import check_progress
+from rlinf.utils.timers import Timer
+
+timer = Timer(None)
+timer.start_time()
+for step in range(1, 21):  # RLinf's reasoning runner's step end
+    exceeded = timer.is_finished()
+    _, save, end = check_progress(step, 20, 0, 10, 1.0, run_time_exceeded=exceeded)
+    if save:
+        print("saved", step)
+    if end or exceeded:
+        break
+"""
+
+
+@pytest.mark.parametrize(("notice", "code", "saved"), [(False, 0, ["10", "20"]), (True, 75, ["1"])])
+def test_the_driver_run_through_the_bridge_stops_after_rlinfs_save_with_75(
+    tmp_path, notice, code, saved
+):
+    launcher = mounted(tmp_path / "launcher")
+    script = tmp_path / "main_grpo.py"
+    script.write_text(RLINF_DRIVER)
+    done = subprocess.run(
+        [sys.executable, str(launcher / "ray_node.py"), "driver", "--", "-u", str(script)],
+        env=bridge_env(tmp_path, launcher, notice), capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == code, done.stderr
+    assert [
+        line.split()[1] for line in done.stdout.splitlines() if line.startswith("saved")
+    ] == saved
+    written = json.loads((tmp_path / "ckpt" / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())
+    assert written[progress.ATTEMPT] == 2
+    assert written[progress.STATUS] == (
+        progress.CHECKPOINTED_ON_REQUEST if notice else progress.RUNNING
+    )
+
+
+# --------------------------------------------------------------------------- the head
+def driver(tmp_path: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                            start_new_session=True)  # fmt: skip
+
+
+def test_the_head_ends_the_driver_once_the_bridge_reports_the_save(tmp_path):
+    notice = ray_node.Notice(tmp_path / "notice", 30, None)
+    reports = iter([(progress.RUNNING, 13), (progress.RUNNING, 13)])
+    process = driver(tmp_path)
+    notice.give("SIGTERM")
+    assert (tmp_path / "notice").read_text() == "SIGTERM\n"
+    code, message = ray_node.supervise_driver(
+        process, notice, lambda: next(reports, (progress.CHECKPOINTED_ON_REQUEST, 14))
+    )
+    assert code == contract.EXIT_CHECKPOINTED_ON_REQUEST and process.poll() is not None
+    assert message.startswith(contract.CHECKPOINTED_ON_REQUEST_MESSAGE) and "step 14" in message
+
+
+def test_the_head_ends_a_driver_without_the_bridge_at_once(tmp_path):
+    notice = ray_node.Notice(tmp_path / "notice", 30, None)
+    process = driver(tmp_path)
+    notice.give("SIGTERM")
+    began = time.monotonic()
+    code, message = ray_node.supervise_driver(process, notice, lambda: None)
+    assert time.monotonic() - began < 10 and code == 128 + 15
+    assert "no save on notice: no step of this attempt has finished" in message
+
+
+def test_the_head_ends_the_driver_when_the_grace_period_is_nearly_spent(tmp_path):
+    notice = ray_node.Notice(tmp_path / "notice", 2, None)
+    process = driver(tmp_path)
+    notice.give("SIGTERM")
+    code, message = ray_node.supervise_driver(process, notice, lambda: (progress.RUNNING, 13))
+    assert process.poll() is not None and code != contract.EXIT_CHECKPOINTED_ON_REQUEST
+    assert "did not save within the grace period (2 s); the last finished step is 13" in message
+
+
+def test_a_checkpoint_request_is_a_notice_and_sigterm_ends_the_node_only_after_it(tmp_path):
+    request = tmp_path / "checkpoint-request"
+    request.write_text("")
+    notice = ray_node.Notice(tmp_path / "notice", 30, str(request))
+    notice.poll_request()
+    assert notice.given_at is None
+    request.write_text("2026-12-02T12:00:00Z")
+    notice.poll_request()
+    assert notice.given_at is not None and not notice.terminated  # a request stops no raylet
+    notice.give("SIGTERM")
+    assert notice.terminated
+
+
+def test_ray_and_the_driver_inherit_the_bridge():
+    env = {"PYTHONPATH": "/workspace/RLinf", ray_node.ENV_RAY_PRELOAD: "mine"}
+    ray_node.bridge_environment(env, "/etc/rljob/launcher", Path("/tmp/ray/rljob-notice"))
+    ray_node.bridge_environment(env, "/etc/rljob/launcher", Path("/tmp/ray/rljob-notice"))
+    assert env["PYTHONPATH"].split(":")[0] == "/etc/rljob/launcher"
+    assert env["PYTHONPATH"].endswith(":/workspace/RLinf")
+    assert env[ray_node.ENV_RAY_PRELOAD] == f"mine,{ray_node.BRIDGE_MODULE}"
+    assert env[ray_node.ENV_NOTICE_FILE] == "/tmp/ray/rljob-notice"
