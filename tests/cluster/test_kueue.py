@@ -3,7 +3,7 @@ admits it again: rljob counts the preemption as a disruption and resumes from th
 complete checkpoint.
 
 Kueue v0.17.0's own manager (built from source) runs against the test control plane with
-its `pod` integration; the ClusterQueue has quota for one gang of two GPUs.
+its `pod` integration; each test's own ClusterQueue has quota for one gang of two GPUs.
 """
 
 from __future__ import annotations
@@ -29,12 +29,32 @@ HIGH_CLASS = "rljob-test-kueue-high"
 
 
 @pytest.fixture(scope="module")
-def kueue(kubeconfig, api_client, tmp_path_factory):
-    """Kueue's manager, a ResourceFlavor and a ClusterQueue of 2 GPUs that preempts lower
-    priorities within itself."""
+def kueue_manager(kubeconfig, api_client, tmp_path_factory):
+    """Kueue's manager, and the PriorityClass that outranks the jobs without one."""
     from rljob_testenv import kueue as testenv_kueue
 
     manager = testenv_kueue.start(kubeconfig, tmp_path_factory.mktemp("kueue"))
+    scheduling = client.SchedulingV1Api(api_client)
+    scheduling.create_priority_class(
+        client.V1PriorityClass(metadata=client.V1ObjectMeta(name=HIGH_CLASS), value=1000)
+    )
+    try:
+        yield manager
+    finally:
+        scheduling.delete_priority_class(HIGH_CLASS)
+        manager.down()
+
+
+@pytest.fixture
+def kueue(api_client, kueue_manager):
+    """A ResourceFlavor and a ClusterQueue of 2 GPUs that preempts lower priorities within
+    itself, of this test alone, Active before the test starts.
+
+    Not shared between tests: a test's gang keeps its quota after the test, until its pods
+    end. The `nodes` fixture deletes their nodes before the namespace goes, so nothing acts
+    as their kubelet any more, and the pods (held by Kueue's finalizer) stay Running until
+    kube-controller-manager's pod GC fails them as orphans: it looks every 20 s and waits
+    40 s after the node's deletion, a minute in all, longer on a loaded machine."""
     custom = client.CustomObjectsApi(api_client)
     queue = f"gpus-{uuid.uuid4().hex[:6]}"
     flavor = {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "ResourceFlavor",
@@ -54,17 +74,18 @@ def kueue(kubeconfig, api_client, tmp_path_factory):
     }  # fmt: skip
     custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", flavor)
     custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", cluster_queue)
-    scheduling = client.SchedulingV1Api(api_client)
-    scheduling.create_priority_class(
-        client.V1PriorityClass(metadata=client.V1ObjectMeta(name=HIGH_CLASS), value=1000)
-    )
+
+    def active():
+        cq = custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queue)
+        conditions = {x["type"]: x for x in (cq.get("status") or {}).get("conditions") or []}
+        return conditions.get("Active", {}).get("status") == "True"
+
     try:
+        wait_for(active, 60, f"the ClusterQueue {queue} to be Active")
         yield queue
     finally:
-        scheduling.delete_priority_class(HIGH_CLASS)
         custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", queue)
         custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", queue)
-        manager.down()
 
 
 @pytest.fixture

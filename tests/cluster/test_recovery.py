@@ -379,10 +379,12 @@ def test_inspector_pod_that_finds_nothing_gives_a_fresh_start(
 
     pods = wait_for(lambda: running_pods(core, namespace, 2), what="a fresh gang")
     assert all("RLJOB_RESUME_DIR" not in env_of(p) for p in pods)
-    fresh = [
-        e.message for e in core.list_namespaced_event(namespace).items if e.reason == "FreshStart"
-    ]
-    assert fresh and "step 5: incomplete (no manifest)" in fresh[0]
+
+    def fresh_starts():  # Events go out after the writes that create the gang
+        return event_messages(core, namespace, "FreshStart") or None
+
+    fresh = wait_for(fresh_starts, 15, "the FreshStart Event")
+    assert "step 5: incomplete (no manifest)" in fresh[0]
     wait_for(
         lambda: read_pod(core, namespace, "grpo-inspect-a0") is None,
         what="the inspector to be removed",

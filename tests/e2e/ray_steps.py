@@ -31,7 +31,8 @@ RAY = Path(sys.executable).with_name("ray")
 STEPS, EVERY = 16, 4
 STEP = re.compile(r"ray_trainer: step (\d+)/")
 SAVED = re.compile(r"ray_trainer: saved \S*/global_step_(\d+)")
-SAVED_ON_NOTICE = re.compile(r"rljob: saved step (\d+) on notice")
+# The head's word, once the bridge reported the framework's save on notice.
+SAVED_ON_NOTICE = re.compile(r"rljob: checkpointed on request: saved step (\d+) through")
 RESUMED = re.compile(r"ray_trainer: resumed from (\S+) at step (\d+)")
 LAYOUT = {"verl": "verl-fsdp", "rlinf": "rlinf-fsdp"}
 

@@ -28,8 +28,9 @@ What it fakes:
   loop is a copy of their control flow, and writes what they write after the actors, in
   their order (verl: `data.pt`, then the run's `latest_checkpointed_iteration.txt`; RLinf:
   `data/data.pt`);
-- a slow save, when the test asks for one (`seconds_per_unscheduled_save`): a pause between
-  the actors' shards and the files the frameworks write last, in saves off the schedule;
+- a slow save, when the test asks for one (`seconds_per_deadline_save`): a pause between
+  the actors' shards and the files the frameworks write last, in the saves the frameworks
+  make because a deadline is near (verl's ESI, RLinf's time limit);
 - RLinf's accelerator platform: RLinf knows no CPU platform, so the actors give its Worker
   one whose synchronize/empty_cache are no-ops (`cpu_platform`).
 
@@ -60,14 +61,14 @@ DEFAULTS = {
         "trainer": {
             "nnodes": 2, "total_training_steps": 16, "save_freq": 4, "default_local_dir": "???",
             "resume_mode": "auto", "resume_from_path": None, "seconds_per_step": 1.0,
-            "seconds_per_unscheduled_save": 0,
+            "seconds_per_deadline_save": 0,
         },
     },
     "rlinf": {
         "cluster": {"num_nodes": 2},
         "runner": {
             "output_dir": "???", "experiment_name": "run", "max_steps": 16, "save_interval": 4,
-            "resume_dir": None, "seconds_per_step": 1.0, "seconds_per_unscheduled_save": 0,
+            "resume_dir": None, "seconds_per_step": 1.0, "seconds_per_deadline_save": 0,
         },
     },
 }  # fmt: skip
@@ -184,19 +185,21 @@ def settings(framework: str, cfg) -> dict[str, Any]:
         return {"nnodes": t.nnodes, "steps": t.total_training_steps, "every": t.save_freq,
                 "dir": Path(t.default_local_dir), "resume": resume, "pause": t.seconds_per_step,
                 "switch": t.resume_mode == "resume_path",
-                "slow_save": t.seconds_per_unscheduled_save}  # fmt: skip
+                "slow_save": t.seconds_per_deadline_save}  # fmt: skip
     r = cfg.runner
     return {"nnodes": cfg.cluster.num_nodes, "steps": r.max_steps, "every": r.save_interval,
             "dir": Path(r.output_dir) / r.experiment_name / "checkpoints", "resume": r.resume_dir,
             "pause": r.seconds_per_step, "switch": r.resume_dir is not None,
-            "slow_save": r.seconds_per_unscheduled_save}  # fmt: skip
+            "slow_save": r.seconds_per_deadline_save}  # fmt: skip
 
 
-def save(framework: str, trainers, s: dict[str, Any], step: int) -> None:
+def save(framework: str, trainers, s: dict[str, Any], step: int, deadline: bool) -> None:
+    """`deadline`: the framework saves because a deadline is near (verl's ESI, RLinf's time
+    limit), as it does on rljob's notice."""
     root = s["dir"]
     folder = root / f"global_step_{step}"
     ray.get([getattr(t, f"save_{framework}").remote(str(folder / "actor"), step) for t in trainers])
-    if step % s["every"] and step != s["steps"]:  # a save the schedule did not ask for
+    if deadline:
         time.sleep(s["slow_save"])  # the test's knob: a save on notice too slow for the grace
     import torch
 
@@ -257,7 +260,7 @@ def rlinf_loop(s: dict[str, Any], trainers, start: int) -> None:
             step, s["steps"], 0, s["every"], 1.0, run_time_exceeded=run_time_exceeded
         )
         if save_model:
-            save("rlinf", trainers, s, step)
+            save("rlinf", trainers, s, step, deadline=run_time_exceeded)
         if is_train_end:
             return
         if run_time_exceeded:
@@ -289,7 +292,7 @@ class TaskRunner:
             )
             if s["every"] > 0 and (is_last_step or step % s["every"] == 0
                                    or esi_close_to_expiration):  # fmt: skip
-                save("verl", trainers, s, step)
+                save("verl", trainers, s, step, deadline=esi_close_to_expiration)
             steps_duration = time.time() - began
             max_steps_duration = max(max_steps_duration, steps_duration)
             logger.log(data={"timing_s/step": steps_duration}, step=step)

@@ -32,7 +32,6 @@ from e2e_steps import (
 from ray_steps import (
     EVERY,
     RESUMED,
-    SAVED,
     SAVED_ON_NOTICE,
     STEP,
     STEPS,
@@ -124,10 +123,11 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     before = attempts[0][0].log()
     assert "ray_trainer: 2 Ray nodes" in before
     assert '"node_rank": "0"' in before and '"node_rank": "1"' in before  # one actor a pod
-    newest = last(SAVED, before)
+    # Saved on notice through the framework's own decision, at the step it had reached (the
+    # head says so itself; an actor's log lines may not reach the head's log before it ends).
+    newest = last(SAVED_ON_NOTICE, before)
     folder = f"{checkpoints}/global_step_{newest}"
-    # Saved on notice through the framework's own decision, at the step it had reached.
-    assert last(SAVED_ON_NOTICE, before) == newest >= at
+    assert newest >= at
     assert recovery["resumedFromStep"] == recovery["lastFinishedStep"] == newest
     assert recovery["lostSteps"] == 0
     head_after, worker_after = attempts[1]
@@ -162,9 +162,12 @@ def test_a_save_on_notice_too_slow_for_the_grace_goes_back_to_the_last_periodic_
     pool = agents(3, gpus=1)
     port = free_port()
     checkpoints = claim / JOB / checkpoint_subdir(framework)
-    at = rng.randint(EVERY + 1, STEPS // 2)  # time for the preemption to land
+    # Two steps past a periodic save, before the next: verl counts the step it saves as
+    # finished only once the save is done, so a notice in the step right after a save would
+    # lose no step that had finished.
+    at = rng.randint(EVERY + 2, 2 * EVERY - 1)
     section = "trainer" if framework == "verl" else "runner"
-    slow = (f"{section}.seconds_per_unscheduled_save=60",)
+    slow = (f"{section}.seconds_per_deadline_save=60",)
     create_job(api_client, namespace,
                ray_job(JOB, framework, namespace, port, low, grace=4, extra_args=slow))  # fmt: skip
     gang = running_gang(core, namespace, 0, 2)
@@ -174,8 +177,11 @@ def test_a_save_on_notice_too_slow_for_the_grace_goes_back_to_the_last_periodic_
     attempts = attempts_of(pool.records(), JOB)
     before = attempts[0][0].log()
     assert not SAVED_ON_NOTICE.search(before)
+    assert (
+        "rljob: no save on notice: the driver did not save within the grace period (4 s)" in before
+    )
     periodic = recovery["resumedFromStep"]
-    assert periodic % EVERY == 0 and periodic == last(SAVED, before)
+    assert periodic == EVERY
     finished = json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())
     assert recovery["lastFinishedStep"] >= at and recovery["lastFinishedStep"] > periodic
     assert recovery["lostSteps"] == recovery["lastFinishedStep"] - periodic

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 
+from kube_steps import wait_for
 from rljob_nodeagent import kill_leftovers, live_processes
 from rljob_nodeagent.procs import marked_processes
 from rljob_nodeagent.render import MARKER_ENV
@@ -29,6 +30,9 @@ def test_a_pods_processes_are_found_and_killed_wherever_they_went():
                               text=True, start_new_session=True)  # fmt: skip
     try:
         child = int(parent.stdout.readline())
+        # Popen returns in the spawner while the child is still in its exec, which shows the
+        # child's environment in /proc only once it has set up the new program's stack.
+        wait_for(lambda: child in marked_processes(f"{node}/pod-uid"), 10, "the child's marker")
         assert set(marked_processes(f"{node}/pod-uid")) == {parent.pid, child}
         assert set(live_processes(node)) == {parent.pid, child}
         assert marked_processes(f"{node}/other-uid") == []

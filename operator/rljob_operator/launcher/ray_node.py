@@ -135,8 +135,8 @@ def _alive_nodes_counter(address: str) -> Callable[[], int]:
 # --------------------------------------------------------------------------- the notice
 def stop_margin(grace: float) -> float:
     """What the head keeps of the grace period to stop the driver and report: 5 s, or a
-    quarter of a short one."""
-    return min(5.0, grace / 4)
+    third of a short one (half of it for the driver's SIGTERM, half to spare)."""
+    return min(5.0, grace / 3)
 
 
 class Notice:
@@ -248,7 +248,7 @@ def supervise_driver(
             elif notice.seconds_left(margin) <= 0:
                 why = f"the driver did not save within the grace period ({notice.grace:g} s)"
             if why:
-                _end_group(driver, max(1.0, min(5.0, notice.seconds_left(0) - 1.0)))
+                _end_group(driver, margin / 2)
                 last = f"; the last finished step is {seen[1]}" if seen else ""
                 return returncode(driver), f"rljob: no save on notice: {why}{last}"
         time.sleep(POLL_SECONDS)
