@@ -21,6 +21,10 @@ ENV_MAX_TO_KEEP = "RLJOB_MAX_TO_KEEP"
 ENV_CHECKPOINT_REQUEST_FILE = "RLJOB_CHECKPOINT_REQUEST_FILE"
 # The pod's terminationGracePeriodSeconds: how long a save on notice may take after SIGTERM.
 ENV_GRACE_SECONDS = "RLJOB_GRACE_SECONDS"
+# Ray jobs (RLinf, verl): the pod's notice file, which rljob's Ray launcher creates on a
+# notice and its bridge reads inside the framework's loop, and spec.ray.saveOnNotice.
+ENV_NOTICE_FILE = "RLJOB_NOTICE_FILE"
+ENV_SAVE_ON_NOTICE = "RLJOB_SAVE_ON_NOTICE"  # "true" or "false"
 # rljob's own trainer only: `spec.backend` (fsdp or megatron), which its runner.backend follows.
 ENV_BACKEND = "RLJOB_BACKEND"
 

@@ -120,7 +120,7 @@ def bridge_env(tmp_path: Path, launcher: Path, notice: bool) -> dict[str, str]:
     return {
         **os.environ,
         "PYTHONPATH": str(launcher),
-        bridge.ENV_NOTICE_FILE: str(tmp_path / "notice"),
+        contract.ENV_NOTICE_FILE: str(tmp_path / "notice"),
         contract.ENV_CHECKPOINT_DIR: str(tmp_path / "ckpt"),
         contract.ENV_ATTEMPT: "2",
     }
@@ -244,4 +244,23 @@ def test_ray_and_the_driver_inherit_the_bridge():
     assert env["PYTHONPATH"].split(":")[0] == "/etc/rljob/launcher"
     assert env["PYTHONPATH"].endswith(":/workspace/RLinf")
     assert env[ray_node.ENV_RAY_PRELOAD] == f"mine,{ray_node.BRIDGE_MODULE}"
-    assert env[ray_node.ENV_NOTICE_FILE] == "/tmp/ray/rljob-notice"
+    assert env[contract.ENV_NOTICE_FILE] == "/tmp/ray/rljob-notice"
+
+
+def test_with_save_on_notice_off_the_loop_reports_steps_and_saves_nothing(tmp_path):
+    from rlinf.utils.runner_utils import check_progress
+
+    loop = bridge.Loop(str(tmp_path / "notice"), str(tmp_path / "ckpt"), "1", save_on_notice=False)
+    (tmp_path / "notice").write_text("SIGTERM\n")
+    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    assert checked(14, 20, 0, 10, 1.0, run_time_exceeded=False)[1] is False
+    assert loop.saving_on_notice is None and record(loop)[progress.STEP] == 14
+
+
+def test_with_save_on_notice_off_the_head_ends_the_driver_at_once(tmp_path):
+    notice = ray_node.Notice(tmp_path / "notice", 30, None, save=False)
+    process = driver(tmp_path)
+    notice.give("SIGTERM")
+    code, message = ray_node.supervise_driver(process, notice, lambda: (progress.RUNNING, 13))
+    assert process.poll() is not None and code == 128 + 15
+    assert "spec.ray.saveOnNotice is false; the last finished step is 13" in message

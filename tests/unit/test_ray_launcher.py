@@ -280,3 +280,21 @@ def test_worker_program_as_the_pod_runs_it_reports_the_unreachable_head(tmp_path
     assert result.returncode == 1
     assert "could not reach the Ray head at 127.0.0.1:9 within 1 s" in message.read_text()
     assert "could not reach the Ray head" in result.stderr
+
+
+@pytest.mark.parametrize(("ray_spec", "value"), [({}, "true"), ({"saveOnNotice": False}, "false")])
+def test_every_ray_pod_knows_its_notice_file_grace_and_whether_to_save_on_notice(ray_spec, value):
+    for pod in render(ray=ray_spec, template={"spec": {"terminationGracePeriodSeconds": 45}}):
+        env = env_of(pod)
+        assert env[contract.ENV_SAVE_ON_NOTICE] == value
+        assert env[contract.ENV_NOTICE_FILE] == ray.NOTICE_FILE
+        assert (
+            env[contract.ENV_GRACE_SECONDS]
+            == "45"
+            == str(pod["spec"]["terminationGracePeriodSeconds"])
+        )
+
+
+def test_save_on_notice_must_be_a_boolean():
+    with pytest.raises(SpecError, match=r"spec.ray.saveOnNotice: must be true or false"):
+        parse_spec(make_job(**VERL, ray={"saveOnNotice": "yes"})["spec"])

@@ -80,6 +80,7 @@ class RaySpec:
     dashboard_port: int = 8265
     client_port: int | None = None  # Ray client server; needs ray[client] in the image
     join_timeout_seconds: int = 600
+    save_on_notice: bool = True  # the bridge has RLinf and verl save on a notice
     start_args: tuple[str, ...] = ()  # extra `ray start` flags on every node
     head_start_args: tuple[str, ...] = ()  # and on the head only (--include-dashboard, ...)
 
@@ -132,6 +133,13 @@ def _int(data: dict[str, Any], key: str, path: str, default: int | None, minimum
     return value
 
 
+def _bool(data: dict[str, Any], key: str, path: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise SpecError(f"{path}.{key}", f"must be true or false, got {value!r}")
+    return value
+
+
 def _choice(data: dict[str, Any], key: str, path: str, default: str, choices: tuple[str, ...]):
     value = data.get(key, default)
     if value not in choices:
@@ -157,6 +165,7 @@ def parse_ray(data: dict[str, Any]) -> RaySpec:
         dashboard_port=_int(data, "dashboardPort", path, 8265, minimum=1),
         client_port=_int(data, "clientPort", path, None, minimum=1),
         join_timeout_seconds=_int(data, "joinTimeoutSeconds", path, 600, minimum=1),
+        save_on_notice=_bool(data, "saveOnNotice", path, True),
         start_args=_strings(data, "startArgs", path),
         head_start_args=_strings(data, "headStartArgs", path),
     )

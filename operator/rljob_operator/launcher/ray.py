@@ -116,7 +116,8 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         "RLINF_NODE_RANK": str(rank),
         "NODE_RANK": str(rank),
         "NNODES": str(spec.nnodes),
-        ray_node.ENV_NOTICE_FILE: NOTICE_FILE,
+        rljob_contract.ENV_NOTICE_FILE: NOTICE_FILE,
+        rljob_contract.ENV_SAVE_ON_NOTICE: "true" if spec.ray.save_on_notice else "false",
     }
     if rank == 0:
         values["RAY_ADDRESS"] = head_address(spec, master)  # the driver's ray.init() joins it

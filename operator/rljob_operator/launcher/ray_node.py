@@ -44,8 +44,6 @@ ENV_NNODES = "RLJOB_RAY_NNODES"
 ENV_JOIN_TIMEOUT = "RLJOB_RAY_JOIN_TIMEOUT_SECONDS"
 # Written by the head just before it starts the driver; the head's readiness probe reads it.
 ENV_DRIVER_MARKER = "RLJOB_RAY_DRIVER_MARKER"
-# The pod's notice file, which the bridge reads (set here, for Ray and the driver to inherit).
-ENV_NOTICE_FILE = "RLJOB_NOTICE_FILE"
 NOTICE_FILE_NAME = "rljob-notice"
 # Ray imports these modules in every worker process it starts (its `preload_python_modules`).
 ENV_RAY_PRELOAD = "RAY_preload_python_modules"
@@ -145,8 +143,11 @@ class Notice:
     `file` is the pod's notice file: created on notice, read by the bridge.
     """
 
-    def __init__(self, file: Path, grace: float, request_file: str | None) -> None:
+    def __init__(
+        self, file: Path, grace: float, request_file: str | None, save: bool = True
+    ) -> None:
         self.file, self.grace, self.request_file = file, grace, request_file
+        self.save = save  # spec.ray.saveOnNotice: whether the framework saves on it
         self.terminated = False  # SIGTERM: the pod goes; a request alone only asks for a save
         self.given_at: float | None = None
 
@@ -177,8 +178,9 @@ class Notice:
 
 def _notice_from_env() -> Notice:
     grace = float(os.environ.get(contract.ENV_GRACE_SECONDS) or DEFAULT_GRACE_SECONDS)
-    file = Path(os.environ.get(ENV_NOTICE_FILE) or f"/tmp/ray/{NOTICE_FILE_NAME}")
-    return Notice(file, grace, os.environ.get(contract.ENV_CHECKPOINT_REQUEST_FILE))
+    file = Path(os.environ.get(contract.ENV_NOTICE_FILE) or f"/tmp/ray/{NOTICE_FILE_NAME}")
+    save = os.environ.get(contract.ENV_SAVE_ON_NOTICE, "true") != "false"
+    return Notice(file, grace, os.environ.get(contract.ENV_CHECKPOINT_REQUEST_FILE), save)
 
 
 def bridge_environment(env: dict[str, str], launcher_dir: str, notice_file: Path) -> None:
@@ -189,7 +191,7 @@ def bridge_environment(env: dict[str, str], launcher_dir: str, notice_file: Path
     preload = [m for m in (env.get(ENV_RAY_PRELOAD) or "").split(",") if m]
     env[ENV_RAY_PRELOAD] = ",".join([*preload, BRIDGE_MODULE] if BRIDGE_MODULE not in preload
                                     else preload)  # fmt: skip
-    env[ENV_NOTICE_FILE] = str(notice_file)
+    env[contract.ENV_NOTICE_FILE] = str(notice_file)
 
 
 def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> tuple[str, int] | None:
@@ -243,7 +245,9 @@ def supervise_driver(
                 _end_group(driver, 5.0)
                 return contract.EXIT_CHECKPOINTED_ON_REQUEST, _saved_message(seen[1])
             why = None
-            if seen is None:
+            if not notice.save:
+                why = "spec.ray.saveOnNotice is false"
+            elif seen is None:
                 why = "no step of this attempt has finished through rljob's bridge"
             elif notice.seconds_left(margin) <= 0:
                 why = f"the driver did not save within the grace period ({notice.grace:g} s)"
@@ -308,7 +312,9 @@ def run_worker(flags: list[str], notice: Notice) -> int:
     listen_for_notice(notice)
     margin = stop_margin(notice.grace) / 2  # the head stops first, and this node after it
     while raylet.poll() is None:
-        if notice.terminated and (notice.seconds_left(margin) <= 0 or not head_reachable(address)):
+        if notice.terminated and (
+            not notice.save or notice.seconds_left(margin) <= 0 or not head_reachable(address)
+        ):
             print("rljob: stopping this Ray node", flush=True)
             _end_group(raylet, max(1.0, margin - 1.0))
             break

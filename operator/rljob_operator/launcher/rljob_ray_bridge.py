@@ -4,7 +4,8 @@ Runs inside the user's image on its own Python (standard library and the mounted
 rljob_contract only), in two places: the driver, which ray_node.py runs through
 `run_driver`, and every Ray worker process, which imports this module at start
 (ray_node.py lists it in Ray's `preload_python_modules`). Importing it with
-RLJOB_NOTICE_FILE set installs the hooks below; each applies only once the framework's
+RLJOB_NOTICE_FILE set installs the hooks below (with RLJOB_SAVE_ON_NOTICE=false they
+report the steps and save nothing on notice); each applies only once the framework's
 module is imported in that process, so a process that never runs a training loop pays for
 one entry in `sys.meta_path`.
 
@@ -42,7 +43,6 @@ from typing import Any
 import rljob_contract as contract
 from rljob_contract import progress
 
-ENV_NOTICE_FILE = "RLJOB_NOTICE_FILE"
 VERL_EXPIRATION = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 # How far ahead of now the hook puts verl's expiration time: inside verl's window (a step
 # plus a save) and still ahead of now when verl compares, a moment later.
@@ -52,8 +52,14 @@ VERL_EXPIRATION_AHEAD_SECONDS = 1.0
 class Loop:
     """What the bridge knows in this process: the notice, the steps, a save on notice."""
 
-    def __init__(self, notice_file: str | None, checkpoint_dir: str | None, attempt: str | None):
-        self.notice_file = notice_file
+    def __init__(
+        self,
+        notice_file: str | None,
+        checkpoint_dir: str | None,
+        attempt: str | None,
+        save_on_notice: bool = True,
+    ) -> None:
+        self.notice_file = notice_file if save_on_notice else None  # spec.ray.saveOnNotice
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.attempt = int(attempt) if attempt and attempt.isdigit() else None
         self.step_ended: float | None = None
@@ -85,9 +91,10 @@ class Loop:
 HOLD = threading.Event().wait  # until ray_node.py ends the driver
 
 LOOP = Loop(
-    os.environ.get(ENV_NOTICE_FILE),
+    os.environ.get(contract.ENV_NOTICE_FILE),
     os.environ.get(contract.ENV_CHECKPOINT_DIR),
     os.environ.get(contract.ENV_ATTEMPT),
+    os.environ.get(contract.ENV_SAVE_ON_NOTICE, "true") != "false",
 )
 
 
@@ -270,5 +277,5 @@ def run_driver(argv: list[str], loop: Loop = LOOP) -> int:
     return 1
 
 
-if os.environ.get(ENV_NOTICE_FILE):
+if os.environ.get(contract.ENV_NOTICE_FILE):
     install()
