@@ -99,7 +99,7 @@ class Recovery(Record):
     detected_at: str = ""
     gang_created_at: str | None = None
     resumed_from_step: int | None = None
-    last_finished_step: int | None = None  # from the trainer's progress.json, if any
+    last_finished_step: int | None = None  # from the trainer's progress file, if any
     lost_steps: int | None = None
     lost_seconds: float | None = None
     first_running_at: str | None = None

@@ -137,6 +137,12 @@ def stop_margin(grace: float) -> float:
     return min(5.0, grace / 3)
 
 
+def stop_wait(notice: Notice) -> float:
+    """How long an ended driver gets between SIGTERM and SIGKILL: up to 5 s, and 1 s before
+    the grace period runs out, so that the head still reports before the kubelet kills it."""
+    return max(0.5, min(5.0, notice.seconds_left(0) - 1.0))
+
+
 class Notice:
     """SIGTERM or the checkpoint request, recorded once, with the time it leaves.
 
@@ -242,7 +248,7 @@ def supervise_driver(
         if notice.given_at is not None:
             seen = report()
             if seen and seen[0] == progress.CHECKPOINTED_ON_REQUEST:
-                _end_group(driver, 5.0)
+                _end_group(driver, stop_wait(notice))
                 return contract.EXIT_CHECKPOINTED_ON_REQUEST, _saved_message(seen[1])
             why = None
             if not notice.save:
@@ -252,7 +258,7 @@ def supervise_driver(
             elif notice.seconds_left(margin) <= 0:
                 why = f"the driver did not save within the grace period ({notice.grace:g} s)"
             if why:
-                _end_group(driver, margin / 2)
+                _end_group(driver, stop_wait(notice))
                 last = f"; the last finished step is {seen[1]}" if seen else ""
                 return returncode(driver), f"rljob: no save on notice: {why}{last}"
         time.sleep(POLL_SECONDS)
