@@ -32,10 +32,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,14 +42,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from bench_cluster import bench_cluster, say  # noqa: E402
 from kube_steps import bind_claim, wait_for  # noqa: E402
-from kubernetes import client, config, watch  # noqa: E402
+from kubernetes import client, watch  # noqa: E402
 from recovery_latency import percentile, seed_checkpoint  # noqa: E402
 from rljob_nodeagent import AgentPool, claim_dir  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.reasons import Phase  # noqa: E402
 from rljob_operator.api.timestamps import parse_iso  # noqa: E402
-from rljob_testenv import binaries, cluster  # noqa: E402
+from rljob_testenv import binaries  # noqa: E402
 from rljob_testenv.operator_process import OperatorProcess  # noqa: E402
 from rljob_testenv.peers import JobSetController, TrainingOperator  # noqa: E402
 from urllib3.exceptions import ProtocolError  # noqa: E402
@@ -60,10 +59,6 @@ BENCH_LABEL = "bench.rljob.io/system"
 GANG_LABEL = "bench.rljob.io/gang"
 GRACE_SECONDS = 5  # every system's pods: the same terminationGracePeriodSeconds
 NOT_RESTARTED_AFTER = 10.0  # seconds: a gang not fresh by then is reported as not restarted
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # What every pod runs: torchrun around a worker that sleeps, so that each system's pods take
@@ -322,19 +317,11 @@ def main() -> int:
     parser.add_argument("--cluster", help="use this running `rljob testenv` cluster")
     args = parser.parse_args()
     binaries.install(say=say, peers=True)
-    name = args.cluster or f"peers-{uuid.uuid4().hex[:6]}"
-    kubeconfig = cluster.up(name, gpu_nodes=0, say=say)
-    namespace = f"peers-{uuid.uuid4().hex[:6]}"
     started: list[Any] = []
-    with tempfile.TemporaryDirectory(prefix="rljob-peers-") as tmp:
-        work = Path(tmp)
+    with bench_cluster("peers", args.cluster) as bench:
+        kubeconfig, namespace, work = bench.kubeconfig, bench.namespace, bench.work
         try:
-            cluster.install_crds(name, REPO / "crds")
-            cluster.kubectl(name, "create", "namespace", namespace)
-            configuration = client.Configuration()
-            config.load_kube_config(str(kubeconfig), client_configuration=configuration)
-            api = client.ApiClient(configuration)
-            core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+            core, custom = client.CoreV1Api(bench.api), client.CustomObjectsApi(bench.api)
             pv = bind_claim(core, namespace)
             root = work / "agents"
             volume = claim_dir(root, namespace, "ckpts")
@@ -373,8 +360,6 @@ def main() -> int:
         finally:
             for thing in reversed(started):
                 thing.stop()
-            if not args.cluster:
-                cluster.down(name, say=say)
     return 0
 
 

@@ -23,8 +23,6 @@ import json
 import random
 import statistics
 import sys
-import tempfile
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
+from bench_cluster import bench_cluster, say  # noqa: E402
 from e2e_steps import (  # noqa: E402
     CLAIM,
     POOL_LABEL,
@@ -41,23 +40,19 @@ from e2e_steps import (  # noqa: E402
     wait_succeeded,
 )
 from kube_steps import bind_claim, free_port, wait_for  # noqa: E402
-from kubernetes import client, config  # noqa: E402
+from kubernetes import client  # noqa: E402
 from ray_steps import checkpoint_subdir, ray_job  # noqa: E402
 from rljob_contract import progress  # noqa: E402
 from rljob_nodeagent import AgentPool, claim_dir  # noqa: E402
 from rljob_nodeagent.agent import DEFAULT_SHAPE  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.timestamps import parse_iso  # noqa: E402
-from rljob_testenv import binaries, cluster  # noqa: E402
+from rljob_testenv import binaries  # noqa: E402
 from rljob_testenv.operator_process import OperatorProcess  # noqa: E402
 from rljob_testenv.scenario import preemptor_pod  # noqa: E402
 
 SAVE_EVERY, STEPS, GRACE = 10, 20, 30
 FRAMEWORKS = ("verl", "rlinf")
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def schedule(framework: str) -> tuple[str, ...]:
@@ -142,19 +137,11 @@ def main() -> int:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     binaries.install(say=say)
-    name = f"lost-{uuid.uuid4().hex[:6]}"
-    kubeconfig = cluster.up(name, gpu_nodes=0, say=say)
-    namespace = f"lost-{uuid.uuid4().hex[:6]}"
     started: list = []
     results: list[Result] = []
-    with tempfile.TemporaryDirectory(prefix="rljob-lost-") as tmp:
-        work = Path(tmp)
+    with bench_cluster("lost") as bench:
+        kubeconfig, namespace, work, api = bench.kubeconfig, bench.namespace, bench.work, bench.api
         try:
-            cluster.install_crds(name, REPO / "crds")
-            cluster.kubectl(name, "create", "namespace", namespace)
-            configuration = client.Configuration()
-            config.load_kube_config(str(kubeconfig), client_configuration=configuration)
-            api = client.ApiClient(configuration)
             core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
             scheduling = client.SchedulingV1Api(api)
             for klass, value in (("low", 100), ("high", 1000)):
@@ -187,7 +174,6 @@ def main() -> int:
         finally:
             for thing in reversed(started):
                 thing.stop()
-            cluster.down(name, say=say)
     return 0
 
 
