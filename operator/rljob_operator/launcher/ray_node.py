@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
@@ -189,7 +189,7 @@ def _notice_from_env() -> Notice:
     return Notice(file, grace, os.environ.get(contract.ENV_CHECKPOINT_REQUEST_FILE), save)
 
 
-def bridge_environment(env: dict[str, str], launcher_dir: str, notice_file: Path) -> None:
+def bridge_environment(env: MutableMapping[str, str], launcher_dir: str, notice_file: Path) -> None:
     """What Ray's processes and the driver inherit: the bridge importable and preloaded in
     every Ray worker process, and where the notice will be."""
     path = env.get("PYTHONPATH")
@@ -295,7 +295,7 @@ def run_head(flags: list[str], driver: list[str], notice: Notice) -> int:
     print(f"rljob: {alive} Ray nodes joined; starting the driver: {' '.join(driver)}", flush=True)
     with open(os.environ[ENV_DRIVER_MARKER], "w", encoding="utf-8") as marker:
         marker.write(f"{alive}\n")
-    process = subprocess.Popen(driver_command(driver, str(Path(__file__).resolve())),
+    process = subprocess.Popen(driver_command(driver, str(Path(__file__).absolute())),
                                start_new_session=True)  # fmt: skip
     listen_for_notice(notice)
     checkpoint_dir = os.environ.get(contract.ENV_CHECKPOINT_DIR)
@@ -376,7 +376,7 @@ def main(argv: list[str]) -> int:
         if role == "driver":
             return run_driver(command)
         notice = _notice_from_env()
-        bridge_environment(os.environ, str(Path(__file__).resolve().parent), notice.file)  # type: ignore[arg-type]
+        bridge_environment(os.environ, str(Path(__file__).absolute().parent), notice.file)
         signal.signal(signal.SIGTERM, _stop)
         if role == "head":
             return run_head(flags, command, notice)
