@@ -19,7 +19,6 @@ Node agents play the kubelets (pods are local processes); the steps are the stan
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -41,8 +40,7 @@ from e2e_steps import (  # noqa: E402
 )
 from kube_steps import bind_claim, free_port, wait_for  # noqa: E402
 from kubernetes import client  # noqa: E402
-from ray_steps import checkpoint_subdir, ray_job  # noqa: E402
-from rljob_contract import progress  # noqa: E402
+from ray_steps import checkpoint_subdir, ray_job, reported_step  # noqa: E402
 from rljob_nodeagent import AgentPool, claim_dir  # noqa: E402
 from rljob_nodeagent.agent import DEFAULT_SHAPE  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
@@ -71,15 +69,6 @@ class Result:
     resumed_from: int | None
     lost: int | None
     recovery_seconds: float | None
-
-
-def reported_step(checkpoints: Path) -> int:
-    try:
-        return json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())[
-            progress.STEP
-        ]
-    except (OSError, ValueError):
-        return 0
 
 
 def one_job(core, custom, api, namespace, volume, framework, save, at, index) -> Result:

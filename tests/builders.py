@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rljob_operator import constants as c
+from rljob_operator.launcher import ray
 from rljob_operator.launcher.pods import JobRef, desired_pods
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -83,3 +85,11 @@ def make_node(
             ]
         },
     }
+
+
+def mounted_launcher(root: Path) -> Path:
+    """The Ray launcher's files as a kubelet lays out its ConfigMap's items; the folder."""
+    for path, text in ray.launcher_files().items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    return root

@@ -7,6 +7,7 @@ on a local two-node Ray cluster started here with `ray start`, outside Kubernete
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 from e2e_steps import CLAIM, MOUNT, POOL_LABEL
 from kube_steps import free_port, wait_for
+from rljob_contract import progress
 from rljob_operator import constants as c
 
 DRIVER = Path(__file__).with_name("ray_trainer.py")
@@ -44,6 +46,16 @@ def overrides(framework: str, root: str) -> list[str]:
                 f"trainer.save_freq={EVERY}", "trainer.nnodes=2"]  # fmt: skip
     return [f"runner.output_dir={root}", "runner.experiment_name=run",
             f"runner.max_steps={STEPS}", f"runner.save_interval={EVERY}", "cluster.num_nodes=2"]  # fmt: skip
+
+
+def reported_step(checkpoints: Path) -> int:
+    """The last step the bridge reports finished in the loop (rljob-progress.json), else 0."""
+    try:
+        return json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())[
+            progress.STEP
+        ]
+    except (OSError, ValueError):
+        return 0
 
 
 def checkpoint_subdir(framework: str) -> str:

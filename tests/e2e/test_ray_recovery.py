@@ -39,6 +39,7 @@ from ray_steps import (
     checkpoint_subdir,
     final_state,
     ray_job,
+    reported_step,
     run_reference,
 )
 from rljob_contract import progress
@@ -65,15 +66,6 @@ def ray_references(tmp_path_factory: pytest.TempPathFactory):
 
 def last(pattern, text: str) -> int:
     return max((int(m) for m in pattern.findall(text)), default=0)
-
-
-def reported_step(checkpoints) -> int:
-    try:
-        return json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())[
-            progress.STEP
-        ]
-    except (OSError, ValueError):
-        return 0
 
 
 def preempt(api_client, core, namespace, gang, victim, checkpoints, at, high) -> dict:

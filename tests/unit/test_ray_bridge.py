@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import rljob_contract as contract
+from builders import mounted_launcher
 from rljob_contract import progress
-from rljob_operator.launcher import ray, ray_node
+from rljob_operator.launcher import ray_node
 from rljob_operator.launcher import rljob_ray_bridge as bridge
 from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.tracking import Tracking
@@ -106,14 +107,6 @@ def test_no_save_on_notice_without_save_interval_or_on_the_last_step(loop):
     assert loop.saving_on_notice is None
 
 
-def mounted(root: Path) -> Path:
-    """The launcher's files as a kubelet lays out its ConfigMap's items."""
-    for path, text in ray.launcher_files().items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    return root
-
-
 def bridge_env(tmp_path: Path, launcher: Path, notice: bool) -> dict[str, str]:
     if notice:
         (tmp_path / "notice").write_text("SIGTERM\n")
@@ -128,7 +121,7 @@ def bridge_env(tmp_path: Path, launcher: Path, notice: bool) -> dict[str, str]:
 
 def test_a_preloaded_bridge_hooks_the_frameworks_modules_when_they_are_imported(tmp_path):
     """As Ray's preload imports it in a worker process, before the framework's modules."""
-    launcher = mounted(tmp_path / "launcher")
+    launcher = mounted_launcher(tmp_path / "launcher")
     code = textwrap.dedent("""
         import rljob_ray_bridge
         from rlinf.utils.runner_utils import check_progress
@@ -167,7 +160,7 @@ for step in range(1, 21):  # RLinf's reasoning runner's step end
 def test_the_driver_run_through_the_bridge_stops_after_rlinfs_save_with_75(
     tmp_path, notice, code, saved
 ):
-    launcher = mounted(tmp_path / "launcher")
+    launcher = mounted_launcher(tmp_path / "launcher")
     script = tmp_path / "main_grpo.py"
     script.write_text(RLINF_DRIVER)
     done = subprocess.run(

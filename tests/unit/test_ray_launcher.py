@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import rljob_contract as contract
-from builders import job_ref, make_job
+from builders import job_ref, make_job, mounted_launcher
 from rljob_operator.api.spec import SpecError, parse_spec
 from rljob_operator.launcher import ray, ray_node
 from rljob_operator.launcher.pods import (
@@ -135,14 +134,6 @@ def test_no_ray_pod_carries_the_launcher_source_in_its_command():
         assert all(len(part) < 200 for part in container(pod)["command"])
 
 
-def mounted_launcher(root: Path) -> Path:
-    """The launcher's files as a kubelet lays out the ConfigMap's items."""
-    for path, text in ray.launcher_files().items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    return root / "ray_node.py"
-
-
 def test_ray_ports_are_named_on_the_head_and_the_headless_service():
     job = make_job(**VERL, rendezvousPort=29600, ray={"port": 6380, "clientPort": 10001})
     spec = parse_spec(job["spec"])
@@ -265,7 +256,7 @@ def test_node_program_refuses_a_malformed_command_line(argv):
 def test_worker_program_as_the_pod_runs_it_reports_the_unreachable_head(tmp_path):
     """The program as the pod runs it, from the mounted files, against a port nobody
     listens on."""
-    program = mounted_launcher(tmp_path / "launcher")
+    program = mounted_launcher(tmp_path / "launcher") / "ray_node.py"
     message = tmp_path / "termination-log"
     env = {
         **os.environ,
