@@ -68,6 +68,73 @@ def test_verls_step_log_reports_each_step_and_the_save_on_notice(loop):
     assert record(loop)[progress.STEP] == 14 and record(loop)[progress.STEP_SECONDS] == 3.0
 
 
+def v1_trainer(step: int, total: int, save_freq: int, saved: list[int]):
+    """verl's V1 sync trainer at `step`, with none of its set-up: what its own `step` reads,
+    a rollout-and-update that does nothing, and a save that records its step."""
+    from omegaconf import OmegaConf
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1 import PPOTrainerSync
+
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = OmegaConf.create(
+        {"data": {"train_batch_size": 2}, "trainer": {"save_freq": save_freq}}
+    )
+    trainer.parameter_sync_step = 1
+    trainer.global_steps, trainer.total_training_steps = step, total
+    trainer.prepare_step = dict
+    trainer._step_once = lambda metrics, timing, size: KVBatchMeta(
+        keys=["uid"], tags=[{}], partition_id="train"
+    )
+    trainer._save_checkpoint = lambda: saved.append(trainer.global_steps)
+    return trainer
+
+
+@pytest.mark.parametrize(
+    ("step", "save_freq", "saves"),
+    [
+        (14, 10, [14]),  # between periodic saves: verl's own _save_checkpoint saves step 14
+        (20, 10, []),  # verl's periodic save of step 20 comes next: not twice
+        (30, 10, []),  # the last step: verl saves and ends the run itself
+        (14, 0, []),  # checkpoints off
+    ],
+)
+def test_verls_v1_trainer_saves_its_finished_step_on_notice_through_its_own_save(
+    loop, step, save_freq, saves
+):
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop)
+    saved: list[int] = []
+    trainer = v1_trainer(step, 30, save_freq, saved)
+    assert stepped(trainer, {}, {}).keys == ["uid"]  # verl's own step ran
+    assert saved == [] and loop.saving_on_notice is None  # no notice
+    give_notice(loop)
+    stepped(trainer, {}, {})
+    assert saved == saves
+    will_save = save_freq > 0 and step < 30
+    assert loop.saving_on_notice == (step if will_save else None)
+    stepped(trainer, {}, {})  # one save on notice only
+    assert saved == saves
+
+
+def test_verls_v1_save_on_notice_is_reported_at_the_steps_log_and_holds_the_loop(loop):
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop)
+    log = bridge.wrap_tracking_log(Tracking.log, loop, hold=hold)
+    tracking = Tracking(project_name="rljob", experiment_name="unit", default_backend=[])
+    saved: list[int] = []
+    give_notice(loop)
+    stepped(v1_trainer(14, 30, 10, saved), {}, {})
+    with pytest.raises(Held):
+        log(tracking, {"timing_s/step": 2.0}, 14)
+    assert saved == [14]
+    assert (record(loop)[progress.STEP], record(loop)[progress.STATUS]) == (
+        14,
+        progress.CHECKPOINTED_ON_REQUEST,
+    )
+
+
 def test_rlinfs_own_timer_and_check_progress_save_and_stop_on_notice(loop):
     from rlinf.utils.runner_utils import check_progress
     from rlinf.utils.timers import Timer
@@ -127,8 +194,9 @@ def test_a_preloaded_bridge_hooks_the_frameworks_modules_when_they_are_imported(
         from rlinf.utils.runner_utils import check_progress
         from rlinf.utils.timers import Timer
         from verl.utils.tracking import Tracking
+        from verl.trainer.ppo.v1 import PPOTrainerSync
         print(check_progress.__qualname__, Timer.is_finished.__qualname__,
-              Tracking.log.__qualname__)
+              Tracking.log.__qualname__, PPOTrainerSync.step.__qualname__)
     """)
     shown = subprocess.run([sys.executable, "-c", code], env=bridge_env(tmp_path, launcher, False),
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
@@ -137,6 +205,7 @@ def test_a_preloaded_bridge_hooks_the_frameworks_modules_when_they_are_imported(
         "wrap_check_progress.<locals>.checked",
         "wrap_timer_is_finished.<locals>.finished",
         "wrap_tracking_log.<locals>.logged",
+        "wrap_v1_step.<locals>.stepped",
     ]
 
 

@@ -17,12 +17,20 @@ checkpoint folders:
   (`rlinf.utils.timers.Timer`) finished, so RLinf saves this step and stops; the driver
   then exits 75. A runner that passes `run_time_exceeded=False` itself gets it True, saves,
   and is held at its next step, as verl is.
-- verl: `RayPPOTrainer.fit` (in its TaskRunner, a Ray worker) calls `should_save_ckpt_esi`
-  after every actor update and saves when it returns True, which verl's own rule does when
-  MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP is near and one step has finished. After a
-  notice the hook sets that time a moment ahead before verl's check. verl then saves; at
-  the step's `Tracking.log` the hook reports the save and holds the loop until ray_node.py
-  ends the driver.
+- verl runs its loop in its TaskRunner, a Ray worker, with one of two trainers:
+  - the V1 trainer (`trainer.use_v1=true`, verl 0.9's default): `PPOTrainer.fit` runs
+    `step()` (rollout and update), then saves through `_save_checkpoint()` when its
+    `save_freq` says so. After a notice the hook has `_save_checkpoint()` save the step that
+    `step()` just finished, where verl's own rule would have (unless that rule saves it
+    anyway);
+  - the legacy trainer (`trainer.use_v1=false`): `RayPPOTrainer.fit` calls
+    `should_save_ckpt_esi` after every actor update and saves when it returns True, which
+    verl's own rule does when MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP is near and
+    one step has finished. After a notice the hook sets that time a moment ahead before
+    verl's check.
+  Either way, at the step's `Tracking.log` the hook reports the save and holds the loop
+  until ray_node.py ends the driver. Both need `trainer.save_freq > 0` (checkpoints on),
+  and the last step saves and ends the run by verl's own rule.
 Both hooks write the step each step finishes (and the step time) to rljob-progress.json
 beside the step folders, from which the operator counts the steps a restart lost.
 """
@@ -172,6 +180,26 @@ def wrap_should_save_ckpt_esi(should_save: Callable[..., bool], loop: Loop = LOO
     return should_save_ckpt_esi
 
 
+def wrap_v1_step(step: Callable[..., Any], loop: Loop = LOOP):
+    """verl's V1 PPOTrainer.step (one step's rollout and update). On notice, once the step is
+    done, verl's own `_save_checkpoint` saves it, unless verl's save rule is about to."""
+
+    def stepped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        batch = step(self, *args, **kwargs)
+        if not loop.notice() or loop.saving_on_notice is not None:
+            return batch
+        save_freq = self.config.trainer.save_freq
+        if save_freq <= 0 or self.global_steps >= self.total_training_steps:
+            return batch  # checkpoints off, or the last step: verl ends the run itself
+        loop.saving_on_notice = self.global_steps
+        print(f"rljob: notice: verl saves step {self.global_steps}", flush=True)
+        if self.global_steps % save_freq != 0:
+            self._save_checkpoint()  # else verl's periodic save of this step comes next
+        return batch
+
+    return stepped
+
+
 def wrap_tracking_log(log: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD):
     """verl's Tracking.log, called at the end of every step with the step: report it, and
     after a save on notice, report that and hold the loop until the driver is ended."""
@@ -192,6 +220,10 @@ def patch_verl_trainer(module: ModuleType) -> None:
     module.should_save_ckpt_esi = wrap_should_save_ckpt_esi(module.should_save_ckpt_esi)
 
 
+def patch_verl_v1_trainer(module: ModuleType) -> None:
+    module.PPOTrainer.step = wrap_v1_step(module.PPOTrainer.step)
+
+
 def patch_verl_tracking(module: ModuleType) -> None:
     module.Tracking.log = wrap_tracking_log(module.Tracking.log)
 
@@ -200,6 +232,7 @@ PATCHES: dict[str, Callable[[ModuleType], None]] = {
     "rlinf.utils.runner_utils": patch_rlinf,
     "rlinf.utils.timers": patch_rlinf_timer,
     "verl.trainer.ppo.ray_trainer": patch_verl_trainer,
+    "verl.trainer.ppo.v1.trainer_base": patch_verl_v1_trainer,
     "verl.utils.tracking": patch_verl_tracking,
 }
 
