@@ -51,3 +51,5 @@ PODINFO_VOLUME = "rljob-podinfo"
 
 # The pod phases in which a pod has ended (Kubernetes' own, not a job's).
 POD_ENDED_PHASES = frozenset({"Succeeded", "Failed"})
+# The scheduler a pod without a schedulerName goes to (Kubernetes' own default).
+DEFAULT_SCHEDULER = "default-scheduler"

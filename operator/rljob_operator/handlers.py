@@ -20,6 +20,7 @@ from . import constants as c
 from .controller import RESYNC_SECONDS, WORKERS, Controller
 from .kube import Kube
 from .reconcile.lookup import CheckpointFinder
+from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
 from .runtime.events import LANES
 from .runtime.peering import PeeringWatch
 
@@ -40,6 +41,7 @@ class Scope:
     namespaces: list[str] | None = None  # None: every namespace
     peering: Peering | None = None  # None: standalone, always acting
     resync_seconds: float = RESYNC_SECONDS
+    scheduler_wait: float = SCHEDULER_WAIT_SECONDS
 
 
 SCOPE = Scope()
@@ -73,6 +75,7 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         CheckpointFinder.from_env(),
         SCOPE.namespaces,
         resync_seconds=SCOPE.resync_seconds,
+        scheduler_wait=SCOPE.scheduler_wait,
     )
     if SCOPE.peering:
         _controller.queue.pause()  # until the peering object says this replica acts

@@ -9,6 +9,8 @@ import random
 import socket
 import time
 
+from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("operator", help="run the RLTrainingJob operator")
@@ -44,6 +46,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "came; it reads nothing from the API server (default 30)",
     )
     parser.add_argument(
+        "--scheduler-wait-seconds",
+        type=float,
+        default=SCHEDULER_WAIT_SECONDS,
+        help="how long a pod may wait for any scheduler to look at it (no PodScheduled "
+        "condition, no node) before its job's PodsUnschedulable condition asks whether the "
+        f"scheduler of its schedulerName runs (default {SCHEDULER_WAIT_SECONDS:g})",
+    )
+    parser.add_argument(
         "--liveness", default=None, help="health endpoint, e.g. http://0.0.0.0:8081/healthz"
     )
     parser.add_argument(
@@ -72,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     identity = own_identity()
     handlers.SCOPE.namespaces = None if args.all_namespaces else (args.namespace or None)
     handlers.SCOPE.resync_seconds = args.resync_seconds
+    handlers.SCOPE.scheduler_wait = args.scheduler_wait_seconds
     if not args.standalone:
         handlers.SCOPE.peering = handlers.Peering(args.peering, identity, priority)
     settings = kopf.OperatorSettings()

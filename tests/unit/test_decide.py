@@ -870,3 +870,68 @@ def test_a_pod_already_being_deleted_gets_no_second_delete():
            make_pod(job, 0, 1, phase="Failed", exit_code=1, node="gpu-node-1")]  # fmt: skip
 
     assert decide(job, old, NODES, NOW).delete == ["grpo-a0-n1"]
+
+
+def _unseen(pod, created_ago):
+    """A pod that no scheduler has looked at: no PodScheduled condition, no node."""
+    pod["spec"].pop("nodeName", None)
+    pod["metadata"]["creationTimestamp"] = (NOW - timedelta(seconds=created_ago)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+    pod["status"] = {"phase": "Pending"}
+    return pod
+
+
+def test_pods_no_scheduler_has_seen_are_reported_once_the_wait_is_over_naming_the_scheduler():
+    job = started(make_job(template={"spec": {"schedulerName": "volcano"}}))
+    pods = [_unseen(make_pod(job, 0, r), created_ago=20) for r in range(2)]
+
+    early = decide(job, pods, NODES, NOW, scheduler_wait=60)
+
+    assert "PodsUnschedulable" not in [x["type"] for x in early.status["conditions"]]
+    assert early.events == [] and early.requeue_after == pytest.approx(40.5)  # no event comes
+
+    late = decide(with_status(job, early.status), pods, NODES, NOW + timedelta(seconds=41),
+                  scheduler_wait=60)  # fmt: skip
+
+    cond = next(x for x in late.status["conditions"] if x["type"] == "PodsUnschedulable")
+    assert (cond["status"], cond["reason"]) == ("True", "NotSeenByScheduler")
+    assert cond["message"] == ("pod grpo-a0-n0 has not been seen by a scheduler for 60 s "
+                               "(schedulerName volcano): is that scheduler running?")  # fmt: skip
+    assert [(e.type, e.reason, e.message) for e in late.events] == [
+        ("Warning", "NotSeenByScheduler", cond["message"])
+    ]
+    assert late.status["failures"] == 0 and late.delete == [] and late.create == []
+    # The message does not grow with the wait: a later pass writes nothing, tells nothing.
+    again = decide(with_status(job, late.status), pods, NODES, NOW + timedelta(seconds=300),
+                   scheduler_wait=60)  # fmt: skip
+    assert again.events == [] and again.status["conditions"] == late.status["conditions"]
+
+    placed = decide(
+        with_status(job, again.status), pods_of(job), NODES, NOW + timedelta(seconds=310)
+    )
+
+    cond = next(x for x in placed.status["conditions"] if x["type"] == "PodsUnschedulable")
+    assert (cond["status"], cond["reason"]) == ("False", "PodsScheduled")
+
+
+@pytest.mark.parametrize(
+    "seen_by",
+    [
+        {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]},
+        {"nodeName": "gpu-node-0"},
+    ],
+    ids=["tried", "gated", "bound"],
+)
+def test_a_pod_a_scheduler_has_tried_gated_or_bound_is_not_unseen(seen_by):
+    job = started(make_job())
+    pods = [_unseen(make_pod(job, 0, r), created_ago=600) for r in range(2)]
+    pods[0]["status"]["conditions"] = seen_by.get("conditions", [])
+    pods[0]["spec"]["nodeName"] = seen_by.get("nodeName")
+    pods[1]["spec"]["nodeName"] = "gpu-node-1"
+
+    plan = decide(job, pods, NODES, NOW)
+
+    reasons = [x["reason"] for x in plan.status["conditions"] if x["type"] == "PodsUnschedulable"]
+    assert "NotSeenByScheduler" not in reasons

@@ -125,3 +125,83 @@ def test_layout_auto_is_rljob_for_the_rljob_trainer_whatever_its_backend(spec, l
     plan = plan_pass(job, [reported(inspector, report)], NODES, FINDER, NOW)
 
     assert plan.status["latestCheckpoint"]["layout"] == layout
+
+
+UNSCHEDULABLE = {"phase": "Pending", "conditions": [{
+    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+    "message": '0/3 nodes are available: persistentvolumeclaim "nope" not found.'}]}  # fmt: skip
+IMAGE_NOT_PULLED = {"phase": "Pending", "containerStatuses": [{"name": "inspector", "state": {
+    "waiting": {"reason": "ErrImagePull", "message": "rljob-operator:test: not found"}}}]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status", "condition", "reason", "says"),
+    [
+        (UNSCHEDULABLE, "PodsUnschedulable", "Unschedulable",
+         'inspector pod grpo-inspect-a0: 0/3 nodes are available: persistentvolumeclaim "nope" not found.'),
+        (IMAGE_NOT_PULLED, "ContainersNotStarting", "ErrImagePull",
+         "inspector pod grpo-inspect-a0: container inspector: rljob-operator:test: not found"),
+    ],
+    ids=["unschedulable", "image"],
+)  # fmt: skip
+def test_an_inspector_that_cannot_start_says_why_in_the_gangs_words_until_it_runs(
+    status, condition, reason, says
+):
+    job = job_with_volume()
+    stuck = dict(first_inspector(job), status=status)
+
+    plan = plan_pass(job, [stuck], NODES, FINDER, NOW)
+
+    conditions = {x["type"]: x for x in plan.status["conditions"]}
+    assert (conditions[condition]["status"], conditions[condition]["reason"]) == ("True", reason)
+    assert conditions[condition]["message"] == says
+    assert plan.status["checkpointLookup"] == {"failures": 0, "waiting": says}
+    assert plan.status["phase"] == "Pending"
+    assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", reason, says)]
+    assert plan.create == [] and plan.delete == []
+    job["status"] = plan.status
+    assert plan_pass(job, [stuck], NODES, FINDER, NOW).events == []  # the same reason: told once
+
+    running = plan_pass(job, [dict(stuck, status={"phase": "Running"})], NODES, FINDER, NOW)
+
+    cleared = {x["type"]: x for x in running.status["conditions"]}[condition]
+    assert cleared["status"] == "False"
+    assert "inspector pod grpo-inspect-a0 " in cleared["message"]
+    assert "checkpointLookup" not in running.status
+    assert running.create == [] and running.events == []
+
+
+def test_an_inspector_that_reports_while_its_condition_is_true_clears_it_and_the_gang_starts():
+    job = job_with_volume()
+    inspector = first_inspector(job)
+    stuck = dict(inspector, status=UNSCHEDULABLE)
+    job["status"] = plan_pass(job, [stuck], NODES, FINDER, NOW).status
+    done = reported(inspector, {"found": True, "path": "/checkpoints/global_step_30", "step": 30})
+
+    plan = plan_pass(job, [done], NODES, FINDER, NOW)
+
+    conditions = {x["type"]: x for x in plan.status["conditions"]}
+    assert (conditions["PodsUnschedulable"]["status"],
+            conditions["PodsUnschedulable"]["reason"]) == ("False", "PodsScheduled")  # fmt: skip
+    assert "checkpointLookup" not in plan.status
+    assert plan.status["resumeFrom"]["step"] == 30
+    assert [o["metadata"]["name"] for o in plan.create if o["kind"] == "Pod"] == [
+        "grpo-a0-n0", "grpo-a0-n1",
+    ]  # fmt: skip
+
+
+def test_failed_looks_so_far_stay_on_record_while_the_next_inspector_is_stuck():
+    job = job_with_volume(checkpointLookup={
+        "failures": 2, "message": "inspector pod grpo-inspect-a0 exited 1 without a report",
+        "retryAfter": "2026-11-29T11:59:00Z"})  # fmt: skip
+    stuck = dict(first_inspector(job), status=UNSCHEDULABLE)
+
+    plan = plan_pass(job, [stuck], NODES, FINDER, NOW)
+
+    record = plan.status["checkpointLookup"]
+    assert record["failures"] == 2 and record["retryAfter"] == "2026-11-29T11:59:00Z"
+    assert record["waiting"].startswith("inspector pod grpo-inspect-a0: 0/3 nodes")
+    job["status"] = plan.status
+    running = plan_pass(job, [dict(stuck, status={"phase": "Running"})], NODES, FINDER, NOW)
+    assert "waiting" not in running.status["checkpointLookup"]
+    assert running.status["checkpointLookup"]["failures"] == 2

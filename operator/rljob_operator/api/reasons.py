@@ -30,11 +30,12 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
-    # True while the scheduler cannot place a pod of the gang (no node has room, a selector
-    # or affinity no node matches, a taint, a queue that has not admitted it).
+    # True while the scheduler cannot place a pod of the gang or the inspector (no node has
+    # room, a selector or affinity no node matches, a taint, a claim that is not there, a
+    # queue that has not admitted it), or no scheduler has looked at one for a while.
     PODS_UNSCHEDULABLE = "PodsUnschedulable"
-    # True while the kubelet cannot start a container of the gang (a missing image, a bad
-    # volume or env reference, a container that crashes before the trainer runs).
+    # True while the kubelet cannot start a container of the gang or the inspector (a missing
+    # image, a bad volume or env reference, a container that crashes before the trainer runs).
     CONTAINERS_NOT_STARTING = "ContainersNotStarting"
     # True from the third failed look at the checkpoint directory in a row.
     CHECKPOINT_LOOKUP_FAILED = "CheckpointLookupFailed"
@@ -82,6 +83,7 @@ class Reason(StrEnum):
     PODS_SCHEDULED = "PodsScheduled"
     WAITING_FOR_KUEUE = "WaitingForKueue"
     QUEUE_INADMISSIBLE = "QueueInadmissible"  # Kueue cannot admit it: a queue that is not there
+    NOT_SEEN_BY_SCHEDULER = "NotSeenByScheduler"  # no scheduler wrote PodScheduled: is it there?
     CONTAINERS_STARTED = "ContainersStarted"
     # Events only.
     FRESH_START = "FreshStart"

@@ -136,9 +136,11 @@ class BadCheckpoint(Record):
 
 
 @dataclass(frozen=True)
-class LookupFailures(Record):
-    """status.checkpointLookup: failed looks at the checkpoint directory, in a row."""
+class CheckpointLookup(Record):
+    """status.checkpointLookup: failed looks at the checkpoint directory, in a row, and why
+    the current look has not answered while its inspector pod cannot be scheduled or started."""
 
-    failures: int
-    message: str
-    retry_after: str
+    failures: int = 0
+    message: str | None = None  # why the last one failed
+    retry_after: str | None = None  # when the next look may start
+    waiting: str | None = None  # e.g. inspector pod grpo-inspect-a0: 0/3 nodes are available: ...

@@ -85,6 +85,9 @@ class PodFacts:
     ready: bool = False  # the pod's Ready condition (its readiness probe, if it has one)
     not_starting: tuple[str, str] | None = None  # (kubelet reason, message) of a stuck container
     unschedulable: tuple[str, str] | None = None  # (scheduler reason, message) of a pending pod
+    # (schedulerName, seconds since the pod was created) of a pod that no scheduler has
+    # looked at: no PodScheduled condition and no node
+    unseen: tuple[str, float] | None = None
     stopped_by_kueue: tuple[str, str] | None = None  # (Kueue's reason, message): it evicted
 
 
@@ -135,6 +138,22 @@ def _unschedulable(pod: dict[str, Any], admission: Admission | None) -> tuple[st
         return queue_wait((pod.get("metadata") or {}).get("labels", {}).get(c.KUEUE_QUEUE_LABEL),
                           admission)  # fmt: skip
     return reason, scheduled.get("message") or reason
+
+
+def _unseen(pod: dict[str, Any], now: datetime) -> tuple[str, float] | None:
+    """(schedulerName, seconds it has waited) of a pod that no scheduler has looked at yet.
+
+    A scheduler writes PodScheduled on every pod of its own that it tries (the API server
+    writes it on a gated one), so a pod without it and without a node has been seen by none:
+    its scheduler may be slow, or may not exist at all (a schedulerName nothing serves).
+    """
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    created = meta.get("creationTimestamp")
+    if (spec.get("nodeName") or not created or meta.get("deletionTimestamp")
+            or find_condition(status.get("conditions") or [], "PodScheduled")):  # fmt: skip
+        return None
+    waited = (now - parse_iso(created)).total_seconds()
+    return spec.get("schedulerName") or c.DEFAULT_SCHEDULER, max(waited, 0.0)
 
 
 def _stopped_by_kueue(status: dict[str, Any]) -> tuple[str, str] | None:
@@ -200,6 +219,7 @@ def facts(
         ),
         not_starting=_not_starting(status),
         unschedulable=_unschedulable(pod, admission),
+        unseen=_unseen(pod, now),
         stopped_by_kueue=_stopped_by_kueue(status),
     )
 

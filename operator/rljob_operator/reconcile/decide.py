@@ -11,9 +11,11 @@ and are deleted; the next gang is created only once none of them runs (each is g
 has ended: Succeeded or Failed), so two gangs never run at once.
 
 Each policy has its module: observe (the pods sorted into facts), failure (budgets and
-back-off), startup (resume target and the new gang), recovery (the record of each new
-gang), suspicion (a checkpoint the trainer crashed on), progress (an attempt under way),
-finish (success, suspension, TTL), pod_cleanup (how deletions meet the pods).
+back-off), startup (resume target and the new gang), lookup_backoff and lookup_wait (a
+look that fails, one that cannot start), recovery (the record of each new gang),
+suspicion (a checkpoint the trainer crashed on), progress (an attempt under way), stuck
+(pods that cannot be placed or started), finish (success, suspension, TTL), pod_cleanup
+(how deletions meet the pods).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ..preemption.classify import Admission
 from .failure import attempt_ended
 from .finish import finished, suspend
 from .observe import observe, ray_status
-from .plan import LookupResult, Pass, Plan
+from .plan import LookupPending, LookupResult, Pass, Plan
 from .pod_cleanup import (
     ends_recorded,
     no_grace_for_lost_nodes,
@@ -38,6 +40,7 @@ from .pod_cleanup import (
 )
 from .progress import progress, request_checkpoint
 from .startup import start_attempt
+from .stuck import SCHEDULER_WAIT_SECONDS
 
 
 def decide(
@@ -45,18 +48,21 @@ def decide(
     pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any] | None],
     now: datetime,
-    lookup: LookupResult | None = None,
+    lookup: LookupResult | LookupPending | None = None,
     workload_api: bool = False,
     admission: Admission | None = None,
+    scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
 ) -> Plan:
     """Drive the job one step towards its spec.
 
-    `lookup` is what the caller found in the checkpoint directory, when it looked;
-    a plan with `needs_checkpoint_lookup` asks it to look (skipping `lookup_exclude`).
+    `lookup` is what the caller found in the checkpoint directory, when it looked, or the
+    inspector pod it waits for; a plan with `needs_checkpoint_lookup` asks it to look
+    (skipping `lookup_exclude`).
     `workload_api`: the API server serves the Workload API, for all-or-nothing gangs.
     `admission`: Kueue's reason and message for not admitting the attempt's pod group yet.
+    `scheduler_wait`: seconds a pod may go unseen by any scheduler before the job says so.
     """
-    p = Pass(job, now, workload_api, admission)
+    p = Pass(job, now, workload_api, admission, scheduler_wait)
     pods = [
         pod for pod in pods if pod["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
     ]
@@ -74,7 +80,7 @@ def _decide(
     job: dict[str, Any],
     trainer_pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any] | None],
-    lookup: LookupResult | None,
+    lookup: LookupResult | LookupPending | None,
 ) -> None:
     try:
         spec = parse_spec(job.get("spec") or {})

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ..api.reasons import ConditionType, EventType, Phase, Reason
-from ..api.status import LookupFailures
+from ..api.status import CheckpointLookup
 from ..api.timestamps import iso, parse_iso
 from .plan import Pass
 
@@ -17,25 +17,25 @@ MAX_LOOKUP_BACKOFF_SECONDS = 300
 LOOKUP_FAILURES_BEFORE_CONDITION = 3
 
 
-def _failures(p: Pass) -> LookupFailures | None:
+def lookup_record(p: Pass) -> CheckpointLookup | None:
     record = p.status.get("checkpointLookup")
-    return LookupFailures.from_dict(record) if record else None
+    return CheckpointLookup.from_dict(record) if record else None
 
 
 def lookup_backing_off(p: Pass) -> bool:
     """Whether the last failed lookup's back-off still runs (then come back when it ends)."""
-    last = _failures(p)
-    if last and p.now < parse_iso(last.retry_after):
+    last = lookup_record(p)
+    if last and last.retry_after and p.now < parse_iso(last.retry_after):
         p.requeue((parse_iso(last.retry_after) - p.now).total_seconds())
         return True
     return False
 
 
 def lookup_failed(p: Pass, message: str) -> None:
-    last = _failures(p)
+    last = lookup_record(p)
     failures = (last.failures if last else 0) + 1
     delay = min(LOOKUP_BACKOFF_SECONDS * 2 ** (failures - 1), MAX_LOOKUP_BACKOFF_SECONDS)
-    record = LookupFailures(failures, message, iso(p.now + timedelta(seconds=delay)))
+    record = CheckpointLookup(failures, message, iso(p.now + timedelta(seconds=delay)))
     p.status["checkpointLookup"] = record.to_dict()
     p.event(EventType.WARNING, Reason.CHECKPOINT_LOOKUP_FAILED,
             f"{message} (failure {failures}; next try in {delay}s)")  # fmt: skip

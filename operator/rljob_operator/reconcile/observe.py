@@ -11,7 +11,31 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import JobSpec
-from ..preemption.classify import Admission, Outcome, PodEnd, classify_facts, facts
+from ..preemption.classify import Admission, Outcome, PodEnd, PodFacts, classify_facts, facts
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """Pods that have not started, and why, sorted by pod name: the facts behind the
+    conditions PodsUnschedulable and ContainersNotStarting."""
+
+    unschedulable: tuple[tuple[str, str, str], ...] = ()  # (pod, scheduler reason, message)
+    not_starting: tuple[tuple[str, str, str], ...] = ()  # (pod, kubelet reason, message)
+    unseen: tuple[tuple[str, str, float], ...] = ()  # (pod, schedulerName, seconds waited)
+
+
+def stuck(pods: list[PodFacts]) -> Stuck:
+    """Why these pods, all still active, have not started, where they say."""
+    return Stuck(
+        tuple(sorted((f.name, *f.unschedulable) for f in pods if f.unschedulable)),
+        tuple(sorted((f.name, *f.not_starting) for f in pods if f.not_starting)),
+        tuple(sorted((f.name, *f.unseen) for f in pods if f.unseen)),
+    )
+
+
+def inspector_stuck(pod: dict[str, Any], now: datetime) -> Stuck:
+    """Why an inspector pod that has not reported has not started, where it says."""
+    return stuck([facts(pod, None, now)])
 
 
 @dataclass(frozen=True)
@@ -25,8 +49,7 @@ class Observed:
     warned: tuple[str, ...] = ()  # active pods whose node carries a termination taint
     unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
     ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
-    not_starting: tuple[tuple[str, str, str], ...] = ()  # (pod, kubelet reason, message)
-    unschedulable: tuple[tuple[str, str, str], ...] = ()  # (pod, scheduler reason, message)
+    stuck: Stuck = Stuck()  # active pods that have not started
     stale_unended: tuple[str, ...] = ()  # stale pods that may still run: not Succeeded/Failed
 
     @property
@@ -82,8 +105,7 @@ def observe(
     warned: list[str] = []
     unrequested: list[str] = []
     ready: set[int] = set()
-    not_starting: list[tuple[str, str, str]] = []
-    unschedulable: list[tuple[str, str, str]] = []
+    active: list[PodFacts] = []
     for pod in pods:
         meta = pod["metadata"]
         labels = meta.get("labels", {})
@@ -99,10 +121,8 @@ def observe(
         current[rank] = end
         if pod_facts.ready:
             ready.add(rank)
-        if end.outcome is Outcome.ACTIVE and pod_facts.not_starting:
-            not_starting.append((meta["name"], *pod_facts.not_starting))
-        if end.outcome is Outcome.ACTIVE and pod_facts.unschedulable:
-            unschedulable.append((meta["name"], *pod_facts.unschedulable))
+        if end.outcome is Outcome.ACTIVE:
+            active.append(pod_facts)
         if end.outcome is Outcome.ACTIVE and pod_facts.node_termination_taint:
             warned.append(meta["name"])
         requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
@@ -118,8 +138,7 @@ def observe(
     )
     return Observed(
         current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested),
-        frozenset(ready), tuple(sorted(not_starting)), tuple(sorted(unschedulable)),
-        tuple(sorted(stale_unended)),
+        frozenset(ready), stuck(active), tuple(sorted(stale_unended)),
     )  # fmt: skip
 
 

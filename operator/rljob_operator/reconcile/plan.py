@@ -14,6 +14,8 @@ from ..api.timestamps import iso, parse_iso
 from ..launcher.pods import JobRef, ResumeTarget
 from ..preemption.classify import Admission
 from . import goodput
+from .observe import Stuck
+from .stuck import SCHEDULER_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,15 @@ class LookupResult:
     detail: str = ""  # what was rejected, or why nothing was found
     failure: str | None = None  # the look itself failed: nothing is known about the folders
     step_seconds: float | None = None  # the trainer's step time, from progress.json, if any
+
+
+@dataclass(frozen=True)
+class LookupPending:
+    """A look through an inspector pod that runs and has not reported yet (see
+    reconcile.lookup): the pod, and why it has not started where it is stuck."""
+
+    inspector: str
+    stuck: Stuck
 
 
 @dataclass
@@ -63,11 +74,13 @@ class Pass:
         now: datetime,
         workload_api: bool = False,
         admission: Admission | None = None,
+        scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
     ) -> None:
         meta = job["metadata"]
         self.now = now
         self.workload_api = workload_api  # the API server serves gang scheduling
         self.admission = admission  # why Kueue has not admitted the attempt, where it says
+        self.scheduler_wait = scheduler_wait  # how long a pod waits for a scheduler to see it
         self.queue: str | None = (meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL)
         self.generation = meta.get("generation")
         self.ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))

@@ -1,15 +1,15 @@
 """An attempt under way: its phase, its recovery's first running pod, the early warning of
-a node going away, and pods stuck before they run."""
+a node going away, and pods stuck before they run (reconcile.stuck)."""
 
 from __future__ import annotations
 
-from ..api.reasons import ConditionType, EventType, Phase, Reason
+from ..api.reasons import EventType, Phase, Reason
 from ..api.spec import JobSpec
-from ..api.status import find_condition
 from ..preemption.classify import Outcome
 from .observe import Observed
 from .plan import Pass
 from .recovery import record_first_running
+from .stuck import report_stuck
 
 
 def progress(p: Pass, spec: JobSpec, seen: Observed) -> None:
@@ -28,36 +28,7 @@ def progress(p: Pass, spec: JobSpec, seen: Observed) -> None:
     if status.get("phase") != phase and phase == Phase.RUNNING:
         p.event(EventType.NORMAL, Reason.RUNNING, message)
     p.phase(phase, reason, message)
-    placed = (Reason.PODS_SCHEDULED, "every pod of the gang is on a node")
-    report_stuck(p, ConditionType.PODS_UNSCHEDULABLE, seen.unschedulable, placed)
-    started = (Reason.CONTAINERS_STARTED, "every container of the gang has started")
-    report_stuck(p, ConditionType.CONTAINERS_NOT_STARTING, seen.not_starting, started)
-
-
-def report_stuck(
-    p: Pass,
-    condition: ConditionType,
-    stuck: tuple[tuple[str, str, str], ...],
-    cleared: tuple[Reason, str],
-) -> None:
-    """Say so, in a condition and once in an Event per new reason, while a pod of the gang is
-    stuck; turn the condition False, with the `cleared` reason and message, once none is.
-
-    Nothing has ended, so no failure is counted: the kubelet keeps retrying a container (an
-    image pull backs off up to 5 minutes), the scheduler a pod; the user fixes the image, the
-    reference or the request, or room comes free, and the pod goes on.
-    """
-    current = find_condition(p.status["conditions"], condition)
-    if stuck:
-        pod, reason, message = stuck[0]
-        text = f"pod {pod}: {message}"
-        fresh = current is None or current["status"] != "True" or current["reason"] != reason
-        p.condition(condition, True, reason, text)
-        if fresh:  # waiting in a queue is no trouble (a queue that is not there is)
-            queued = reason == Reason.WAITING_FOR_KUEUE
-            p.event(EventType.NORMAL if queued else EventType.WARNING, reason, text)
-    elif current is not None and current["status"] == "True":
-        p.condition(condition, False, *cleared)
+    report_stuck(p, seen.stuck)
 
 
 def request_checkpoint(p: Pass, seen: Observed) -> None:

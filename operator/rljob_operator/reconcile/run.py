@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
@@ -29,7 +30,9 @@ from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent
 from .decide import decide, fail, with_status
 from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
-from .plan import LookupResult, Plan
+from .observe import inspector_stuck
+from .plan import LookupPending, LookupResult, Plan
+from .stuck import SCHEDULER_WAIT_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +98,14 @@ def plan_pass(
     now: datetime,
     workload_api: bool = False,
     admission: Admission | None = None,
+    scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
 ) -> Plan:
     """Decide, looking at the checkpoints as often as the decision asks (bounded).
 
     `pods` are all of the job's pods. An inspector pod the look needs is created by the
     plan, and one that is done (it reported, or never will) or of another attempt is
-    deleted by it, after the status that records its report.
+    deleted by it, after the status that records its report. One that runs and has not
+    reported is decided on once more, for what keeps it from starting.
     """
     trainers, inspectors = [], {}
     for pod in pods:
@@ -109,7 +114,10 @@ def plan_pass(
             trainers.append(pod)
         elif role == c.ROLE_INSPECTOR:
             inspectors[pod["metadata"]["name"]] = pod
-    plan = decide(job, trainers, nodes, now, workload_api=workload_api, admission=admission)
+    decision = partial(
+        decide, workload_api=workload_api, admission=admission, scheduler_wait=scheduler_wait
+    )
+    plan = decision(job, trainers, nodes, now)
     inspector = inspectors.get(inspector_name(job["metadata"]["name"], plan.status["attempt"]))
     events = []
     for _ in range(MAX_LOOKUPS_PER_PASS):
@@ -122,14 +130,19 @@ def plan_pass(
             found = LookupResult(None, failure=str(exc))
         if isinstance(found, Inspection):
             log.debug("%s: %s", job["metadata"]["name"], found.state)
-            if found.pod is not None and found.pod["metadata"]["name"] not in inspectors:
+            if found.pod is None and inspector is not None:  # it runs, and has not reported
+                stuck = inspector_stuck(inspector, now)
+                waiting = LookupPending(inspector["metadata"]["name"], stuck)
+                events += plan.events  # replaced by the plan that knows why it waits
+                plan = decision(seen, trainers, nodes, now, waiting)
+            elif found.pod is not None and found.pod["metadata"]["name"] not in inspectors:
                 plan.create.append(found.pod)
             # else the one read this pass is still there: the plan deletes it, and its
             # deletion brings the pass that creates the next.
             break
         inspector = None  # its report is read: a second look needs a new one
         events += plan.events  # this plan is replaced by the one that knows what was found
-        plan = decide(seen, trainers, nodes, now, found, workload_api, admission)
+        plan = decision(seen, trainers, nodes, now, found)
     plan.events = events + plan.events
     attempt = str(plan.status["attempt"])
     plan.delete += [
@@ -148,9 +161,11 @@ def reconcile(
     finder: CheckpointFinder,
     tell: PostEvent,
     now: datetime | None = None,
+    scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
 ) -> Plan | None:
     """One pass for one job; its Events go to `tell`. The caller never runs two passes of one
-    job at once (the work queue hands a key to one worker at a time)."""
+    job at once (the work queue hands a key to one worker at a time). `scheduler_wait`:
+    seconds a pod may go unseen by any scheduler before the job says so."""
     job = cache.job(namespace, name)
     pods = cache.pods_of(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
@@ -165,7 +180,9 @@ def reconcile(
     moment = now or datetime.now(UTC)
     attempt = (job.get("status") or {}).get("attempt", 0)
     admission = cache.admission(namespace, attempt_name(name, attempt))
-    plan = plan_pass(job, pods, nodes, finder, moment, kube.serves_workload_api, admission)
+    plan = plan_pass(
+        job, pods, nodes, finder, moment, kube.serves_workload_api, admission, scheduler_wait
+    )
     try:
         apply(kube, cache, job, plan, tell)
     except KubeError as exc:

@@ -2,7 +2,8 @@
 
 An attempt is started once no pod of an earlier one runs. Unless the job says
 `resume: never`, the pass first asks for a look at the checkpoint directory (the caller
-looks and decides again), then creates the gang resuming from what it found.
+looks and decides again), then creates the gang resuming from what it found. A look
+through an inspector pod that has not reported yet says why, where the pod is stuck.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from ..launcher.pods import (
     desired_service,
 )
 from .lookup_backoff import lookup_backing_off, lookup_failed, lookup_succeeded
-from .plan import LookupResult, Pass
+from .lookup_wait import lookup_answered, lookup_pending
+from .plan import LookupPending, LookupResult, Pass
 from .recovery import record_gang_creation
 from .suspicion import suspect_checkpoint
 
@@ -33,7 +35,7 @@ def explicit_resume(spec: JobSpec, attempt: int) -> str | None:
     return wanted if attempt == 0 and wanted not in ("auto", "never") else None
 
 
-def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
+def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | LookupPending | None) -> None:
     status = p.status
     restart_after = status.get("restartAfter")
     if restart_after and p.now < parse_iso(restart_after):
@@ -49,6 +51,10 @@ def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
             if not lookup_backing_off(p):
                 p.plan.needs_checkpoint_lookup = True
             return
+        if isinstance(lookup, LookupPending):
+            lookup_pending(p, lookup)
+            return
+        lookup_answered(p)
         if lookup.failure is not None:
             lookup_failed(p, lookup.failure)
             return
