@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kube_steps import bind_claim, gpu_pod, read_pod, wait_for
@@ -502,3 +502,119 @@ def test_a_gang_the_scheduler_cannot_place_says_why_with_the_schedulers_message(
     messages = wait_for(lambda: event_messages(core, namespace, "Unschedulable"), what="the Event")
     assert words in messages[0]
     assert get_job(api_client, namespace)["status"]["failures"] == 0
+
+
+def condition_of(api_client, namespace, cond_type, status):
+    """The job's condition of that type, once it has that status."""
+    conditions = (get_job(api_client, namespace).get("status") or {}).get("conditions") or []
+    return next((x for x in conditions if x["type"] == cond_type and x["status"] == status), None)
+
+
+def test_an_inspector_that_cannot_be_scheduled_says_why_until_its_claim_is_created(
+    api_client, core, namespace, nodes, operator
+):
+    """The inspector of a claim that does not exist waits for it (its deadline counts only
+    once it runs): the job says why in the scheduler's words, naming the inspector, and the
+    condition turns False once the claim is there, with nothing counted or started fresh."""
+    body = job_body(nodes)
+    body["spec"]["checkpoint"]["volume"]["persistentVolumeClaim"]["claimName"] = "nope"
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, body
+    )
+
+    condition = wait_for(
+        lambda: condition_of(api_client, namespace, "PodsUnschedulable", "True"), 30,
+        "the PodsUnschedulable condition",
+    )  # fmt: skip
+    assert condition["reason"] == "Unschedulable"
+    assert condition["message"].startswith("inspector pod grpo-inspect-a0: ")
+    assert 'persistentvolumeclaim "nope" not found' in condition["message"]
+    status = get_job(api_client, namespace)["status"]
+    assert status["checkpointLookup"] == {"failures": 0, "waiting": condition["message"]}
+    assert status["phase"] == Phase.PENDING
+    told = wait_for(lambda: event_messages(core, namespace, "Unschedulable"), 15, "the Event")
+    assert told == [condition["message"]]
+
+    pv = bind_claim(core, namespace, "nope")
+    try:
+        cleared = wait_for(
+            lambda: condition_of(api_client, namespace, "PodsUnschedulable", "False"), 60,
+            "the condition to turn False once the inspector is placed",
+        )  # fmt: skip
+        assert cleared["reason"] == "PodsScheduled"
+        assert cleared["message"] == "inspector pod grpo-inspect-a0 is on a node"
+        status = get_job(api_client, namespace)["status"]
+        assert "checkpointLookup" not in status
+        assert (status["attempt"], status["failures"], status["preemptions"]) == (0, 0, 0)
+        assert read_pod(core, namespace, "grpo-inspect-a0").spec.node_name in nodes
+        assert trainer_pods(core, namespace) == []  # it has not reported: no fresh start
+        assert len(event_messages(core, namespace, "Unschedulable")) == 1
+    finally:
+        core.delete_persistent_volume(pv)
+
+
+SCHEDULER_WAIT = 3
+
+
+@pytest.fixture
+def impatient_operator(kubeconfig, namespace, crd, claim, volume, tmp_path):
+    """The operator that reads the volume in-process, and waits 3 s for a scheduler."""
+    args = ["--standalone", "--namespace", namespace,
+            "--scheduler-wait-seconds", str(SCHEDULER_WAIT)]  # fmt: skip
+    process = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", args=args,
+                              RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
+    yield from run_operator(process)
+
+
+def bind(core, namespace, pod, node):
+    """Place the pod on the node, as its scheduler would (the Binding API)."""
+    binding = client.V1Binding(metadata=client.V1ObjectMeta(name=pod),
+                               target=client.V1ObjectReference(kind="Node", name=node))  # fmt: skip
+    # The client cannot read the reply back into a V1Binding (kubernetes-client#825).
+    core.create_namespaced_pod_binding(pod, namespace, binding, _preload_content=False)
+
+
+def test_pods_no_scheduler_serves_say_so_after_the_wait_and_clear_once_placed(
+    api_client, core, namespace, nodes, impatient_operator
+):
+    """No scheduler serves `volcano`, so none writes PodScheduled: after the wait the job
+    asks whether it runs (the pass comes back for it; the 30 s resync is too late), and once
+    the pods are placed the condition turns False, with nothing counted."""
+    body = job_body(nodes)
+    body["spec"]["template"]["spec"]["schedulerName"] = "volcano"
+    client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, body
+    )
+
+    def gang():
+        pods = trainer_pods(core, namespace)
+        return pods if len(pods) == 2 else None
+
+    pods = wait_for(gang, what="the gang")
+    created = max(p.metadata.creation_timestamp for p in pods)
+
+    condition = wait_for(
+        lambda: condition_of(api_client, namespace, "PodsUnschedulable", "True"),
+        SCHEDULER_WAIT + 10, "the NotSeenByScheduler condition",
+    )  # fmt: skip
+    assert condition["reason"] == "NotSeenByScheduler"
+    assert condition["message"] == (
+        f"pod grpo-a0-n0 has not been seen by a scheduler for {SCHEDULER_WAIT} s "
+        "(schedulerName volcano): is that scheduler running?"
+    )
+    assert parse_iso(condition["lastTransitionTime"]) >= created + timedelta(seconds=SCHEDULER_WAIT)
+    told = wait_for(lambda: event_messages(core, namespace, "NotSeenByScheduler"), 15, "the Event")
+    assert told == [condition["message"]]
+
+    for pod, node in zip(sorted(p.metadata.name for p in pods), nodes, strict=False):
+        bind(core, namespace, pod, node)
+
+    cleared = wait_for(
+        lambda: condition_of(api_client, namespace, "PodsUnschedulable", "False"), 30,
+        "the condition to turn False once the pods are placed",
+    )  # fmt: skip
+    assert cleared["reason"] == "PodsScheduled"
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.RUNNING), 30, "Running")
+    status = job["status"]
+    assert (status["attempt"], status["failures"], status["preemptions"]) == (0, 0, 0)
+    assert event_messages(core, namespace, "NotSeenByScheduler") == told
