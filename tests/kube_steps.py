@@ -32,6 +32,27 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def stays(
+    check: Callable[[], object],
+    seconds: float,
+    what: str = "condition",
+    interval: float = 0.25,
+) -> None:
+    """Poll `check` for `seconds`; fail the test with `what` as soon as it returns something
+    falsy (gomega's Consistently, where `wait_for` is its Eventually)."""
+    start = time.monotonic()
+    while True:
+        last = check()
+        held = time.monotonic() - start
+        if not last:
+            raise AssertionError(
+                f"{what} stopped holding after {held:.1f}s of {seconds:.0f}s (last: {last!r})"
+            )
+        if held >= seconds:
+            return
+        time.sleep(interval)
+
+
 def gpu_pod(
     name: str,
     gpus: int = 1,

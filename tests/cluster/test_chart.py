@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 import test_recovery
@@ -506,15 +506,19 @@ def test_upgrade_and_uninstall_leave_jobs_and_checkpoints_alone(
     assert file_digests(volume) == checkpoints
 
 
-def test_replicas_started_later_wait_for_the_older_one():
+def test_replicas_started_later_wait_for_the_older_one(monkeypatch):
     """The chart runs replicas without --priority: a later start means a lower priority, so a
     rolling update's new pod waits for the old one instead of taking over."""
+    from rljob_operator import operator_cli
     from rljob_operator.cli import build_parser
-    from rljob_operator.operator_cli import start_priority
 
-    older = start_priority()
-    time.sleep(0.002)
-    assert start_priority() < older
+    # Two starts a millisecond apart, with the random tails least in their favour: the older
+    # draws the largest, the later the smallest.
+    clock_ns, tails = iter([1_700_000_000_000_000_000, 1_700_000_000_001_000_000]), iter([999, 0])
+    monkeypatch.setattr(operator_cli, "time", SimpleNamespace(time_ns=lambda: next(clock_ns)))
+    monkeypatch.setattr(operator_cli, "random", SimpleNamespace(randrange=lambda _: next(tails)))
+    older = operator_cli.start_priority()
+    assert operator_cli.start_priority() < older
     args = build_parser().parse_args(
         ["operator", "-n", "ml", "--peering", "p", "--peering-lifetime", "6"]
     )

@@ -11,11 +11,10 @@ one node whatever order the scheduler tries their pods in.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
-from kube_steps import wait_for
+from kube_steps import condition, stays, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
@@ -61,6 +60,12 @@ def bound(core, namespace, name):
     return [p for p in pods if p.spec.node_name]
 
 
+def tried(pod):
+    """Whether the scheduler has tried the pod and found no place for it."""
+    scheduled = condition(pod, "PodScheduled")
+    return bool(scheduled) and (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
+
+
 def test_without_gang_scheduling_two_jobs_each_hold_half_a_gang_and_wait_forever(
     api_client, core, namespace, operator, two_gpus
 ):
@@ -75,10 +80,9 @@ def test_without_gang_scheduling_two_jobs_each_hold_half_a_gang_and_wait_forever
     create_job(api_client, namespace, urgent)
 
     wait_for(lambda: len(bound(core, namespace, "urgent")) == 1, 30, "urgent to get the other node")
-    time.sleep(10)  # and it stays so: neither job can run, neither gives its GPU back
-    assert [[p.spec.node_name for p in bound(core, namespace, n)] for n in ("early", "urgent")] == [
-        [early_node], [urgent_node],
-    ]  # fmt: skip
+    # And it stays so: neither job can run, neither gives its GPU back.
+    stays(lambda: [[p.spec.node_name for p in bound(core, namespace, n)] for n in ("early", "urgent")]
+          == [[early_node], [urgent_node]], 10, "one pod of each job on its own node")  # fmt: skip
     for name in ("early", "urgent"):
         status = get_job(api_client, namespace, name)["status"]
         assert status["phase"] == Phase.PENDING and "podGroup" not in status
@@ -95,12 +99,12 @@ def test_with_gang_scheduling_one_job_runs_whole_and_the_other_waits_with_no_pod
              30, "early's PodGroup")  # fmt: skip
     create_job(api_client, namespace, job("urgent", two_gpus, "Auto", urgent_class))
     wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 4, 30, "both gangs")
-    time.sleep(2)  # the scheduler has tried both gangs against the one open node
+    wait_for(lambda: all(tried(p) for p in core.list_namespaced_pod(namespace).items), 30,
+             "the scheduler to try both gangs against the one open node")  # fmt: skip
     core.patch_node(two_gpus[1], {"spec": {"unschedulable": False}})
 
     wait_for(lambda: len(bound(core, namespace, "urgent")) == 2, 60, "urgent's gang to be placed")
-    time.sleep(5)
-    assert bound(core, namespace, "early") == []
+    stays(lambda: bound(core, namespace, "early") == [], 5, "early to have no pod placed")
     wait_for(lambda: get_job(api_client, namespace, "urgent")["status"].get("phase") == Phase.RUNNING,
              30, "urgent to run")  # fmt: skip
     groups = client.CustomObjectsApi(api_client).list_namespaced_custom_object(

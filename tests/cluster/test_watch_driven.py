@@ -8,7 +8,7 @@ import time
 
 import pytest
 import test_recovery
-from kube_steps import wait_for
+from kube_steps import stays, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
 from rljob_operator import controller as controller_module
@@ -43,6 +43,22 @@ def passes_since(operator: OperatorProcess, offset: int) -> list[str]:
     return [m.group(2) for m in PASS.finditer(operator.log()[offset:])]
 
 
+def settled(operator: OperatorProcess, quiet: float = 2, timeout: float = 30) -> int:
+    """Wait until the operator has run no pass for `quiet` seconds, and return the length of
+    its log then. A pass that changes nothing shows only in the log, and the start's last one
+    is requeued a second after the gang is created."""
+    last = {"passes": -1, "at": 0.0}
+
+    def quiet_offset() -> int | None:
+        log = operator.log()
+        passes = len(PASS.findall(log))
+        if passes != last["passes"]:
+            last.update(passes=passes, at=time.monotonic())
+        return len(log) if time.monotonic() - last["at"] >= quiet else None
+
+    return wait_for(quiet_offset, timeout, f"the operator to run no pass for {quiet:g}s")
+
+
 @pytest.fixture
 def logging_operator(kubeconfig, namespace, crd, tmp_path):
     """The operator logging each pass (--verbose), with no periodic resync in the way."""
@@ -61,14 +77,12 @@ def test_a_node_event_wakes_only_the_jobs_with_pods_on_that_node(
         wait_for(lambda n=name: phase_is(api_client, namespace, Phase.RUNNING, n), what=f"{name}")
     far_pods = {p.metadata.uid for p in core.list_namespaced_pod(namespace).items
                 if p.metadata.labels.get(c.LABEL_JOB) == "far"}  # fmt: skip
-    time.sleep(2)  # the last pod events of the start
-    quiet = len(operator.log())
+    quiet = settled(operator)  # the passes for the start's last pod events, and the requeued one
 
     # A change that is not about readiness, on both nodes: no job needs a pass.
     for node in nodes[:2]:
         core.patch_node(node, {"metadata": {"labels": {"rljob.io/test-touch": "1"}}})
-    time.sleep(3)
-    assert passes_since(operator, quiet) == []
+    stays(lambda: passes_since(operator, quiet) == [], 3, "no pass after a change of labels")
 
     # The node of "near" goes away: only "near" is woken, and it recovers elsewhere.
     gone = len(operator.log())
@@ -195,9 +209,18 @@ def test_a_resume_lists_again_soon_and_drops_a_pod_deleted_after_the_first_list(
         metadata=client.V1ObjectMeta(name="ghost-a0-n0", labels=labels),
         spec=client.V1PodSpec(containers=[client.V1Container(name="trainer", image="busybox")]),
     )
+    lists_done = []
+    relist = controller.relist
+
+    def counted_relist() -> None:
+        relist()
+        lists_done.append(time.monotonic())
+
+    monkeypatch.setattr(controller, "relist", counted_relist)
     controller.start()
     try:
-        time.sleep(1)  # the second list after the start is done; the next is an hour away
+        # The second list after the start is done; the next is an hour away.
+        wait_for(lambda: len(lists_done) >= 2, timeout=5, what="the second list after the start")
         controller.pause()
         core.create_namespaced_pod(namespace, pod)
         controller.resume()
