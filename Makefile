@@ -68,9 +68,10 @@ fmt: venv
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-## Unit tests only: no cluster.
+## Unit tests only: no cluster, and none of the trainer's torchrun runs (tests/trainer/, minutes;
+## `pytest -m trainer` runs them).
 unit: venv
-	$(BIN)/pytest -m "not cluster" $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not cluster and not trainer" $(PYTEST_ARGS)
 
 ## The whole suite: lint, unit tests, tests on a local control plane with kwok nodes and node
 ## agents, and tests on real nodes (kubelet + containerd, the images built from the Dockerfiles,

@@ -1,7 +1,8 @@
 """Test-wide fixtures: one real local control plane per test run, and a fresh namespace per test.
 
 Tests under tests/cluster/ (and any test marked `cluster`) get the cluster; the rest
-never start it. A cluster that cannot start fails those tests with the reason.
+never start it. A cluster that cannot start fails those tests with the reason. Tests
+under tests/trainer/ are marked `trainer`: they run the trainer under torchrun (minutes).
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ import pytest
 CLUSTER_DIRS = ("cluster", "e2e", "real")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: real trainers on node agents (tests/e2e/)")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests by their folder (the markers are registered in pyproject.toml)."""
     for item in items:
-        if Path(item.path).parent.name in CLUSTER_DIRS:
+        folder = Path(item.path).parent.name
+        if folder in CLUSTER_DIRS:
             item.add_marker(pytest.mark.cluster)
-        if Path(item.path).parent.name in ("e2e", "real"):
+        if folder in ("e2e", "real"):
             item.add_marker(pytest.mark.e2e)
+        if folder == "trainer":
+            item.add_marker(pytest.mark.trainer)
 
 
 @pytest.fixture(scope="session")
