@@ -113,18 +113,23 @@ def ray_job(
 
 # --------------------------------------------------------------------------- the reference
 @contextmanager
-def local_ray_cluster(nnodes: int, log) -> Iterator[str]:
-    """`ray start` for a head and nnodes-1 workers on this machine; yields the head address.
+def local_ray_cluster(nnodes: int, log) -> Iterator[tuple[str, dict[str, str]]]:
+    """`ray start` for a head and nnodes-1 workers on this machine; yields the head address
+    and the environment its clients need.
 
     Each node runs `--block` in a session of its own, so that stopping it ends its Ray
     processes and no one else's (never `ray stop`, which would end every Ray on the host).
+    The cluster and its clients get a home of their own, as the node agent gives each pod:
+    Ray 2.60 turns token authentication on for every head started where `~/.ray/auth_token`
+    exists (any local `ray.init()` on the host writes one), and `ray status` then fails.
     """
     port = free_port()
     address = f"127.0.0.1:{port}"
     nodes: list[subprocess.Popen] = []
     temp = Path(tempfile.mkdtemp(prefix="rjref-", dir="/tmp"))
     common = ["--block", "--num-cpus=1", "--disable-usage-stats"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    (temp / "home").mkdir()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(temp / "home")}
     try:
         for rank in range(nnodes):
             role = (["--head", f"--port={port}", "--include-dashboard=false"] if rank == 0
@@ -135,9 +140,10 @@ def local_ray_cluster(nnodes: int, log) -> Iterator[str]:
                 start_new_session=True,
             ))  # fmt: skip
             if rank == 0:
-                wait_for(lambda: _active_nodes(address) == 1, 60, "the reference Ray head")
-        wait_for(lambda: _active_nodes(address) == nnodes, 60, f"{nnodes} reference Ray nodes")
-        yield address
+                wait_for(lambda: _active_nodes(address, env) == 1, 60, "the reference Ray head")
+        wait_for(lambda: _active_nodes(address, env) == nnodes, 60,
+                 f"{nnodes} reference Ray nodes")  # fmt: skip
+        yield address, env
     finally:
         for node in nodes:  # SIGKILL: SIGTERM would drain each node for 30 s
             with contextlib.suppress(ProcessLookupError):
@@ -146,9 +152,9 @@ def local_ray_cluster(nnodes: int, log) -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _active_nodes(address: str) -> int:
+def _active_nodes(address: str, env: dict[str, str]) -> int:
     shown = subprocess.run([str(RAY), "status", f"--address={address}"], capture_output=True,
-                           text=True, timeout=30)  # fmt: skip
+                           text=True, timeout=30, env=env)  # fmt: skip
     active = shown.stdout.partition("Active:")[2].partition("Pending:")[0]
     return sum(1 for line in active.splitlines() if " node_" in line)
 
@@ -156,8 +162,8 @@ def _active_nodes(address: str) -> int:
 def run_reference(framework: str, root: Path, timeout: float = 300) -> Path:
     """The uninterrupted run on a local two-node Ray cluster; its checkpoint directory."""
     log = root.parent / f"reference-{framework}.log"
-    with log.open("wb") as out, local_ray_cluster(2, out) as address:
-        env = {**os.environ, "RAY_ADDRESS": address, "RLJOB_ATTEMPT": "0"}
+    with log.open("wb") as out, local_ray_cluster(2, out) as (address, cluster_env):
+        env = {**cluster_env, "RAY_ADDRESS": address, "RLJOB_ATTEMPT": "0"}
         done = subprocess.run(
             [sys.executable, str(DRIVER), framework, *overrides(framework, str(root)),
              "trainer.seconds_per_step=0" if framework == "verl" else "runner.seconds_per_step=0"],
