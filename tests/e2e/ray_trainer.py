@@ -18,19 +18,23 @@ What is real:
   `runner.resume_dir=<dir>`, each taking the step from the folder's name, as they do;
 - the frameworks' own step-end decisions, which rljob's bridge hooks: RLinf's reasoning
   runner's (its `Timer` and `check_progress`, save, then stop on the time limit) in the
-  driver, and verl's `RayPPOTrainer.fit`'s (`should_save_ckpt_esi` through
-  `verl.trainer.ppo.ray_trainer`, the save, `Tracking.log`) in a TaskRunner actor, a Ray
-  worker, as verl runs it.
+  driver, and verl's in a TaskRunner actor, a Ray worker, as verl runs it: with
+  `trainer.use_v1=true` (verl 0.9's default) verl's own V1 `PPOTrainer.step` runs each
+  step, then the save and `Tracking.log` as its `fit` orders them; with `false`, legacy
+  `RayPPOTrainer.fit`'s order (`should_save_ckpt_esi` through
+  `verl.trainer.ppo.ray_trainer`, the save, `Tracking.log`).
 
 What it fakes:
 - the RL algorithm: next-token loss on fixed random tokens stands in for GRPO/PPO;
 - the frameworks' trainers around the checkpoint managers and step-end decisions: this
   loop is a copy of their control flow, and writes what they write after the actors, in
   their order (verl: `data.pt`, then the run's `latest_checkpointed_iteration.txt`; RLinf:
-  `data/data.pt`);
+  `data/data.pt`); verl's V1 `PPOTrainer` is subclassed with none of its set-up (worker
+  groups, rollout servers, TransferQueue): its `step` calls this file's rollout-and-update,
+  and its `_save_checkpoint` this file's save;
 - a slow save, when the test asks for one (`seconds_per_deadline_save`): a pause between
-  the actors' shards and the files the frameworks write last, in the saves the frameworks
-  make because a deadline is near (verl's ESI, RLinf's time limit);
+  the actors' shards and the files the frameworks write last, in the saves off the periodic
+  schedule (verl's ESI and V1 save on notice, RLinf's time limit);
 - RLinf's accelerator platform: RLinf knows no CPU platform, so the actors give its Worker
   one whose synchronize/empty_cache are no-ops (`cpu_platform`).
 
@@ -61,7 +65,7 @@ DEFAULTS = {
         "trainer": {
             "nnodes": 2, "total_training_steps": 16, "save_freq": 4, "default_local_dir": "???",
             "resume_mode": "auto", "resume_from_path": None, "seconds_per_step": 1.0,
-            "seconds_per_deadline_save": 0,
+            "seconds_per_deadline_save": 0, "use_v1": True,
         },
     },
     "rlinf": {
@@ -185,7 +189,7 @@ def settings(framework: str, cfg) -> dict[str, Any]:
         return {"nnodes": t.nnodes, "steps": t.total_training_steps, "every": t.save_freq,
                 "dir": Path(t.default_local_dir), "resume": resume, "pause": t.seconds_per_step,
                 "switch": t.resume_mode == "resume_path",
-                "slow_save": t.seconds_per_deadline_save}  # fmt: skip
+                "slow_save": t.seconds_per_deadline_save, "v1": t.use_v1}  # fmt: skip
     r = cfg.runner
     return {"nnodes": cfg.cluster.num_nodes, "steps": r.max_steps, "every": r.save_interval,
             "dir": Path(r.output_dir) / r.experiment_name / "checkpoints", "resume": r.resume_dir,
@@ -268,13 +272,46 @@ def rlinf_loop(s: dict[str, Any], trainers, start: int) -> None:
             return
 
 
+def verl_v1_trainer(s: dict[str, Any], trainers, start: int):
+    """verl's V1 PPOTrainer over the actors: verl's own `step`, this file's rollout-and-update
+    and save under it."""
+    from transfer_queue import KVBatchMeta
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    class StandInV1Trainer(PPOTrainer):
+        def __init__(self) -> None:  # none of verl's: no worker groups, servers or queue
+            self.config = OmegaConf.create(
+                {"data": {"train_batch_size": BATCH}, "trainer": {"save_freq": s["every"]}}
+            )
+            self.parameter_sync_step = 1
+            self.global_steps, self.total_training_steps = start, s["steps"]
+
+        def prepare_step(self) -> dict:
+            return {}
+
+        def _step_once(self, metrics: dict, timing_raw: dict, batch_size: int) -> KVBatchMeta:
+            train(trainers, self.global_steps, s)
+            return KVBatchMeta(keys=[str(self.global_steps)], tags=[{}], partition_id="train")
+
+        def _save_checkpoint(self) -> None:
+            step = self.global_steps
+            periodic = step % s["every"] == 0 or step >= s["steps"]
+            save("verl", trainers, s, step, deadline=not periodic)
+
+        def on_step_end(self) -> None:
+            pass
+
+        def on_sample_end(self) -> None:
+            pass
+
+    return StandInV1Trainer()
+
+
 @ray.remote(num_cpus=0)
 class TaskRunner:
     """verl's TaskRunner: the trainer's loop runs in this Ray worker, not in the driver."""
 
     def run(self, s: dict[str, Any]) -> None:
-        # Through the trainer module's own name, as RayPPOTrainer.fit calls it.
-        from verl.trainer.ppo import ray_trainer as verl_trainer
         from verl.utils.tracking import Tracking
 
         print(f"ray_trainer: verl's loop on node {ray.get_runtime_context().get_node_id()}",
@@ -282,6 +319,26 @@ class TaskRunner:
         trainers = start_trainers(s)
         start = resume("verl", s, trainers)
         logger = Tracking(project_name="rljob", experiment_name="e2e", default_backend=[])
+        if s["v1"]:
+            self.fit_v1(s, verl_v1_trainer(s, trainers, start), logger)
+        else:
+            self.fit_legacy(s, trainers, start, logger)
+
+    def fit_v1(self, s: dict[str, Any], trainer, logger) -> None:
+        """V1 PPOTrainer.fit's order: step, the periodic save, the step's log."""
+        while trainer.global_steps < s["steps"]:
+            trainer.global_steps += 1
+            step, began = trainer.global_steps, time.time()
+            trainer.step({}, {})
+            if s["every"] > 0 and (step >= s["steps"] or step % s["every"] == 0):
+                trainer._save_checkpoint()
+            logger.log(data={"timing_s/step": time.time() - began}, step=step)
+
+    def fit_legacy(self, s: dict[str, Any], trainers, start: int, logger) -> None:
+        """Legacy RayPPOTrainer.fit's order: the update, the ESI check, the save, the log."""
+        # Through the trainer module's own name, as RayPPOTrainer.fit calls it.
+        from verl.trainer.ppo import ray_trainer as verl_trainer
+
         max_steps_duration = 0.0
         for step in range(start + 1, s["steps"] + 1):
             began = time.time()

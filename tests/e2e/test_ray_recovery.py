@@ -1,7 +1,8 @@
 """verl- and RLinf-shaped jobs on a real two-node Ray cluster under rljob, preempted by the
 scheduler at the worker and at the head between periodic saves, save on notice through the
-framework's own step-end decision (rljob's bridge), lose no step, and resume bit-exactly
-through the framework's switch. With a save on notice too slow for the grace period they go
+framework's own step-end decision (rljob's bridge: verl's V1 trainer, its default, and its
+legacy one; RLinf's runner), lose no step, and resume bit-exactly through the framework's
+switch. With a save on notice too slow for the grace period they go
 back to the last periodic save, and say what was lost.
 
 Each job's pods run rljob's Ray launcher on node agents: rank 0 starts the Ray head, waits
@@ -86,11 +87,24 @@ def preempt(api_client, core, namespace, gang, victim, checkpoints, at, high) ->
         delete_pods(core, namespace, "app=preemptor")
 
 
-@pytest.mark.parametrize("victim", [1, 0], ids=["worker", "head"])
-@pytest.mark.parametrize("framework", ["verl", "rlinf"])
+# verl's V1 trainer (its default), and its legacy trainer whose save is ESI's
+LEGACY_VERL = ("trainer.use_v1=false",)
+
+
+@pytest.mark.parametrize(
+    ("framework", "victim", "extra_args"),
+    [
+        ("verl", 1, ()),
+        ("verl", 0, ()),
+        ("verl", 1, LEGACY_VERL),
+        ("rlinf", 1, ()),
+        ("rlinf", 0, ()),
+    ],
+    ids=["verl-worker", "verl-head", "verl-legacy-worker", "rlinf-worker", "rlinf-head"],
+)
 def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
-    framework, victim, api_client, core, namespace, rng, agents, claim, priority_classes,
-    e2e_operator, ray_references,
+    framework, victim, extra_args, api_client, core, namespace, rng, agents, claim,
+    priority_classes, e2e_operator, ray_references,
 ):  # fmt: skip
     low, high = priority_classes
     want = ray_references(framework)
@@ -98,7 +112,8 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     port = free_port()
     checkpoints = claim / JOB / checkpoint_subdir(framework)
     at = rng.randint(EVERY + 1, STEPS // 2)  # time for the preemption to land
-    create_job(api_client, namespace, ray_job(JOB, framework, namespace, port, low))
+    create_job(api_client, namespace,
+               ray_job(JOB, framework, namespace, port, low, extra_args=extra_args))  # fmt: skip
     gang = running_gang(core, namespace, 0, 2)
     job = preempt(api_client, core, namespace, gang, victim, checkpoints, at, high)
 
@@ -132,7 +147,7 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
 
     assert_same_state(final_state(framework, checkpoints), want)
     report = (
-        f"{framework}-shaped Ray job, 2 pods, {'head' if victim == 0 else 'worker'} preempted by "
+        f"{framework}-shaped Ray job{''.join(f' {arg}' for arg in extra_args)}, 2 pods, {'head' if victim == 0 else 'worker'} preempted by "
         f"the scheduler after step {last(STEP, before)}: saved step {newest} on notice, resumed "
         f"from it through {switch[0].split('=')[0]}, lost 0 steps; every rank's final state "
         f"equal to an uninterrupted run"
