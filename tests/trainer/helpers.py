@@ -9,13 +9,16 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from kube_steps import free_port
+from rljob_contract import ENV_GRACE_SECONDS, ENV_TERMINATION_LOG
 from rljob_testenv.scenario import EXACT_METRICS
+from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_TOKEN
 from rljob_trainer.metrics import read_metrics
 from safetensors.torch import load_file
 from tiny_trainer import TINY
@@ -135,6 +138,39 @@ def wait_for_step(handle: Run, step: int, timeout: float = 180) -> int:
             raise AssertionError(f"trainer exited early:\n{handle.log()[-3000:]}")
         time.sleep(0.02)
     raise AssertionError(f"step {step} not reached in {timeout}s:\n{handle.log()[-3000:]}")
+
+
+# A slow step and a short grace: each sampled token takes SLOW_TOKEN_SECONDS more (3 per step),
+# so that finishing the step never fits in the grace, while a save does with room to spare.
+SLOW_TOKEN_SECONDS = 3
+GRACE_SECONDS = 8
+
+
+def slow_rollout_env(termination_log: Path) -> dict[str, str]:
+    return {
+        ENV_TEST_SLOW_ROLLOUT_TOKEN: str(SLOW_TOKEN_SECONDS),
+        ENV_GRACE_SECONDS: str(GRACE_SECONDS),
+        ENV_TERMINATION_LOG: str(termination_log),
+    }
+
+
+def eventually(check: Callable[[], bool], timeout: float) -> bool:
+    """Whether `check` turns true within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+def files_of(folder: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime in ns) of every file under `folder`, by relative path."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def final_weights(handle: Run, step: int) -> dict[str, torch.Tensor]:

@@ -1,5 +1,6 @@
 """The Megatron backend on CPU under torchrun: TP2 (2 ranks) and TP2 x PP2 (4 ranks) runs that
-are SIGKILLed or SIGTERMed resume bit-exactly from their dist_checkpointing saves."""
+are SIGKILLed or SIGTERMed resume bit-exactly from their dist_checkpointing saves, also when a
+notice during a slow rollout saves the last finished step at once."""
 
 from __future__ import annotations
 
@@ -15,15 +16,19 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import (
+    GRACE_SECONDS,
     Run,
     assert_same_metrics,
+    eventually,
     kill_tree,
     metrics,
     run,
+    slow_rollout_env,
     start,
     trainer_env,
     wait_for_step,
 )
+from rljob_contract import CHECKPOINTED_ON_REQUEST_MESSAGE
 from rljob_contract.manifest import MANIFEST_NAME, read_manifest
 from rljob_testenv.scenario import differing_saved_state
 from rljob_trainer.checkpoint import newest_complete
@@ -133,6 +138,32 @@ def test_tp2_pp2_sigterm_checkpoints_exits_75_and_resumes_bit_exact(
     resumed = run(tmp_path, TP2_PP2, nproc=4, log_name="resumed")
     assert f"resumed from {folder} at step {stopped_at}" in resumed.log()
     assert_matches(resumed, tp2_pp2)
+
+
+def test_tp2_notice_during_a_slow_rollout_saves_the_last_finished_step_and_resumes_bit_exact(
+    tp2: Run, tmp_path: Path
+) -> None:
+    # Saves at 2, 4, ...: the notice comes in step 4's rollout, which cannot end in the grace;
+    # the ranks abandon it together (its tensor-parallel collectives stay in step) and save 3.
+    config = [*TP2, "runner.save_interval=2"]
+    termination_log = tmp_path / "termination-log"
+    env = slow_rollout_env(termination_log)
+    handle = start(tmp_path, config, nproc=2, env=env, log_name="terminated")
+    assert wait_for_step(handle, 3) == 3
+    handle.process.send_signal(signal.SIGTERM)
+    folder = handle.checkpoint_dir / "global_step_3"
+    sealed = eventually(lambda: (folder / MANIFEST_NAME).is_file(), timeout=GRACE_SECONDS)
+    assert handle.wait() == 1, handle.log()[-3000:]
+    assert sealed, (
+        f"step 3 not sealed within the grace of {GRACE_SECONDS} s:\n{handle.log()[-3000:]}"
+    )
+    message = termination_log.read_text().strip()
+    assert message.startswith(f"{CHECKPOINTED_ON_REQUEST_MESSAGE}: saved at step 3 in "), message
+    assert [e["step"] for e in metrics(handle)] == [1, 2, 3]
+    assert newest_complete(handle.checkpoint_dir, sealed_files) == folder
+    resumed = run(tmp_path, TP2, nproc=2, log_name="resumed")
+    assert f"resumed from {folder} at step 3" in resumed.log()
+    assert_matches(resumed, tp2)
 
 
 def rljob_ckpt(*args: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,5 @@
-"""Two CPU ranks under torchrun: interrupted runs resume bit-exactly from complete checkpoints."""
+"""Two CPU ranks under torchrun: interrupted runs resume bit-exactly from complete checkpoints,
+and a notice during a slow step saves in time (or skips a save that is already there)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import (
+    GRACE_SECONDS,
     Run,
     assert_same_metrics,
     assert_same_weights,
+    eventually,
+    files_of,
     final_weights,
     kill_tree,
     metrics,
     run,
+    slow_rollout_env,
     start,
     wait_for_step,
 )
+from rljob_contract import CHECKPOINTED_ON_REQUEST_MESSAGE
 from rljob_contract.manifest import MANIFEST_NAME, read_manifest
 from rljob_trainer.checkpoint import ENV_TEST_KILL_BEFORE_MANIFEST, newest_complete
 from rljob_trainer.convert import convert
@@ -116,6 +122,55 @@ def test_sigterm_checkpoints_exits_75_and_resumes_bit_exact(baseline: Run, tmp_p
     resumed = run(tmp_path, config, log_name="resumed")
     assert f"resumed from {folder} at step {stopped_at}" in resumed.log()
     _assert_matches_baseline(resumed, baseline)
+
+
+def test_notice_during_a_slow_rollout_saves_the_last_finished_step_at_once(
+    baseline: Run, tmp_path: Path
+) -> None:
+    # Saves at 2, 4, ...: step 3 is not saved yet when the notice comes in step 4's rollout,
+    # and finishing step 4 (three slow tokens) cannot end within the grace.
+    config = [*CONFIG, "runner.save_interval=2"]
+    termination_log = tmp_path / "termination-log"
+    handle = start(tmp_path, config, env=slow_rollout_env(termination_log), log_name="terminated")
+    assert wait_for_step(handle, 3) == 3
+    handle.process.send_signal(signal.SIGTERM)  # to torchrun only, as Kubernetes does
+    folder = handle.checkpoint_dir / "global_step_3"
+    # The kubelet would SIGKILL the pod when the grace is over: the save must be sealed by then.
+    sealed = eventually(lambda: (folder / MANIFEST_NAME).is_file(), timeout=GRACE_SECONDS)
+    assert handle.wait() == 1, handle.log()[-3000:]
+    assert sealed, (
+        f"step 3 not sealed within the grace of {GRACE_SECONDS} s:\n{handle.log()[-3000:]}"
+    )
+    message = termination_log.read_text().strip()
+    assert message.startswith(f"{CHECKPOINTED_ON_REQUEST_MESSAGE}: saved at step 3 in "), message
+    assert re.search(r"\[rank1\].*stopping on request \(SIGTERM\): saved at step 3", handle.log())
+    progress = handle.progress()
+    assert progress is not None
+    assert (progress["step"], progress["status"]) == (3, "checkpointed_on_request")
+    assert [e["step"] for e in metrics(handle)] == [1, 2, 3]  # step 4 was abandoned
+    assert newest_complete(handle.checkpoint_dir) == folder
+    resumed = run(tmp_path, CONFIG, log_name="resumed")
+    assert f"resumed from {folder} at step 3" in resumed.log()
+    _assert_matches_baseline(resumed, baseline)
+
+
+def test_notice_right_after_a_save_exits_without_saving_again(tmp_path: Path) -> None:
+    config = [*CONFIG, "runner.save_interval=2"]
+    termination_log = tmp_path / "termination-log"
+    handle = start(tmp_path, config, env=slow_rollout_env(termination_log), log_name="terminated")
+    assert wait_for_step(handle, 2) == 2  # progress.json is written after the step's save
+    folder = handle.checkpoint_dir / "global_step_2"
+    saved = files_of(folder)
+    assert MANIFEST_NAME in saved
+    handle.process.send_signal(signal.SIGTERM)
+    assert handle.wait() == 1, handle.log()[-3000:]
+    message = termination_log.read_text().strip()
+    assert message == f"{CHECKPOINTED_ON_REQUEST_MESSAGE}: skipped: step 2 already saved"
+    assert files_of(folder) == saved, "the checkpoint of step 2 was written again"
+    assert sorted(p.name for p in handle.checkpoint_dir.glob("global_step_*")) == [folder.name]
+    progress = handle.progress()
+    assert progress is not None
+    assert (progress["step"], progress["status"]) == (2, "checkpointed_on_request")
 
 
 def test_torn_checkpoint_is_never_loaded(baseline: Run, tmp_path: Path) -> None:

@@ -35,8 +35,10 @@ def test_env_overrides_file_and_command_line_overrides_env(tmp_path: Path) -> No
         contract.ENV_CHECKPOINT_DIR: "/ckpt",
         contract.ENV_RESUME_DIR: "/ckpt/global_step_40",
         contract.ENV_CHECKPOINT_REQUEST_FILE: "/etc/rljob/podinfo/checkpoint-request",
+        contract.ENV_GRACE_SECONDS: "30",
     }
     cfg = load_config(path, env=env)
+    assert cfg.runner.grace_seconds == 30.0
     assert cfg.runner.save_interval == 20
     assert cfg.runner.max_num_checkpoints == 2
     assert cfg.runner.checkpoint_dir == "/ckpt"
@@ -85,6 +87,7 @@ def test_overrides_are_typed() -> None:
         ("algorithm.max_new_tokens=1", "cannot hold the longest answer"),
         ("model.max_seq_len=4", "model.max_seq_len (4) must be >="),
         ("runner.device=tpu", "runner.device must be one of"),
+        ("runner.grace_seconds=-1", "runner.grace_seconds must be >= 0"),
         ("novalue", "is not of the form key=value"),
     ],
 )

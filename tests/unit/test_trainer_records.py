@@ -53,12 +53,20 @@ def test_request_file_must_be_non_empty(tmp_path: Path, restore_sigterm: None) -
     assert stop.reason() is None  # not projected yet
     request.write_text("\n")
     assert stop.reason() is None  # projected, no annotation
+    assert stop.noticed_at is None
     request.write_text("req-1")
     assert stop.reason() == f"checkpoint request 'req-1' in {request}"
+    noticed_at = stop.noticed_at
+    assert noticed_at is not None
+    request.write_text("")  # the notice stands, from when it was first seen
+    assert stop.reason() == f"checkpoint request 'req-1' in {request}"
+    assert stop.noticed_at == noticed_at
 
 
 def test_sigterm_is_remembered_not_fatal(restore_sigterm: None) -> None:
     stop = StopRequest(None)
     assert stop.reason() is None
+    assert stop.noticed_at is None
     os.kill(os.getpid(), signal.SIGTERM)
     assert stop.reason() == "SIGTERM"
+    assert stop.noticed_at is not None

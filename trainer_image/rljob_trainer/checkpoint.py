@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,6 +49,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.checkpoint.stateful import Stateful
 
 from rljob_trainer.data import PromptSampler
+
+# Re-exported for the end-to-end tests, which import these names from here.
+from rljob_trainer.faults import ENV_TEST_KILL_BEFORE_MANIFEST as ENV_TEST_KILL_BEFORE_MANIFEST
+from rljob_trainer.faults import ENV_TEST_SLOW_STOP_SAVE as ENV_TEST_SLOW_STOP_SAVE
+from rljob_trainer.faults import NO_FAULTS, Faults
 from rljob_trainer.state import RNGState, TrainState
 
 log = logging.getLogger(__name__)
@@ -60,12 +63,6 @@ MODEL_DIR = "actor/model"
 DATA_FILE = "data/data.pt"
 SAFETENSORS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
-# Fault injection for tests: rank 0 SIGKILLs itself after the shards of this step are written
-# and before the manifest, leaving exactly the torn folder a preemption would leave.
-ENV_TEST_KILL_BEFORE_MANIFEST = "RLJOB_TRAINER_TEST_KILL_BEFORE_MANIFEST"
-# Test hook: rank 0 sleeps this many seconds before sealing a save made on a stop request,
-# to stand for a large model whose save outlasts torchrun's default 30 s shutdown timeout.
-ENV_TEST_SLOW_STOP_SAVE = "RLJOB_TRAINER_TEST_SLOW_STOP_SAVE_SECONDS"
 
 
 class CheckpointError(RuntimeError):
@@ -270,17 +267,35 @@ class CheckpointManager:
     """
 
     def __init__(
-        self, checkpoint_dir: Path, fmt: CheckpointFormat, *, async_save: bool, keep: int
+        self,
+        checkpoint_dir: Path,
+        fmt: CheckpointFormat,
+        *,
+        async_save: bool,
+        keep: int,
+        faults: Faults = NO_FAULTS,
     ) -> None:
         self.checkpoint_dir = checkpoint_dir
         self.fmt = fmt
         self.async_save = async_save
         self.keep = keep
+        self.faults = faults
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rljob-ckpt")
         self._inflight: list[Future] = []
         self._unsealed: tuple[int, Path] | None = None
+        self.saved_step: int | None = None
+        """The step of the newest checkpoint this run saved (or is saving), or resumed from;
+        the same on every rank."""
+        self._save_started = 0.0
+        self._save_seconds: list[float] = []
+
+    @property
+    def save_seconds(self) -> float | None:
+        """The mean time of this attempt's saves, from their start until sealed (async: until
+        the step boundary that sealed it, which counts the training that overlapped it)."""
+        return sum(self._save_seconds) / len(self._save_seconds) if self._save_seconds else None
 
     # ----------------------------------------------------------------------------- resume
     def resolve_resume_dir(self, resume_dir: str | None, auto_resume: bool) -> Path | None:
@@ -304,6 +319,7 @@ class CheckpointManager:
             raise CheckpointError(f"refusing to resume from {folder}: {reasons[0]}")
         manifest = read_manifest(folder)
         self.fmt.read(folder, manifest, allow_world_size_change)
+        self.saved_step = manifest.step
         return manifest.step
 
     # ------------------------------------------------------------------------------- save
@@ -314,6 +330,7 @@ class CheckpointManager:
         """Checkpoint the current state as step `step`; return the seconds training stalled."""
         start = time.perf_counter()
         self.wait()
+        self._save_started = time.perf_counter()
         folder = self.folder(step)
         if self.rank == 0:
             self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -325,6 +342,7 @@ class CheckpointManager:
         dist.barrier()
         self._inflight += self.fmt.write(folder, step, self._executor if self.async_save else None)
         self._unsealed = (step, folder)
+        self.saved_step = step
         if not self.async_save:
             dist.barrier()
             self._seal()
@@ -368,6 +386,7 @@ class CheckpointManager:
         assert self._unsealed is not None
         step, folder = self._unsealed
         self._unsealed = None
+        self._save_seconds.append(time.perf_counter() - self._save_started)
         if self.rank != 0:
             return
         if background:
@@ -378,11 +397,7 @@ class CheckpointManager:
             self._write_manifest_and_purge(step, folder)
 
     def _write_manifest_and_purge(self, step: int, folder: Path) -> None:
-        if os.environ.get(ENV_TEST_KILL_BEFORE_MANIFEST) == str(step):
-            log.warning(
-                "test hook %s: killing rank 0 before the manifest", ENV_TEST_KILL_BEFORE_MANIFEST
-            )
-            os.kill(os.getpid(), signal.SIGKILL)
+        self.faults.before_manifest(step)
         write_manifest(folder, step, self.world_size)
         log.info("saved checkpoint %s", folder)
         listed = list_checkpoints(self.checkpoint_dir, self.fmt.sealed_files)

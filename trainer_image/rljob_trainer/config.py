@@ -32,6 +32,7 @@ ENV_OVERRIDES: dict[str, str] = {
     contract.ENV_RESUME_DIR: "runner.resume_dir",
     contract.ENV_CHECKPOINT_REQUEST_FILE: "runner.checkpoint_request_file",
     contract.ENV_BACKEND: "runner.backend",
+    contract.ENV_GRACE_SECONDS: "runner.grace_seconds",
 }
 BACKENDS = ("fsdp", "megatron")
 
@@ -83,6 +84,10 @@ class RunnerConfig:
     checkpoint_request_file: str | None = None
     """Polled every step; non-empty means: checkpoint now and exit 75.
     Env RLJOB_CHECKPOINT_REQUEST_FILE."""
+    grace_seconds: float | None = None
+    """Seconds from a notice (SIGTERM or a checkpoint request) until the pod is killed: the
+    pod's grace period, env RLJOB_GRACE_SECONDS. With it, a notice during a rollout that would
+    end too late saves the last finished step at once; without it, the step always finishes."""
     backend: str = "fsdp"
     """`fsdp` (rljob's TransformerLM on FSDP2, DCP checkpoints) or `megatron` (megatron-core's
     GPTModel with tensor, pipeline and data parallelism, dist_checkpointing); env RLJOB_BACKEND."""
@@ -104,6 +109,10 @@ class RunnerConfig:
             f"got {self.max_num_checkpoints}",
         )
         _require(self.seed >= 0, f"runner.seed must be >= 0, got {self.seed}")
+        _require(
+            self.grace_seconds is None or self.grace_seconds >= 0,
+            f"runner.grace_seconds must be >= 0, got {self.grace_seconds}",
+        )
         _require(
             self.backend in BACKENDS,
             f"runner.backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}",

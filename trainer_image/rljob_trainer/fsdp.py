@@ -15,6 +15,7 @@ from rljob_trainer import grpo
 from rljob_trainer.checkpoint import CheckpointManager, DcpFormat
 from rljob_trainer.config import TrainerConfig
 from rljob_trainer.data import PromptSampler
+from rljob_trainer.faults import NO_FAULTS, Faults
 from rljob_trainer.model import TransformerLM, build_model, model_config_dict
 from rljob_trainer.state import (
     ModelState,
@@ -35,8 +36,8 @@ def shard(model: TransformerLM) -> TransformerLM:
 
 
 class FsdpTrainer(Trainer):
-    def __init__(self, cfg: TrainerConfig, env: DistEnv) -> None:
-        super().__init__(cfg, env)
+    def __init__(self, cfg: TrainerConfig, env: DistEnv, faults: Faults = NO_FAULTS) -> None:
+        super().__init__(cfg, env, faults)
         runner, algo = cfg.runner, cfg.algorithm
         vocab = self.tokenizer.vocab_size
         self.policy = shard(build_model(cfg.model, vocab, runner.seed, env.device))
@@ -75,7 +76,11 @@ class FsdpTrainer(Trainer):
             save_full_model=runner.save_full_model,
         )
         self.checkpoints = CheckpointManager(
-            self.checkpoint_dir, fmt, async_save=runner.async_save, keep=runner.max_num_checkpoints
+            self.checkpoint_dir,
+            fmt,
+            async_save=runner.async_save,
+            keep=runner.max_num_checkpoints,
+            faults=faults,
         )
 
     def train_step(self) -> dict[str, float]:

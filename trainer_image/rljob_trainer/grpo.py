@@ -21,16 +21,20 @@ def sample_completions(
     max_new_tokens: int,
     temperature: float,
     generator: torch.Generator,
+    before_token: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
     """Sample [batch, max_new_tokens] tokens; after a sequence's EOS the rest is PAD.
 
     `model` maps token ids [batch, len] to logits [batch, len', vocab] whose last position
     predicts the next token. Always runs max_new_tokens forward passes, so every rank issues
-    the same collectives.
+    the same collectives. `before_token(n)` runs before each forward pass, with the number of
+    tokens sampled so far (it may raise to abandon the rollout).
     """
     sequences = prompts
     done = torch.zeros(prompts.shape[0], dtype=torch.bool, device=prompts.device)
-    for _ in range(max_new_tokens):
+    for index in range(max_new_tokens):
+        if before_token is not None:
+            before_token(index)
         logits = model(sequences)[:, -1].float() / temperature
         next_token = torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(1)
         next_token = torch.where(done, torch.full_like(next_token, PAD), next_token)

@@ -1,15 +1,17 @@
-"""Stop on request: SIGTERM or the operator's checkpoint-request file, agreed at a step boundary.
+"""Stop on request: SIGTERM or the operator's checkpoint-request file, agreed by all ranks.
 
 Kubernetes sends SIGTERM before it kills a pod (torchrun forwards it to every worker); the
 operator asks for a checkpoint by annotating the pod, which a downward-API volume projects into
-a file that is empty until then. Either way the ranks finish the current step, agree with one
-all_reduce(MAX) so that all of them stop at the same step, save, and exit with
-EXIT_CHECKPOINTED_ON_REQUEST (75).
+a file that is empty until then. Either way is a notice: this rank remembers when it came, so
+that the loop knows its deadline (`rljob_trainer.deadline`), and the ranks agree with one
+all_reduce(MAX) per check (at each token of a rollout and at each step boundary) so that all of
+them stop at the same point, save, and exit with EXIT_CHECKPOINTED_ON_REQUEST (75).
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -19,32 +21,41 @@ import torch.distributed as dist
 
 
 class StopRequest:
-    """Remembers a SIGTERM and polls the request file; checking is cheap, so it runs every step."""
+    """Remembers a SIGTERM and polls the request file; checking is cheap, so it runs at every
+    token of a rollout. `noticed_at` is when this rank first learned of either (monotonic)."""
 
     def __init__(self, request_file: str | None) -> None:
         self.request_file = Path(request_file) if request_file else None
         self.signal_name: str | None = None
+        self.request: str | None = None
+        self.noticed_at: float | None = None
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signal_name = signal.Signals(signum).name
+        self._noticed()
+
+    def _noticed(self) -> None:
+        if self.noticed_at is None:
+            self.noticed_at = time.monotonic()
 
     def reason(self) -> str | None:
         """Why this rank wants to stop, or None."""
         if self.signal_name:
             return self.signal_name
-        if self.request_file is not None:
+        if self.request is None and self.request_file is not None:
             try:
                 request = self.request_file.read_text().strip()
             except OSError:
                 return None  # not projected (yet): no request
             if request:
-                return f"checkpoint request {request!r} in {self.request_file}"
-        return None
+                self.request = f"checkpoint request {request!r} in {self.request_file}"
+                self._noticed()
+        return self.request
 
 
-def agree_any(flags: Sequence[bool]) -> list[bool]:
-    """For each flag, whether any rank set it (one all_reduce MAX over a CPU tensor)."""
-    tensor = torch.tensor([int(f) for f in flags], dtype=torch.int32)
+def agree_max(values: Sequence[int]) -> list[int]:
+    """For each value, the largest any rank passed (one all_reduce MAX over a CPU tensor)."""
+    tensor = torch.tensor(list(values), dtype=torch.int32)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return [bool(v) for v in tensor.tolist()]
+    return [int(v) for v in tensor.tolist()]

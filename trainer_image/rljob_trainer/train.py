@@ -5,6 +5,12 @@ builds the model, optimizer and checkpoint format and runs one GRPO step; this l
 when to save, writes the metrics and progress.json, and at the end seals the last checkpoint
 and tells the operator why it stopped. At each step boundary the ranks agree whether to stop
 and whether an async save has finished everywhere, then maybe checkpoint.
+
+On a notice (SIGTERM or the checkpoint request) the ranks also check, at every token of the
+rollout, whether the step can still end and be saved before the deadline
+(`rljob_trainer.deadline`). If not, they abandon the rollout, rewind the sampler and every
+random generator to the step's start, which is exactly the state at the end of the last
+finished step (a rollout changes nothing else), and save that through the ordinary save.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import rljob_contract as contract
 import torch
@@ -22,12 +29,15 @@ import torch.distributed as dist
 from rljob_contract import progress
 
 from rljob_trainer import grpo
-from rljob_trainer.checkpoint import ENV_TEST_SLOW_STOP_SAVE, CheckpointError, CheckpointManager
+from rljob_trainer.checkpoint import CheckpointError, CheckpointManager
 from rljob_trainer.config import TrainerConfig
 from rljob_trainer.data import PromptSampler
+from rljob_trainer.deadline import Decision, Phase, Situation, decide, describe, notice_budget
+from rljob_trainer.deadline import rest_of_step as estimate_rest_of_step
+from rljob_trainer.faults import NO_FAULTS, Faults
 from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, StepTiming, write_progress
 from rljob_trainer.state import RNGState, TrainState
-from rljob_trainer.stop import StopRequest, agree_any
+from rljob_trainer.stop import StopRequest, agree_max
 from rljob_trainer.task import BOS, AdditionTask, CharTokenizer
 
 log = logging.getLogger(__name__)
@@ -51,6 +61,14 @@ class Rollout:
     mask: torch.Tensor  # completion tokens up to and including EOS
     rewards: torch.Tensor
     advantages: torch.Tensor
+
+
+class _Abandoned(Exception):
+    """Raised inside a rollout once the ranks agreed to abandon it; the loop catches it."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.name)
+        self.decision = decision
 
 
 def agree_on_metrics(
@@ -115,33 +133,61 @@ class Trainer:
     sampler: PromptSampler
     generator: torch.Generator  # sampling, checkpointed with `rng`
 
-    def __init__(self, cfg: TrainerConfig, env: DistEnv) -> None:
+    def __init__(self, cfg: TrainerConfig, env: DistEnv, faults: Faults = NO_FAULTS) -> None:
         self.cfg = cfg
         self.env = env
+        self.faults = faults
         if cfg.runner.deterministic:
             set_deterministic(env.device)
         self.tokenizer = CharTokenizer()
         self.task = AdditionTask(cfg.data.max_operand, cfg.data.format_reward)
         self.checkpoint_dir = Path(str(cfg.runner.checkpoint_dir))
         self.stop = StopRequest(cfg.runner.checkpoint_request_file)
+        self.notice_budget = notice_budget(cfg.runner.grace_seconds, os.environ)
         self.attempt = _attempt()
+        # This attempt's own measurements, for the deadline.
+        self.rollout_timing = StepTiming()
+        self.update_timing = StepTiming()
+        self._rollout_started = self._rollout_ended = 0.0
+        self._stop_agreed_at: float | None = None
+        # The sampler and random state at the start of the step's rollout.
+        self._rewind_point: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     def train_step(self) -> dict[str, float]:
         """One GRPO step; the metrics as every rank agrees on them."""
         raise NotImplementedError
 
+    def random_states(self) -> dict[str, Any]:
+        """Every random generator this rank draws from (a backend adds its own)."""
+        return self.rng.state_dict()
+
+    def restore_random_states(self, states: dict[str, Any]) -> None:
+        self.rng.load_state_dict(states)
+
     def rollout(self, next_token_logits: Callable[[torch.Tensor], torch.Tensor]) -> Rollout:
         """Take this rank's prompts of the step, sample `group_size` completions of each with
-        the policy's `next_token_logits`, score them and normalise within each group."""
+        the policy's `next_token_logits`, score them and normalise within each group.
+
+        The step's first act: it keeps the sampler and random state first, to rewind to, and
+        the ranks check before each token whether a notice makes them abandon the step."""
         algo = self.cfg.algorithm
         device = self.env.device
+        self._rewind_point = (self.sampler.state_dict(), self.random_states())
+        self._rollout_started = time.perf_counter()
         indices = self.sampler.next_local_batch()
         prompts = torch.tensor(
             [[BOS, *self.tokenizer.encode(self.task.prompt(i))] for i in indices], device=device
         ).repeat_interleave(algo.group_size, dim=0)
         completions = grpo.sample_completions(
-            next_token_logits, prompts, algo.max_new_tokens, algo.temperature, self.generator
+            next_token_logits,
+            prompts,
+            algo.max_new_tokens,
+            algo.temperature,
+            self.generator,
+            before_token=self._before_token,
         )
+        self._rollout_ended = time.perf_counter()
+        self.rollout_timing.add(self._rollout_ended - self._rollout_started)
         answers = [self.task.answer(i) for i in indices for _ in range(algo.group_size)]
         rewards = torch.tensor(
             [
@@ -160,13 +206,68 @@ class Trainer:
             ),
         )
 
-    def step_boundary(self, want_stop: bool) -> bool:
-        """One all_reduce: whether any rank wants to stop, and whether an async save is still
-        running anywhere; seal it once it finished on every rank."""
-        stop, save_running = agree_any([want_stop, not self.checkpoints.local_done()])
+    def _before_token(self, tokens_done: int) -> None:
+        """One all_reduce per token: abandon the rollout if any rank's notice says so."""
+        (agreed,) = agree_max([self._decide(Phase.ROLLOUT, tokens_done)])
+        if agreed != Decision.GO_ON:
+            self._stop_agreed()
+            raise _Abandoned(Decision(agreed))
+        self.faults.before_token()
+
+    def _decide(self, phase: Phase, tokens_done: int = 0) -> Decision:
+        """This rank's vote: GO_ON without a notice, else the deadline's decision."""
+        if self.stop.reason() is None:
+            return Decision.GO_ON
+        now = time.monotonic()
+        noticed_at = self.stop.noticed_at
+        deadline = None
+        if self.notice_budget is not None and noticed_at is not None:
+            deadline = noticed_at + self.notice_budget
+        step_rest = None
+        if phase is Phase.ROLLOUT:
+            step_rest = estimate_rest_of_step(
+                time.perf_counter() - self._rollout_started,
+                tokens_done,
+                self.cfg.algorithm.max_new_tokens,
+                self.rollout_timing.mean,
+                self.update_timing.mean,
+            )
+        return decide(
+            Situation(
+                now=now,
+                deadline=deadline,
+                phase=phase,
+                step_rest=step_rest,
+                save_seconds=self.checkpoints.save_seconds,
+                last_finished=self.train_state.step,
+                newest_saved=self._newest_saved(),
+            )
+        )
+
+    def _newest_saved(self) -> int:
+        saved = self.checkpoints.saved_step
+        return 0 if saved is None else saved  # a fresh start needs no checkpoint of step 0
+
+    def _stop_agreed(self) -> None:
+        if self._stop_agreed_at is None:
+            self._stop_agreed_at = time.monotonic()
+
+    def _rewind(self) -> None:
+        """Back to the step's start: the state at the end of the last finished step."""
+        assert self._rewind_point is not None
+        sampler_state, random_states = self._rewind_point
+        self.sampler.load_state_dict(sampler_state)
+        self.restore_random_states(random_states)
+
+    def step_boundary(self, vote: Decision) -> Decision:
+        """One all_reduce: the largest decision of any rank (GO_ON: nobody stops), and whether
+        an async save is still running anywhere; seal it once it finished on every rank."""
+        agreed, save_running = agree_max([vote, int(not self.checkpoints.local_done())])
         if self.checkpoints.unsealed and not save_running:
             self.checkpoints.seal_agreed()
-        return stop
+        if agreed != Decision.GO_ON:
+            self._stop_agreed()
+        return Decision(agreed)
 
     def _start(self) -> int:
         runner = self.cfg.runner
@@ -197,13 +298,21 @@ class Trainer:
         timing = StepTiming()
         while step < runner.max_steps:
             started = time.perf_counter()
-            record = self.train_step()
+            try:
+                record = self.train_step()
+            except _Abandoned as abandoned:
+                self._rewind()
+                if abandoned.decision is Decision.SAVE:
+                    self.checkpoints.save(step)
+                return self._stop_on_request(step, abandoned.decision, timing)
+            self.update_timing.add(time.perf_counter() - self._rollout_ended)
             step += 1
             self.train_state.step = step
-            reason = self.stop.reason()
-            stop = self.step_boundary(reason is not None)
+            decision = self.step_boundary(self._decide(Phase.BOUNDARY))
+            stop = decision is not Decision.GO_ON
+            periodic = step % runner.save_interval == 0 and decision is not Decision.NO_TIME
             stall = 0.0
-            if stop or step % runner.save_interval == 0 or step == runner.max_steps:
+            if decision is Decision.SAVE or periodic or step == runner.max_steps:
                 stall = self.checkpoints.save(step)
             if rank0:
                 assert metrics is not None
@@ -226,34 +335,36 @@ class Trainer:
                     record["kl"],
                 )
             if stop and step < runner.max_steps:  # at the last step, finishing wins
-                log.warning(
-                    "stopping on request (%s): checkpointed step %d, exiting with code %d",
-                    reason or "another rank's request",
-                    step,
-                    contract.EXIT_CHECKPOINTED_ON_REQUEST,
-                )
-                self._end(step, progress.CHECKPOINTED_ON_REQUEST, timing.mean)
-                return contract.EXIT_CHECKPOINTED_ON_REQUEST
+                return self._stop_on_request(step, decision, timing)
         self._end(step, progress.FINISHED, timing.mean)
         log.info("finished at step %d", step)
         return EXIT_OK
 
-    def _end(self, step: int, status: str, step_seconds: float | None) -> None:
-        """Seal the last checkpoint and record the outcome before any rank may exit."""
-        slow = float(os.environ.get(ENV_TEST_SLOW_STOP_SAVE) or 0)
-        if status == progress.CHECKPOINTED_ON_REQUEST and slow and self.env.rank == 0:
-            log.warning(
-                "test hook %s: the save on stop takes %.0f s more", ENV_TEST_SLOW_STOP_SAVE, slow
-            )
-            time.sleep(slow)
+    def _stop_on_request(self, step: int, decision: Decision, timing: StepTiming) -> int:
+        self._end(step, progress.CHECKPOINTED_ON_REQUEST, timing.mean, decision)
+        return contract.EXIT_CHECKPOINTED_ON_REQUEST
+
+    def _end(
+        self, step: int, status: str, step_seconds: float | None, decision: Decision | None = None
+    ) -> None:
+        """Seal the last checkpoint and record the outcome before any rank may exit; on a stop
+        request, tell the operator which decision it was."""
+        if decision is Decision.SAVE:
+            self.faults.before_stop_seal(self.env.rank)
         self.checkpoints.wait()
         if self.env.rank == 0:
             write_progress(self.checkpoint_dir, step, self.attempt, status, step_seconds)
-        if (
-            status == progress.CHECKPOINTED_ON_REQUEST
-            and int(os.environ.get("LOCAL_RANK", "0")) == 0
-        ):
-            tell_the_operator(contract.CHECKPOINTED_ON_REQUEST_MESSAGE + f" at step {step}")
+        if decision is not None:
+            noticed_at = self.stop.noticed_at or self._stop_agreed_at or time.monotonic()
+            detail = describe(decision, step, self._newest_saved(), time.monotonic() - noticed_at)
+            log.warning(
+                "stopping on request (%s): %s, exiting with code %d",
+                self.stop.reason() or "another rank's request",
+                detail,
+                contract.EXIT_CHECKPOINTED_ON_REQUEST,
+            )
+            if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+                tell_the_operator(f"{contract.CHECKPOINTED_ON_REQUEST_MESSAGE}: {detail}")
         self.checkpoints.finish()
 
 
@@ -272,13 +383,14 @@ def tell_the_operator(message: str) -> None:
 
 def run(cfg: TrainerConfig) -> int:
     env = init_distributed(cfg.runner.device)
+    faults = Faults.from_env()
     try:
         if cfg.runner.backend == "megatron":
             from rljob_trainer.megatron.trainer import MegatronTrainer
 
-            return MegatronTrainer(cfg, env).train()
+            return MegatronTrainer(cfg, env, faults).train()
         from rljob_trainer.fsdp import FsdpTrainer
 
-        return FsdpTrainer(cfg, env).train()
+        return FsdpTrainer(cfg, env, faults).train()
     finally:
         dist.destroy_process_group()

@@ -18,6 +18,7 @@ where each piece runs:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -36,6 +37,7 @@ from rljob_trainer import grpo
 from rljob_trainer.checkpoint import CheckpointManager
 from rljob_trainer.config import TrainerConfig
 from rljob_trainer.data import PromptSampler
+from rljob_trainer.faults import NO_FAULTS, Faults
 from rljob_trainer.megatron.checkpoint import MegatronFormat
 from rljob_trainer.megatron.model import (
     build_gpt,
@@ -52,8 +54,8 @@ LossFunc = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]
 
 
 class MegatronTrainer(Trainer):
-    def __init__(self, cfg: TrainerConfig, env: DistEnv) -> None:
-        super().__init__(cfg, env)
+    def __init__(self, cfg: TrainerConfig, env: DistEnv, faults: Faults = NO_FAULTS) -> None:
+        super().__init__(cfg, env, faults)
         runner, algo, parallel = cfg.runner, cfg.algorithm, cfg.megatron
         self.shape = init_parallel(parallel, runner.seed, on_cpu=env.device.type == "cpu")
         self.vocab_size = self.tokenizer.vocab_size
@@ -121,9 +123,25 @@ class MegatronTrainer(Trainer):
             seed=runner.seed,
         )
         self.checkpoints = CheckpointManager(
-            self.checkpoint_dir, fmt, async_save=False, keep=runner.max_num_checkpoints
+            self.checkpoint_dir,
+            fmt,
+            async_save=False,
+            keep=runner.max_num_checkpoints,
+            faults=faults,
         )
         self.last_stage = parallel_state.is_pipeline_last_stage()
+
+    def random_states(self) -> dict[str, Any]:
+        """The shared generators, and megatron's model-parallel RNG tracker."""
+        return {
+            **super().random_states(),
+            "tracker": tensor_parallel.get_cuda_rng_tracker().get_states(),
+        }
+
+    def restore_random_states(self, states: dict[str, Any]) -> None:
+        states = dict(states)
+        tensor_parallel.get_cuda_rng_tracker().set_states(states.pop("tracker"))
+        super().restore_random_states(states)
 
     # ------------------------------------------------------------------------ forward passes
     def _run_pipeline(
