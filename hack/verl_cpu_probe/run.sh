@@ -31,6 +31,7 @@ overrides=(
   trainer.device=cpu trainer.nnodes=1 trainer.n_gpus_per_node=1 trainer.logger=[console]
   trainer.save_freq=1 trainer.test_freq=-1 trainer.total_training_steps=2 trainer.total_epochs=1
   trainer.default_local_dir="$work/ckpt" trainer.val_before_train=false
+  hydra.run.dir="$work/hydra"
   transfer_queue.backend.SimpleStorage.num_data_storage_units=1
   # Ray's logical resources only (the load stays on the machine's cores): verl's resource
   # pools want "GPU" bundles of 3 CPUs each, TransferQueue one CPU per actor.

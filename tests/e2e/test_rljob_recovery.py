@@ -31,7 +31,7 @@ from e2e_steps import (
 from rljob_operator import constants as c
 from rljob_testenv.ports import free_port
 from rljob_testenv.scenario import preemptor_pod
-from rljob_trainer.checkpoint import ENV_TEST_KILL_BEFORE_MANIFEST
+from rljob_trainer.faults import ENV_TEST_KILL_BEFORE_MANIFEST
 
 JOB = "grpo"
 

@@ -29,8 +29,9 @@ from helpers import (
 )
 from rljob_contract import CHECKPOINTED_ON_REQUEST_MESSAGE
 from rljob_contract.manifest import MANIFEST_NAME, read_manifest
-from rljob_trainer.checkpoint import ENV_TEST_KILL_BEFORE_MANIFEST, newest_complete
+from rljob_trainer.checkpoint import newest_complete
 from rljob_trainer.convert import convert
+from rljob_trainer.faults import ENV_TEST_KILL_BEFORE_MANIFEST
 from rljob_trainer.model import model_from_config_dict
 from safetensors.torch import load_file
 

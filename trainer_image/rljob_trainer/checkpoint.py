@@ -49,10 +49,6 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.checkpoint.stateful import Stateful
 
 from rljob_trainer.data import PromptSampler
-
-# Re-exported for the end-to-end tests, which import these names from here.
-from rljob_trainer.faults import ENV_TEST_KILL_BEFORE_MANIFEST as ENV_TEST_KILL_BEFORE_MANIFEST
-from rljob_trainer.faults import ENV_TEST_SLOW_STOP_SAVE as ENV_TEST_SLOW_STOP_SAVE
 from rljob_trainer.faults import NO_FAULTS, Faults
 from rljob_trainer.state import RNGState, TrainState
 
