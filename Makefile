@@ -11,7 +11,7 @@ LOCK := requirements/operator.lock
 STAMP := $(VENV)/.installed-$(shell cat $(PROJECTS) $(LOCK) | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries kueue-binaries host-deps lock cluster-up cluster-down clean chart-crds crd
+.PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries kueue-binaries images host-deps lock cluster-up cluster-down clean chart-crds crd
 
 all: test
 
@@ -41,6 +41,12 @@ node-binaries: binaries
 ## And Kueue, for the tests of queued jobs (tests/cluster/test_kueue.py).
 kueue-binaries: binaries
 	$(BIN)/rljob testenv install --kueue
+
+## The images the real test nodes run, built from the Dockerfiles with buildah where what they
+## copy changed (cached under ~/.cache/rljob/images). Built before pytest: a cold build (torch
+## from PyPI) can outlast one test's timeout.
+images: node-binaries host-deps
+	$(BIN)/rljob testenv images
 
 ## What the real test nodes need from Debian (root): the OCI runtime, CNI plugins, iptables,
 ## catatonit (the pause image), and mmdebstrap and buildah to build the images without Docker.
@@ -76,7 +82,7 @@ unit: venv
 ## The whole suite: lint, unit tests, tests on a local control plane with kwok nodes and node
 ## agents, and tests on real nodes (kubelet + containerd, the images built from the Dockerfiles,
 ## the operator installed by the chart). The real nodes need root, host-deps and ~30 GB of disk.
-test: venv host-deps node-binaries kueue-binaries lint
+test: venv host-deps node-binaries kueue-binaries images lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## The main job: start a local cluster and run the demo.

@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--kueue", action="store_true", help="also Kueue, for the tests of queued jobs"
     )
     install.set_defaults(handler=_reported(_install))
+    commands.add_parser(
+        "images", help="build the images real nodes run where they changed; print their archives"
+    ).set_defaults(handler=_reported(_images))
 
     def named(cmd: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(cmd, help=help_text)
@@ -86,6 +89,12 @@ def _archives(with_trainer: bool) -> tuple[Path, ...]:
     if with_trainer:
         archives += (images.build(images.TRAINER, repo, _say),)
     return archives
+
+
+def _images(args: argparse.Namespace) -> int:
+    for archive in _archives(with_trainer=True):
+        print(archive)
+    return 0
 
 
 def _up(args: argparse.Namespace) -> int:
