@@ -45,7 +45,7 @@ kueue-binaries: binaries
 ## The images the real test nodes run, built from the Dockerfiles with buildah where what they
 ## copy changed (cached under ~/.cache/rljob/images). Built before pytest: a cold build (torch
 ## from PyPI) can outlast one test's timeout.
-images: node-binaries host-deps
+images: venv host-deps
 	$(BIN)/rljob testenv images
 
 ## What the real test nodes need from Debian (root): the OCI runtime, CNI plugins, iptables,
