@@ -92,6 +92,28 @@ class RaySpec:
         return ports
 
 
+# Kueue reads its priority-boost annotation as a 32-bit signed integer; rljob's boost stays
+# far inside it (see reconcile.priority_boost).
+MAX_PRIORITY_BOOST = 1_000_000
+
+
+@dataclass(frozen=True)
+class PriorityBoostSpec:
+    """spec.queueing.priorityBoost: rljob sets Kueue's priority boost of the running attempt
+    from the work it would lose if preempted now (reconcile.priority_boost)."""
+
+    enabled: bool = False
+    max_boost: int = 100  # keep it below the gap to the next higher priority class
+    gpu_seconds_per_point: int = 3600  # unsaved GPU-seconds per point of boost
+    min_step: int = 1  # a change smaller than this is not written (except to 0 or max_boost)
+    min_interval_seconds: int = 300  # at most one write per job this often
+
+
+@dataclass(frozen=True)
+class QueueingSpec:
+    priority_boost: PriorityBoostSpec = PriorityBoostSpec()
+
+
 @dataclass(frozen=True)
 class JobSpec:
     image: str
@@ -112,6 +134,7 @@ class JobSpec:
     checkpoint: CheckpointSpec = CheckpointSpec()
     restart_policy: RestartPolicy = RestartPolicy()
     gang_scheduling: str = "Auto"
+    queueing: QueueingSpec = QueueingSpec()
     suspend: bool = False
     ttl_seconds_after_finished: int | None = None
 
@@ -229,6 +252,21 @@ def parse_restart_policy(data: dict[str, Any]) -> RestartPolicy:
     )
 
 
+def parse_queueing(data: dict[str, Any]) -> QueueingSpec:
+    path = "spec.queueing.priorityBoost"
+    boost = data.get("priorityBoost") or {}
+    parsed = PriorityBoostSpec(
+        enabled=_bool(boost, "enabled", path, False),
+        max_boost=_int(boost, "maxBoost", path, 100),
+        gpu_seconds_per_point=_int(boost, "gpuSecondsPerPoint", path, 3600, minimum=1),
+        min_step=_int(boost, "minStep", path, 1, minimum=1),
+        min_interval_seconds=_int(boost, "minIntervalSeconds", path, 300, minimum=1),
+    )
+    if parsed.max_boost > MAX_PRIORITY_BOOST:
+        raise SpecError(f"{path}.maxBoost", f"must be at most {MAX_PRIORITY_BOOST}")
+    return QueueingSpec(priority_boost=parsed)
+
+
 def parse_spec(spec: dict[str, Any]) -> JobSpec:
     """Parse `.spec` of an RLTrainingJob; raise SpecError naming the first bad field."""
     image = spec.get("image")
@@ -255,6 +293,7 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
         checkpoint=parse_checkpoint(spec.get("checkpoint") or {}, framework),
         restart_policy=parse_restart_policy(spec.get("restartPolicy") or {}),
         gang_scheduling=_choice(spec, "gangScheduling", "spec", "Auto", GANG_SCHEDULING),
+        queueing=parse_queueing(spec.get("queueing") or {}),
         suspend=bool(spec.get("suspend", False)),
         ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None),
     )

@@ -1,0 +1,146 @@
+"""Kueue's priority boost from the work a preemption would lose (spec.queueing.priorityBoost).
+
+Kueue (v0.17, feature gate PriorityBoost, alpha) orders a ClusterQueue's preemption
+candidates, and its queue, by the Workload's priority plus the signed integer in its
+annotation `kueue.x-k8s.io/priority-boost`. rljob puts there what the running attempt would
+lose if it were stopped now, so that of two jobs of one priority the one that saved last goes
+first:
+
+    at risk (GPU-seconds) = GPUs of the gang x unsaved seconds
+    unsaved seconds       = (last finished step - newest complete checkpoint's step)
+                            x the trainer's step time, where progress.json gives both;
+                            else now - (the newest checkpoint's time, or the time the
+                            attempt's gang was all running, whichever is later)
+    boost                 = min(maxBoost, floor(at risk / gpuSecondsPerPoint))
+
+The boost is never negative and never above maxBoost. Kueue lets a preemptor take a
+candidate's place only when the preemptor's priority plus boost is higher than the
+candidate's, so a maxBoost below the gap between two priority classes can reorder jobs of
+one class but never shield a job from a higher class; a larger one lets it (the user's
+choice).
+
+Writes are held back for the API server: a change smaller than minStep is not written
+(except one that reaches 0 or maxBoost), and a job's Workload is written at most once per
+minIntervalSeconds. Nothing here does I/O; reconcile.run writes what `next_write` asks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..api.spec import JobSpec, PriorityBoostSpec
+from ..api.timestamps import parse_iso
+
+GPU_SUFFIX = "/gpu"  # nvidia.com/gpu, amd.com/gpu, ...
+
+
+def gang_gpus(spec: JobSpec) -> int:
+    """GPUs the gang holds: its pods' GPU limits (else requests), or one per pod without any,
+    so that a gang of CPU pods is ranked by pod-seconds."""
+    amounts = spec.resources.get("limits") or spec.resources.get("requests") or {}
+    per_pod = sum(int(float(v)) for k, v in amounts.items() if str(k).endswith(GPU_SUFFIX))
+    return spec.nnodes * (per_pod or 1)
+
+
+@dataclass(frozen=True)
+class AtRisk:
+    """What the running attempt has done since its newest complete checkpoint."""
+
+    gpus: int
+    running_since: datetime  # the attempt's gang was all running
+    saved_at: datetime | None = None  # the newest complete checkpoint's time
+    saved_step: int | None = None  # and its step
+    finished_step: int | None = None  # the last finished step, from progress.json
+    step_seconds: float | None = None  # the trainer's step time, from progress.json
+
+    def unsaved_seconds(self, now: datetime) -> float:
+        since = max(self.running_since, self.saved_at or self.running_since)
+        elapsed = max(0.0, (now - since).total_seconds())
+        known = None not in (self.saved_step, self.finished_step, self.step_seconds)
+        if known and self.finished_step >= self.saved_step:  # type: ignore[operator]
+            return (self.finished_step - self.saved_step) * self.step_seconds  # type: ignore[operator]
+        return elapsed
+
+    def gpu_seconds(self, now: datetime) -> float:
+        return self.gpus * self.unsaved_seconds(now)
+
+
+def points(gpu_seconds: float, policy: PriorityBoostSpec) -> float:
+    """Work at risk in points of boost, unbounded and fractional."""
+    if not math.isfinite(gpu_seconds) or gpu_seconds <= 0:
+        return 0.0
+    return gpu_seconds / policy.gpu_seconds_per_point
+
+
+def boost_for(gpu_seconds: float, policy: PriorityBoostSpec) -> int:
+    """The boost for `gpu_seconds` of work at risk: bounded by 0 and maxBoost."""
+    return min(policy.max_boost, math.floor(points(gpu_seconds, policy)))
+
+
+@dataclass(frozen=True)
+class Written:
+    """The boost on the Workload now, and when rljob wrote it (None: never)."""
+
+    value: int | None = None
+    at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class BoostWrite:
+    value: int | None  # the boost to write now; None: write nothing
+    wake_after: float | None  # seconds until the boost should be looked at again; None: never
+
+
+def next_write(
+    gpu_seconds: float, gpus: int, written: Written, now: datetime, policy: PriorityBoostSpec
+) -> BoostWrite:
+    """Whether to write a new boost for `gpu_seconds` at risk over what is `written`, and when
+    to look again.
+
+    A value is written when it has moved by minStep from the one on the Workload (or reached
+    0 or maxBoost) and minIntervalSeconds have passed since rljob's last write. The next look
+    is when the growing work at risk will have moved it by minStep, or when the interval
+    ends for a value held back by it; while the Workload carries a boost above 0, at least
+    every minIntervalSeconds, since a new checkpoint lowers it."""
+    wanted = boost_for(gpu_seconds, policy)
+    current = written.value or 0
+    due = 0.0
+    if written.at is not None:
+        elapsed = (now - written.at).total_seconds()
+        due = max(0.0, policy.min_interval_seconds - elapsed)
+    edge = wanted in (0, policy.max_boost)
+    moved = wanted != current and (abs(wanted - current) >= policy.min_step or edge)
+    if moved and due > 0:
+        return BoostWrite(None, due)
+    value = wanted if moved else None
+    after = current if value is None else value
+    if value is not None:
+        due = float(policy.min_interval_seconds)
+    target = min(policy.max_boost, after + policy.min_step)
+    growth = gpus / policy.gpu_seconds_per_point  # points per second while nothing is saved
+    grow = (target - points(gpu_seconds, policy)) / growth if target > wanted else math.inf
+    recheck = policy.min_interval_seconds if after > 0 else math.inf
+    wake = max(due, min(max(0.0, grow), recheck))
+    return BoostWrite(value, None if math.isinf(wake) else wake)
+
+
+def annotation_value(value: int) -> str:
+    """Kueue's format: a signed decimal integer ("0", never empty)."""
+    return str(int(value))
+
+
+def parse_written(annotations: dict[str, Any], boost_key: str, at_key: str) -> Written:
+    """What the Workload carries; a value Kueue would refuse reads as none."""
+    raw, at = annotations.get(boost_key), annotations.get(at_key)
+    try:
+        value = int(raw) if raw is not None else None
+    except ValueError:
+        value = None
+    try:
+        when = parse_iso(at) if at else None
+    except ValueError:
+        when = None
+    return Written(value, when)

@@ -1,0 +1,161 @@
+"""Kueue's priority boost from the work at risk: the pure policy (reconcile.priority_boost)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from builders import NOW
+from rljob_operator.api.spec import PriorityBoostSpec, SpecError, parse_spec
+from rljob_operator.reconcile.priority_boost import (
+    AtRisk,
+    Written,
+    annotation_value,
+    boost_for,
+    gang_gpus,
+    next_write,
+    parse_written,
+)
+
+POLICY = PriorityBoostSpec(enabled=True, max_boost=100, gpu_seconds_per_point=3600,
+                           min_step=5, min_interval_seconds=300)  # fmt: skip
+
+
+def ago(seconds: float):
+    return NOW - timedelta(seconds=seconds)
+
+
+def spec_with(**fields):
+    return parse_spec({"image": "trainer:1", **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "gpus"),
+    [
+        ({"nnodes": 2, "resources": {"limits": {"nvidia.com/gpu": 8}}}, 16),
+        ({"nnodes": 1, "resources": {"requests": {"amd.com/gpu": "4"}}}, 4),
+        ({"nnodes": 3, "resources": {"limits": {"cpu": "2"}}}, 3),  # one per pod without GPUs
+        ({"nnodes": 2}, 2),
+    ],
+)
+def test_the_gang_holds_its_pods_gpus(fields, gpus):
+    assert gang_gpus(spec_with(**fields)) == gpus
+
+
+@pytest.mark.parametrize(
+    ("risk", "unsaved"),
+    [
+        # progress.json gives steps since the checkpoint and the step time: they decide
+        (AtRisk(8, ago(9000), ago(600), 100, 130, 20.0), 600.0),
+        (AtRisk(8, ago(9000), ago(600), 100, 100, 20.0), 0.0),
+        # no progress: the time since the newest checkpoint
+        (AtRisk(8, ago(9000), ago(600), 100), 600.0),
+        # a checkpoint older than the attempt (it resumed from it): since the gang ran
+        (AtRisk(8, ago(120), ago(9000), 100), 120.0),
+        (AtRisk(8, ago(120)), 120.0),  # nothing saved yet
+        # progress older than the checkpoint (the last attempt's): time again
+        (AtRisk(8, ago(9000), ago(60), 100, 90, 20.0), 60.0),
+    ],
+)
+def test_unsaved_work_counts_steps_since_the_checkpoint_else_time_since_it(risk, unsaved):
+    assert risk.unsaved_seconds(NOW) == pytest.approx(unsaved)
+    assert risk.gpu_seconds(NOW) == pytest.approx(unsaved * risk.gpus)
+
+
+@pytest.mark.parametrize(
+    ("gpu_seconds", "boost"),
+    [
+        (0, 0),
+        (-5, 0),
+        (float("nan"), 0),
+        (3599, 0),
+        (3600, 1),
+        (8 * 3600 * 2.5, 20),
+        (10**9, 100),  # clamped to maxBoost
+        (float("inf"), 0),
+    ],
+)
+def test_the_boost_is_floor_of_gpu_hours_at_risk_clamped_to_0_and_max(gpu_seconds, boost):
+    assert boost_for(gpu_seconds, POLICY) == boost
+
+
+def test_a_boost_below_the_class_gap_never_lifts_a_job_over_a_higher_class():
+    """Kueue lets Z preempt X when Z's priority + boost > X's priority + boost: with maxBoost
+    below the gap, the most boosted low job still loses to an unboosted high one."""
+    low, high = 100, 1000
+    policy = PriorityBoostSpec(enabled=True, max_boost=high - low - 1)
+    assert low + boost_for(10**12, policy) < high
+
+
+H = 3600.0  # GPU-seconds per point
+
+
+@pytest.mark.parametrize(
+    ("gpu_seconds", "written", "value", "wake"),
+    [
+        # never written, nothing at risk: nothing to write; look when 5 points are at risk
+        (0.0, Written(), None, 5 * H / 8),
+        # never written, 7 points: write, look again after the interval
+        (7 * H, Written(), 7, 300),
+        # moved by less than minStep: held; a boost above 0 is looked at every interval
+        (9 * H, Written(7, ago(1000)), None, 300),
+        # moved by minStep but inside the interval: held until the interval ends
+        (12 * H, Written(7, ago(100)), None, 200),
+        # moved by minStep after the interval: written
+        (12 * H, Written(7, ago(1000)), 12, 300),
+        # a save brought it to 0: an edge, written even though the step is small; then
+        # nothing to look at until 5 points are at risk again
+        (0.0, Written(3, ago(1000)), 0, 5 * H / 8),
+        # at maxBoost: written though the step is small; then only the re-check for saves
+        (1000 * H, Written(98, ago(1000)), 100, 300),
+        (1000 * H, Written(100, ago(1000)), None, 300),
+        # unchanged at 0 (after a save): no write, nothing to look at until it grows
+        (0.5 * H, Written(0, ago(1000)), None, 4.5 * H / 8),
+    ],
+)
+def test_writes_only_on_a_step_and_at_most_once_per_interval(gpu_seconds, written, value, wake):
+    decided = next_write(gpu_seconds, 8, written, NOW, POLICY)
+    assert decided.value == value
+    assert decided.wake_after == pytest.approx(wake)
+
+
+def test_an_idle_job_with_its_boost_written_asks_for_nothing_but_the_recheck():
+    """A run of passes with the work at risk unchanged writes once, then never again."""
+    written, writes = Written(), 0
+    for minute in range(60):
+        now = NOW + timedelta(minutes=minute)
+        decided = next_write(20 * H, 8, written, now, POLICY)
+        if decided.value is not None:
+            writes += 1
+            written = Written(decided.value, now)
+    assert writes == 1 and written.value == 20
+
+
+def test_the_annotation_is_kueues_signed_integer_and_reads_back():
+    assert annotation_value(0) == "0" and annotation_value(42) == "42"
+    read = parse_written({"b": "42", "t": "2026-11-29T12:00:00Z"}, "b", "t")
+    assert read == Written(42, NOW)
+    assert parse_written({"b": "", "t": "yesterday"}, "b", "t") == Written()
+
+
+@pytest.mark.parametrize(
+    ("boost", "field"),
+    [
+        ({"enabled": "yes"}, "spec.queueing.priorityBoost.enabled"),
+        ({"maxBoost": -1}, "spec.queueing.priorityBoost.maxBoost"),
+        ({"maxBoost": 2_000_000}, "spec.queueing.priorityBoost.maxBoost"),
+        ({"gpuSecondsPerPoint": 0}, "spec.queueing.priorityBoost.gpuSecondsPerPoint"),
+        ({"minStep": 0}, "spec.queueing.priorityBoost.minStep"),
+        ({"minIntervalSeconds": 0}, "spec.queueing.priorityBoost.minIntervalSeconds"),
+    ],
+)
+def test_a_bad_boost_spec_names_its_field(boost, field):
+    with pytest.raises(SpecError) as raised:
+        spec_with(queueing={"priorityBoost": boost})
+    assert raised.value.field == field
+
+
+def test_the_boost_is_off_by_default_while_kueues_gate_is_alpha():
+    assert spec_with().queueing.priority_boost == PriorityBoostSpec(enabled=False)
+    on = spec_with(queueing={"priorityBoost": {"enabled": True, "maxBoost": 50}})
+    assert on.queueing.priority_boost.enabled and on.queueing.priority_boost.max_boost == 50
