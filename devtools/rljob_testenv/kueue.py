@@ -24,6 +24,11 @@ from .peers import PeerProcess, local_webhooks, select_pods
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 # The webhooks of the kinds the tests use: pods (gated until admitted) and Kueue's own.
 HOOKED = {"pods", "workloads", "clusterqueues", "localqueues", "resourceflavors", "cohorts"}
+# Its visibility API server would want certificates of its own at a fixed path, so it is off;
+# PriorityBoost (alpha in v0.17) adds the Workload's kueue.x-k8s.io/priority-boost annotation
+# to its priority, for rljob's spec.queueing.priorityBoost. A Workload without the annotation
+# is ordered as with the gate off.
+FEATURE_GATES = {"VisibilityOnDemand": False, "PriorityBoost": True}
 
 
 class Kueue(PeerProcess):
@@ -31,9 +36,12 @@ class Kueue(PeerProcess):
 
     name = "kueue"
 
-    def __init__(self, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(
+        self, kubeconfig: Path, workdir: Path, feature_gates: dict[str, bool] | None = None
+    ) -> None:
         super().__init__(kubeconfig, workdir)
         self.hooks: list[tuple[str, str]] = []  # (kind, name) of its webhook configurations
+        self.feature_gates = {**FEATURE_GATES, **(feature_gates or {})}
 
     def up(self) -> None:
         source = binaries.module_source(binaries.KUEUE)
@@ -57,9 +65,9 @@ class Kueue(PeerProcess):
         METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)
         for name in ("tls.crt", "tls.key"):
             shutil.copy(certs / name, METRICS_CERT_DIR / name)
-        # Its visibility API server would want certificates of its own at a fixed path too.
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
         self.start([str(binaries.require("kueue-manager")), "--config", str(config),
-                    "--feature-gates=VisibilityOnDemand=false"])  # fmt: skip
+                    f"--feature-gates={gates}"])  # fmt: skip
         self.apply(*hooks)
         self.hooks = [(h["kind"].lower(), h["metadata"]["name"]) for h in hooks]
 
@@ -70,9 +78,10 @@ class Kueue(PeerProcess):
         self.stop()
 
 
-def start(kubeconfig: Path, workdir: Path) -> Kueue:
-    """Kueue, built if needed, running against the cluster; `down()` it when done."""
+def start(kubeconfig: Path, workdir: Path, feature_gates: dict[str, bool] | None = None) -> Kueue:
+    """Kueue, built if needed, running against the cluster; `down()` it when done.
+    `feature_gates` override FEATURE_GATES."""
     binaries.install(["kueue-manager"], kueue=True)
-    kueue = Kueue(kubeconfig, workdir)
+    kueue = Kueue(kubeconfig, workdir, feature_gates)
     kueue.up()
     return kueue

@@ -30,6 +30,13 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_QUOTA_CONDITION = "QuotaReserved"
 KUEUE_INADMISSIBLE_REASON = "Inadmissible"
+KUEUE_WORKLOADS = "workloads"
+# Kueue v0.17+ (feature gate PriorityBoost) adds this signed integer to the Workload's priority
+# when it orders preemption candidates and its queue. rljob writes it from the work at risk
+# (spec.queueing.priorityBoost), with the time of its write beside it, so that the next
+# write waits its interval even after an operator restart.
+KUEUE_PRIORITY_BOOST_ANNOTATION = "kueue.x-k8s.io/priority-boost"
+PRIORITY_BOOST_TIME_ANNOTATION = "rljob.io/priority-boost-time"
 
 # Labels on everything the operator creates.
 LABEL_JOB = "rljob.io/job-name"

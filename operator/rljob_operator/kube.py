@@ -95,6 +95,24 @@ class Kube:
             if exc.status != 404:
                 raise KubeError(f"annotate pod {namespace}/{name}", exc) from exc
 
+    def annotate_kueue_workload(
+        self, namespace: str, name: str, annotations: dict[str, str]
+    ) -> dict[str, Any] | None:
+        """Merge `annotations` into a Kueue Workload's; the Workload as stored, None if it is
+        gone (its attempt ended)."""
+        body = {"metadata": {"annotations": annotations}}
+        try:
+            return _data(
+                self.custom.patch_namespaced_custom_object(
+                    c.KUEUE_GROUP, c.KUEUE_VERSION, namespace, c.KUEUE_WORKLOADS, name, body,
+                    _preload_content=False,
+                )
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubeError(f"annotate Kueue Workload {namespace}/{name}", exc) from exc
+            return None
+
     def release_pod(self, namespace: str, name: str) -> None:
         """Drop rljob's finalizer from a pod, leaving any other finalizer in place."""
         body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [c.FINALIZER]}}

@@ -192,6 +192,18 @@ def test_rbac_grants_no_more_than_the_operator_uses():
     }
 
 
+def test_patch_on_kueue_workloads_only_with_the_priority_boost():
+    """The priority boost (spec.queueing.priorityBoost) writes an annotation on Kueue's
+    Workloads; without kueue.priorityBoost the operator only reads them."""
+    patch = (("kueue.x-k8s.io",), ("workloads",), ("patch",), ())
+    assert patch not in rules(render(), "Role")
+    boosted = rules(render("--set", "kueue.priorityBoost=true"), "Role")
+    read = boosted.index((("kueue.x-k8s.io",), ("workloads",), ("list", "watch"), ()))
+    assert boosted[read + 1] == patch
+    clusterwide = render("--set", "kueue.priorityBoost=true,watchAllNamespaces=true")
+    assert patch in rules(clusterwide, "ClusterRole")
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -199,6 +211,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         (["--set", "replicas=2"], "additional properties 'replicas' not allowed"),
         (["--set", "image.pullPolicy=Sometimes"], "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
         (["--set", "logLevel=trace"], "at '/logLevel': value must be one of 'info', 'debug'"),
+        (["--set", "kueue.priorityBoost=yes"], "at '/kueue/priorityBoost': got string, want boolean"),
         (["--set", "checkpointVolumes[0].claimName=ckpts,checkpointVolumes[0].mountPath=relative"], "at '/checkpointVolumes/0/mountPath'"),
         (["--set", "extraVolumeMounts[0].name=v,extraVolumeMounts[0].mountPath=/v,extraVolumeMounts[0].readOnly=false"], "at '/extraVolumeMounts/0/readOnly': value must be true"),
         (["--set", "watchAllNamespaces=true,watchNamespaces={a}"], "watchNamespaces and watchAllNamespaces: true exclude each other"),

@@ -76,6 +76,12 @@ INVALID = [
     (with_spec(framework="custom", launcher="ray"), "spec.command"),
     (with_spec(framework="verl", command=["python", "x.py"], ray__startArgs=["--address=other:6379"]), "spec.ray.startArgs[0]"),
     (with_spec(framework="verl", command=["python", "x.py"], ray__joinTimeoutSeconds=0), "spec.ray.joinTimeoutSeconds"),
+    # Kueue's priority boost (issue #25): bounded, so that it fits Kueue's 32-bit value.
+    (with_spec(queueing__priorityBoost__maxBoost=-1), "spec.queueing.priorityBoost.maxBoost"),
+    (with_spec(queueing__priorityBoost__maxBoost=1_000_001), "spec.queueing.priorityBoost.maxBoost"),
+    (with_spec(queueing__priorityBoost__gpuSecondsPerPoint=0), "spec.queueing.priorityBoost.gpuSecondsPerPoint"),
+    (with_spec(queueing__priorityBoost__minIntervalSeconds=0), "spec.queueing.priorityBoost.minIntervalSeconds"),
+    (with_spec(queueing__priorityBoost__enabled="yes"), "spec.queueing.priorityBoost.enabled"),
     # The pod template is a PodSpec, with the parts that are rljob's refused (issue #14).
     (with_spec(template__spec__restartPolicy="OnFailure"), "spec.template.spec.restartPolicy"),
     (with_spec(template__spec__hostname="mine"), "spec.template.spec.hostname"),
@@ -112,6 +118,14 @@ def test_valid_job_is_accepted_with_defaults(api_client, namespace, crd):
         "mountPath": "/checkpoints", "layout": "auto", "verify": "quick", "resume": "auto"
     }  # fmt: skip
     assert spec["restartPolicy"]["maxFailures"] == 3
+
+
+def test_the_priority_boost_is_defaulted_off_with_its_bounds(api_client, namespace, crd):
+    job = create(api_client, namespace, with_spec(queueing__priorityBoost__enabled=False))
+    assert job["spec"]["queueing"]["priorityBoost"] == {
+        "enabled": False, "maxBoost": 100, "gpuSecondsPerPoint": 3600, "minStep": 1,
+        "minIntervalSeconds": 300,
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -3,16 +3,18 @@ admits it again: rljob counts the preemption as a disruption and resumes from th
 complete checkpoint.
 
 Kueue v0.17.0's own manager (built from source) runs against the test control plane with
-its `pod` integration; each test's own ClusterQueue has quota for one gang of two GPUs.
+its `pod` integration and its PriorityBoost gate on; each test's own ClusterQueue has quota
+for one gang of two GPUs.
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import test_recovery
-from kube_steps import wait_for
+from kube_steps import stays, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
@@ -202,3 +204,115 @@ def test_a_queue_that_does_not_exist_is_a_warning_in_kueues_words_until_it_is_cr
         x["type"]: x for x in get_job(api_client, namespace, "typo")["status"]["conditions"]
     }
     assert conditions["PodsUnschedulable"]["status"] == "False"
+
+
+def workload(api_client, namespace, name):
+    """The Kueue Workload of a pod group, None while there is none."""
+    custom = client.CustomObjectsApi(api_client)
+    try:
+        return custom.get_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name
+        )
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def boost_of(api_client, namespace, group):
+    found = workload(api_client, namespace, group) or {"metadata": {}}
+    return (found["metadata"].get("annotations") or {}).get(c.KUEUE_PRIORITY_BOOST_ANNOTATION)
+
+
+def written_at(api_client, namespace, group):
+    found = workload(api_client, namespace, group) or {"metadata": {}}
+    return (found["metadata"].get("annotations") or {}).get(c.PRIORITY_BOOST_TIME_ANNOTATION)
+
+
+def reserved_at(api_client, namespace, group):
+    """When Kueue reserved quota for the pod group (Kueue orders equal priorities by it)."""
+    conditions = (workload(api_client, namespace, group) or {}).get("status", {}).get("conditions")
+    reserved = {x["type"]: x for x in conditions or []}.get(c.KUEUE_QUOTA_CONDITION, {})
+    if reserved.get("status") != "True":
+        return None
+    return datetime.fromisoformat(reserved["lastTransitionTime"].replace("Z", "+00:00"))
+
+
+def single_gpu_job(name, nodes, queue, directory, boost, priority_class=None):
+    """One pod of one GPU, its checkpoints in its own folder of the claim `ckpts`."""
+    body = queued_job(name, nodes, queue, priority_class)
+    body["spec"]["nnodes"] = 1
+    body["spec"]["checkpoint"]["directory"] = f"{directory}/run/checkpoints"
+    body["spec"]["queueing"] = {"priorityBoost": boost}
+    return body
+
+
+def one_running(core, namespace, name):
+    pods = pods_of(core, namespace, name, 0)
+    return pods if len(pods) == 1 and pods[0].status.phase == "Running" else None
+
+
+def stopped(core, namespace, name):
+    """Kueue preempted the job's first attempt: its pod is going or gone."""
+    pods = pods_of(core, namespace, name, 0)
+    return not pods or any(p.metadata.deletion_timestamp for p in pods)
+
+
+@pytest.mark.parametrize("boost", [True, False], ids=["boost", "no-boost"])
+def test_the_priority_boost_makes_kueue_preempt_the_job_that_loses_least(
+    api_client, core, namespace, nodes, recovering_operator, volume, local_queue, boost
+):
+    """X saved just now; Y, of the same priority and admitted later, has 980 steps of 10 s
+    unsaved. Z, of a higher class, needs one of their GPUs. Kueue takes the most recently
+    admitted of equal priorities, Y; with the boost Y's Workload carries 98 points (9,800
+    GPU-seconds at 100 a point) and X's none, so Kueue takes X. The boost then follows Y's
+    checkpoints: a save brings it to 0."""
+    create = client.CustomObjectsApi(api_client).create_namespaced_custom_object
+    policy = {"enabled": boost, "maxBoost": 500, "gpuSecondsPerPoint": 100,
+              "minIntervalSeconds": 1}  # fmt: skip
+    write_checkpoint(volume / "x", 50)
+    write_progress(volume / "x", 50, step_seconds=10.0)  # X saved its last step
+    write_checkpoint(volume / "y", 20)
+    write_progress(volume / "y", 1000, step_seconds=10.0)  # Y: 980 steps since its save
+
+    create(c.GROUP, c.VERSION, namespace, c.PLURAL,
+           single_gpu_job("x", nodes, local_queue, "x", policy))  # fmt: skip
+    wait_for(lambda: one_running(core, namespace, "x"), 60, "x, admitted")
+    x_at = wait_for(lambda: reserved_at(api_client, namespace, "x-a0"), 30, "x's reservation")
+    # Kueue's times are in seconds: Y's must be later than X's for the order to be Y first.
+    wait_for(lambda: datetime.now(UTC) >= x_at + timedelta(seconds=1.5), 5, "the next second")
+    create(c.GROUP, c.VERSION, namespace, c.PLURAL,
+           single_gpu_job("y", nodes, local_queue, "y", policy))  # fmt: skip
+    wait_for(lambda: one_running(core, namespace, "y"), 60, "y, admitted")
+    assert reserved_at(api_client, namespace, "y-a0") > x_at
+
+    if boost:
+        wait_for(lambda: boost_of(api_client, namespace, "y-a0") == "98", 30, "y's boost of 98")
+        assert boost_of(api_client, namespace, "x-a0") is None  # nothing at risk: not written
+        # Y's passes come every second (its interval) and write nothing while nothing changes.
+        written = written_at(api_client, namespace, "y-a0")
+        stays(lambda: written_at(api_client, namespace, "y-a0") == written, 3, "no new write")
+    else:
+        stays(lambda: boost_of(api_client, namespace, "y-a0") is None, 3, "y without a boost")
+
+    urgent = single_gpu_job("z", nodes, local_queue, "z", {"enabled": False}, HIGH_CLASS)
+    create(c.GROUP, c.VERSION, namespace, c.PLURAL, urgent)
+    victim, spared = ("x", "y") if boost else ("y", "x")
+    wait_for(lambda: stopped(core, namespace, victim), 60, f"Kueue to preempt {victim}")
+    assert not stopped(core, namespace, spared)
+    for pod in pods_of(core, namespace, victim, 0):  # as its kubelet would once it saved
+        finish(core, namespace, pod.metadata.name, 143)
+    wait_for(lambda: one_running(core, namespace, "z"), 60, "z, admitted")
+    stays(lambda: not stopped(core, namespace, spared), 2, f"{spared} to keep running")
+
+    def recorded():
+        status = get_job(api_client, namespace, victim)["status"]
+        return status if status.get("preemptions") == 1 else None
+
+    victim_status = wait_for(recorded, 30, f"{victim}'s preemption, recorded")
+    assert victim_status["recoveries"][-1]["reason"] == "StoppedByKueue"
+    assert victim_status["failures"] == 0
+
+    if boost:  # Y saves its last finished step: nothing at risk, the boost drops to 0
+        write_checkpoint(volume / "y", 1000)
+        wait_for(lambda: boost_of(api_client, namespace, "y-a0") == "0", 30, "y's boost of 0")

@@ -1,4 +1,5 @@
-"""Kueue's priority boost from the work at risk: the pure policy (reconcile.priority_boost)."""
+"""Kueue's priority boost from the work at risk: the pure policy (reconcile.priority_boost),
+the pass's plan of the write (reconcile.run.plan_boost_write) and the cache it reads."""
 
 from __future__ import annotations
 
@@ -6,9 +7,13 @@ from datetime import timedelta
 
 import pytest
 from builders import NOW
+from rljob_operator import constants as c
 from rljob_operator.api.spec import PriorityBoostSpec, SpecError, parse_spec
+from rljob_operator.api.timestamps import iso, iso_precise
+from rljob_operator.reconcile.plan import Plan
 from rljob_operator.reconcile.priority_boost import (
     AtRisk,
+    Saved,
     Written,
     annotation_value,
     boost_for,
@@ -16,6 +21,8 @@ from rljob_operator.reconcile.priority_boost import (
     next_write,
     parse_written,
 )
+from rljob_operator.reconcile.run import plan_boost_write
+from rljob_operator.runtime.cache import ClusterCache
 
 POLICY = PriorityBoostSpec(enabled=True, max_boost=100, gpu_seconds_per_point=3600,
                            min_step=5, min_interval_seconds=300)  # fmt: skip
@@ -159,3 +166,135 @@ def test_the_boost_is_off_by_default_while_kueues_gate_is_alpha():
     assert spec_with().queueing.priority_boost == PriorityBoostSpec(enabled=False)
     on = spec_with(queueing={"priorityBoost": {"enabled": True, "maxBoost": 50}})
     assert on.queueing.priority_boost.enabled and on.queueing.priority_boost.max_boost == 50
+
+
+# ---------------------------------------------------------------- the writer's plan
+BOOST, STAMP = c.KUEUE_PRIORITY_BOOST_ANNOTATION, c.PRIORITY_BOOST_TIME_ANNOTATION
+
+
+class Finder:
+    """Stands in for CheckpointFinder.saved: what the job's folder says."""
+
+    def __init__(self, saved):
+        self.saved_state, self.looks = saved, 0
+
+    def saved(self, spec):
+        self.looks += 1
+        return self.saved_state
+
+
+def queued_job(enabled=True, **boost):
+    job = {
+        "metadata": {"name": "grpo", "namespace": "ns", "labels": {c.KUEUE_QUEUE_LABEL: "team"},
+                     "resourceVersion": "5"},
+        "spec": {"image": "trainer:1", "nnodes": 2, "resources": {"limits": {"nvidia.com/gpu": 4}},
+                 "queueing": {"priorityBoost": {"enabled": enabled, "gpuSecondsPerPoint": 100,
+                                                "minIntervalSeconds": 10, **boost}}},
+    }  # fmt: skip
+    return job
+
+
+def running_status(attempt=1, since=600):
+    return {"attempt": attempt, "phase": "Running", "recoveries": [
+        {"attempt": attempt, "firstRunningAt": iso_precise(ago(since))}]}  # fmt: skip
+
+
+def workload(name="grpo-a1", revision="7", **annotations):
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": revision,
+                         "annotations": annotations},
+            "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}]}}  # fmt: skip
+
+
+def cache_with(*workloads):
+    cache = ClusterCache()
+    for w in workloads:
+        cache.on_admission("ADDED", w)
+    return cache
+
+
+def test_the_plan_writes_the_boost_of_the_running_attempts_workload_and_wakes_for_the_next():
+    # 8 GPUs, steps 100..130 finished after the checkpoint at 100, 20 s a step: 600 s x 8
+    saved = Saved(100, ago(900), 130, 20.0)
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(saved), cache_with(workload()), NOW)
+    assert plan.annotate_workload == ("grpo-a1", {BOOST: "48", STAMP: iso_precise(NOW)})
+    assert plan.requeue_after == 10  # the interval: a save may lower it
+
+
+def test_time_since_the_checkpoint_counts_without_progress_and_a_fresh_save_writes_zero():
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(Saved(40, ago(300))), cache_with(workload()), NOW)
+    assert plan.annotate_workload[1][BOOST] == "24"  # 300 s x 8 GPUs / 100
+    cache = cache_with(workload(**{BOOST: "24", STAMP: iso_precise(ago(60))}))
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(Saved(50, NOW, 50, 20.0)), cache, NOW)
+    assert plan.annotate_workload[1][BOOST] == "0"
+
+
+@pytest.mark.parametrize(
+    ("job", "status", "cached", "saved"),
+    [
+        (queued_job(enabled=False), running_status(), workload(), Saved(1, ago(900))),
+        (queued_job(), {**running_status(), "phase": "Pending"}, workload(), Saved(1, ago(900))),
+        (queued_job(), running_status(), workload(name="grpo-a0"), Saved(1, ago(900))),
+        (queued_job(), running_status(), workload(), None),  # the volume is not the operator's
+    ],
+    ids=["off", "not-running", "no-workload-of-the-attempt", "no-local-volume"],
+)
+def test_no_boost_is_written_when_off_pending_unknown_or_unreadable(job, status, cached, saved):
+    plan = Plan(status=status)
+    finder = Finder(saved)
+    plan_boost_write(plan, job, finder, cache_with(cached), NOW)
+    assert plan.annotate_workload is None and plan.requeue_after is None
+
+
+def test_a_job_not_in_a_queue_reads_no_checkpoints():
+    job = queued_job()
+    job["metadata"]["labels"] = {}
+    finder = Finder(Saved(1, ago(900)))
+    plan_boost_write(Plan(status=running_status()), job, finder, cache_with(workload()), NOW)
+    assert finder.looks == 0
+
+
+def test_an_unchanged_boost_inside_its_interval_is_not_written_again():
+    cache = cache_with(workload(**{BOOST: "24", STAMP: iso_precise(ago(3))}))
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(Saved(40, ago(300))), cache, NOW)
+    assert plan.annotate_workload is None and plan.requeue_after == 10
+
+
+def test_the_cache_keeps_the_boost_wakes_on_a_new_workload_only_and_never_goes_back():
+    cache = ClusterCache()
+    cache.on_job(None, {"metadata": {"namespace": "ns", "name": "grpo", "resourceVersion": "1"}})
+    assert cache.boost_annotations("ns", "grpo-a0") is None
+    assert cache.on_admission("ADDED", workload("grpo-a0", "7")) == ("ns", "grpo")
+    assert cache.boost_annotations("ns", "grpo-a0") == {}
+    written = workload("grpo-a0", "9", **{BOOST: "3", STAMP: iso(NOW), "other": "x"})
+    assert cache.on_admission(None, written) is None  # rljob's own write wakes nothing
+    assert cache.boost_annotations("ns", "grpo-a0") == {BOOST: "3", STAMP: iso(NOW)}
+    cache.on_admission("MODIFIED", workload("grpo-a0", "8"))  # a late event of before
+    assert cache.boost_annotations("ns", "grpo-a0")[BOOST] == "3"
+    cache.on_admission("DELETED", workload("grpo-a0", "10"))
+    assert cache.boost_annotations("ns", "grpo-a0") is None
+
+
+def test_the_finder_reads_the_newest_complete_checkpoint_and_progress_of_a_local_volume(tmp_path):
+    from rljob_contract.manifest import write_manifest
+    from rljob_operator.reconcile.lookup import CheckpointFinder
+
+    folder = tmp_path / "run" / "global_step_20"
+    (folder / "actor").mkdir(parents=True)
+    (folder / "actor" / "__0_0.distcp").write_bytes(b"weights")
+    (folder / "actor" / ".metadata").write_bytes(b"metadata")
+    write_manifest(folder, step=20, world_size=1)
+    (tmp_path / "run" / "global_step_30" / "actor").mkdir(parents=True)  # torn: passed over
+    (tmp_path / "run" / "progress.json").write_text('{"step": 27, "step_seconds": 0.5}')
+    spec = spec_with(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
+                                 "directory": "run"})  # fmt: skip
+    saved = CheckpointFinder({"ckpts": tmp_path}, "inspector:1").saved(spec)
+    assert (saved.step, saved.finished_step, saved.step_seconds) == (20, 27, 0.5)
+    assert saved.at is not None and saved.at.tzinfo is not None
+    assert CheckpointFinder({}, "inspector:1").saved(spec) is None  # only an inspector could
+    empty = spec_with(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
+                                  "directory": "none-yet"})  # fmt: skip
+    assert CheckpointFinder({"ckpts": tmp_path}, "inspector:1").saved(empty) == Saved()

@@ -42,6 +42,13 @@ The operator's permissions, derived from its code (docs/install.md explains each
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
   verbs: [list, watch]
+{{- if (.Values.kueue).priorityBoost }}
+# With kueue.priorityBoost: the priority boost (the annotation kueue.x-k8s.io/priority-boost)
+# of the running attempt's Workload, for jobs with spec.queueing.priorityBoost.enabled.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [patch]
+{{- end }}
 # Events on the job (Preempted, GangCreated, ...).
 - apiGroups: [""]
   resources: [events]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..checkpoints.progress import read_progress
 from ..launcher.inspector import desired_inspector, inspector_name
 from ..launcher.pods import JobRef, ResumeTarget
 from .plan import LookupResult
+from .priority_boost import Saved
 from .startup import explicit_resume
 
 VOLUMES_ENV = "RLJOB_CHECKPOINT_VOLUMES"
@@ -112,6 +114,29 @@ class CheckpointFinder:
         if root is not None:
             return self._read_locally(spec, root, exclude)
         return self._ask_inspector(spec, job, exclude, named, inspector)
+
+    def saved(self, spec: JobSpec) -> Saved | None:
+        """The newest complete checkpoint (step, and its folder's time) and the trainer's
+        progress, for the priority boost; None where the operator cannot read the volume
+        itself (an inspector pod per look would cost more than the boost is worth) or the
+        folder cannot be read."""
+        root = self.local_volume(spec)
+        if root is None:
+            return None
+        local = root / spec.checkpoint.directory if spec.checkpoint.directory else root
+        if not local.is_dir():
+            return Saved()
+        try:
+            result = find_latest(local, spec.checkpoint.layout, spec.checkpoint.verify, within=root)
+            at = (
+                datetime.fromtimestamp(Path(result.path).stat().st_mtime, UTC)
+                if result.path
+                else None
+            )
+        except (CheckpointInputError, OSError):
+            return None
+        progress = read_progress(local)
+        return Saved(result.step, at, progress.step, progress.step_seconds)
 
     def _verify_locally(self, spec: JobSpec, root: Path, named: str) -> LookupResult:
         local = root / PurePosixPath(named).relative_to(spec.checkpoint.mount_path)

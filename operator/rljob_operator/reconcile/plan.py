@@ -54,6 +54,8 @@ class Plan:
     request_checkpoint: list[str] = field(default_factory=list)  # pods to ask to save now
     release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
     delete_pod_groups: list[str] = field(default_factory=list)  # of attempts that are over
+    # The attempt's Kueue Workload and the priority-boost annotations to merge into it.
+    annotate_workload: tuple[str, dict[str, str]] | None = None
     events: list[Event] = field(default_factory=list)
     needs_checkpoint_lookup: bool = False
     delete_job: bool = False

@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from .. import constants as c
+from ..api.reasons import Phase
 from ..api.spec import JobSpec, PriorityBoostSpec
-from ..api.timestamps import parse_iso
+from ..api.timestamps import iso_precise, parse_iso
 
 GPU_SUFFIX = "/gpu"  # nvidia.com/gpu, amd.com/gpu, ...
 
@@ -57,12 +59,11 @@ class AtRisk:
     step_seconds: float | None = None  # the trainer's step time, from progress.json
 
     def unsaved_seconds(self, now: datetime) -> float:
+        saved, finished, pace = self.saved_step, self.finished_step, self.step_seconds
+        if saved is not None and finished is not None and pace and finished >= saved:
+            return (finished - saved) * pace
         since = max(self.running_since, self.saved_at or self.running_since)
-        elapsed = max(0.0, (now - since).total_seconds())
-        known = None not in (self.saved_step, self.finished_step, self.step_seconds)
-        if known and self.finished_step >= self.saved_step:  # type: ignore[operator]
-            return (self.finished_step - self.saved_step) * self.step_seconds  # type: ignore[operator]
-        return elapsed
+        return max(0.0, (now - since).total_seconds())
 
     def gpu_seconds(self, now: datetime) -> float:
         return self.gpus * self.unsaved_seconds(now)
@@ -144,3 +145,57 @@ def parse_written(annotations: dict[str, Any], boost_key: str, at_key: str) -> W
     except ValueError:
         when = None
     return Written(value, when)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What the job's checkpoint folder says: its newest complete checkpoint (step, time) and
+    the trainer's progress.json (last finished step, step time). Read by the caller."""
+
+    step: int | None = None
+    at: datetime | None = None
+    finished_step: int | None = None
+    step_seconds: float | None = None
+
+
+def wants_boost(spec: JobSpec, queue: str | None, status: dict[str, Any]) -> bool:
+    """Whether a pass should look at the job's checkpoints for its boost: it is on, the job
+    is in a Kueue queue, and its attempt runs (a pending one has nothing at risk)."""
+    running = status.get("phase") == Phase.RUNNING
+    return spec.queueing.priority_boost.enabled and bool(queue) and running
+
+
+def running_since(status: dict[str, Any], now: datetime) -> datetime:
+    """When the attempt's gang was all running (its recovery record), else created."""
+    attempt = status.get("attempt", 0)
+    records = [r for r in status.get("recoveries") or [] if r.get("attempt") == attempt]
+    stamp = (records[-1].get("firstRunningAt") if records else None) or status.get(
+        "attemptCreationTime"
+    )
+    return parse_iso(stamp) if stamp else now
+
+
+def plan_boost(
+    spec: JobSpec, status: dict[str, Any], saved: Saved, written: Written, now: datetime
+) -> tuple[dict[str, str] | None, float | None]:
+    """The annotations to merge into the attempt's Kueue Workload (None: none), and the
+    seconds until the boost should be looked at again (None: not before something else)."""
+    policy = spec.queueing.priority_boost
+    risk = AtRisk(
+        gang_gpus(spec), running_since(status, now), saved.at, saved.step, saved.finished_step,
+        saved.step_seconds,
+    )  # fmt: skip
+    decided = next_write(risk.gpu_seconds(now), risk.gpus, written, now, policy)
+    if decided.value is None:
+        return None, decided.wake_after
+    annotations = {
+        c.KUEUE_PRIORITY_BOOST_ANNOTATION: annotation_value(decided.value),
+        c.PRIORITY_BOOST_TIME_ANNOTATION: iso_precise(now),
+    }
+    return annotations, decided.wake_after
+
+
+def written_on(annotations: dict[str, str]) -> Written:
+    return parse_written(
+        annotations, c.KUEUE_PRIORITY_BOOST_ANNOTATION, c.PRIORITY_BOOST_TIME_ANNOTATION
+    )

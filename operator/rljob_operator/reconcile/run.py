@@ -20,6 +20,7 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 
 from .. import constants as c
 from ..api.reasons import Reason
+from ..api.spec import SpecError, parse_spec
 from ..api.timestamps import iso
 from ..kube import Kube, KubeError
 from ..launcher.inspector import inspector_name
@@ -32,6 +33,7 @@ from .decide import decide, fail, with_status
 from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .observe import inspector_stuck
 from .plan import LookupPending, LookupResult, Plan
+from .priority_boost import plan_boost, wants_boost, written_on
 from .stuck import SCHEDULER_WAIT_SECONDS
 
 log = logging.getLogger(__name__)
@@ -81,10 +83,56 @@ def apply(
         kube.release_pod(namespace, pod)
     for group in plan.delete_pod_groups:
         kube.delete_pod_group(namespace, group)
+    if plan.annotate_workload:
+        _annotate_workload(kube, cache, namespace, *plan.annotate_workload)
     for event in plan.events:
         tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
         kube.delete_job(namespace, name)
+
+
+def _annotate_workload(
+    kube: Kube, cache: ClusterCache, namespace: str, workload: str, annotations: dict[str, str]
+) -> None:
+    """Write the priority boost. Advisory: a refusal (no RBAC for it, Kueue's webhook) is
+    logged and the pass goes on; the next look tries again."""
+    try:
+        stored = kube.annotate_kueue_workload(namespace, workload, annotations)
+    except KubeError as exc:
+        log.warning(
+            "%s/%s: cannot write Kueue's priority boost (%s); the operator needs patch on "
+            "workloads.kueue.x-k8s.io (the chart's kueue.priorityBoost: true)",
+            namespace, workload, exc,
+        )  # fmt: skip
+        return
+    if stored is not None:
+        cache.on_admission(None, stored)
+
+
+def plan_boost_write(
+    plan: Plan, job: dict[str, Any], finder: CheckpointFinder, cache: ClusterCache,
+    now: datetime,
+) -> None:  # fmt: skip
+    """Add the priority boost's write and next look to the plan, where the job wants one and
+    its attempt's Kueue Workload is in the cache (reconcile.priority_boost decides)."""
+    meta = job["metadata"]
+    try:
+        spec = parse_spec(job["spec"])
+    except SpecError:
+        return
+    queue = (meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL)
+    if not wants_boost(spec, queue, plan.status):
+        return
+    workload = attempt_name(meta["name"], plan.status["attempt"])
+    annotations = cache.boost_annotations(meta["namespace"], workload)
+    saved = finder.saved(spec)
+    if annotations is None or saved is None:
+        return
+    write, wake = plan_boost(spec, plan.status, saved, written_on(annotations), now)
+    if write:
+        plan.annotate_workload = (workload, write)
+    if wake is not None:
+        plan.requeue_after = wake if plan.requeue_after is None else min(plan.requeue_after, wake)
 
 
 MAX_LOOKUPS_PER_PASS = 3  # a bad checkpoint asks for one more look
@@ -183,6 +231,7 @@ def reconcile(
     plan = plan_pass(
         job, pods, nodes, finder, moment, kube.serves_workload_api, admission, scheduler_wait
     )
+    plan_boost_write(plan, job, finder, cache, moment)
     try:
         apply(kube, cache, job, plan, tell)
     except KubeError as exc:

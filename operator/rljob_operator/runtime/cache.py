@@ -19,6 +19,7 @@ from ..launcher.pods import job_of_attempt_name
 from ..preemption.classify import Admission, node_ready_condition
 
 Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
+BOOST_ANNOTATIONS = (c.KUEUE_PRIORITY_BOOST_ANNOTATION, c.PRIORITY_BOOST_TIME_ANNOTATION)
 DELETED = "DELETED"
 
 
@@ -95,6 +96,7 @@ class ClusterCache:
         self._pods_by_job: dict[Key, set[Key]] = {}  # job -> its pods' keys
         self._nodes = Store()
         self._admissions: dict[Key, Admission] = {}  # Kueue pod group -> why not admitted
+        self._boosts = Store()  # Kueue pod group -> its Workload's priority-boost annotations
 
     # ------------------------------------------------------------------ jobs
     def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
@@ -165,7 +167,16 @@ class ClusterCache:
         namespace, name = key = key_of(workload)
         conditions = (workload.get("status") or {}).get("conditions") or []
         waiting = find_condition(conditions, c.KUEUE_QUOTA_CONDITION)
+        meta = workload["metadata"]
+        kept = {k: meta[k] for k in ("namespace", "name", "resourceVersion") if k in meta}
+        annotations = meta.get("annotations") or {}
+        kept["annotations"] = {k: annotations[k] for k in BOOST_ANNOTATIONS if k in annotations}
+        boost = {"metadata": kept}
         with self._lock:
+            # A Workload seen first wakes its job (its boost may be due); a change of the
+            # boost alone (rljob's own write) wakes none.
+            appeared = event_type != DELETED and key not in self._boosts.objects
+            self._boosts.apply(event_type, boost)
             if event_type == DELETED or waiting is None or waiting.get("status") != "False":
                 changed = self._admissions.pop(key, None) is not None
             else:
@@ -174,11 +185,18 @@ class ClusterCache:
                 self._admissions[key] = admission
             job = job_of_attempt_name(name)
             known = job is not None and (namespace, job) in self._jobs.objects
-        return (namespace, job) if changed and known and job else None
+        return (namespace, job) if (changed or appeared) and known and job else None
 
     def admission(self, namespace: str, pod_group: str) -> Admission | None:
         with self._lock:
             return self._admissions.get((namespace, pod_group))
+
+    def boost_annotations(self, namespace: str, pod_group: str) -> dict[str, str] | None:
+        """The priority-boost annotations on the pod group's Kueue Workload ({} for none);
+        None while the cache holds no such Workload."""
+        with self._lock:
+            workload = self._boosts.objects.get((namespace, pod_group))
+        return None if workload is None else dict(workload["metadata"]["annotations"])
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:
