@@ -33,8 +33,9 @@ What it fakes:
   groups, rollout servers, TransferQueue): its `step` calls this file's rollout-and-update,
   and its `_save_checkpoint` this file's save;
 - a slow save, when the test asks for one (`seconds_per_deadline_save`): a pause between
-  the actors' shards and the files the frameworks write last, in the saves off the periodic
-  schedule (verl's ESI and V1 save on notice, RLinf's time limit);
+  the actors' shards and the files the frameworks write last, in the saves made under a
+  deadline (verl's ESI; with verl's V1 trainer, every save after the pod's notice; RLinf's
+  time limit);
 - RLinf's accelerator platform: RLinf knows no CPU platform, so the actors give its Worker
   one whose synchronize/empty_cache are no-ops (`cpu_platform`).
 
@@ -56,6 +57,7 @@ from typing import Any
 
 import numpy as np
 import ray
+import rljob_contract as contract
 from omegaconf import OmegaConf
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -294,9 +296,10 @@ def verl_v1_trainer(s: dict[str, Any], trainers, start: int):
             return KVBatchMeta(keys=[str(self.global_steps)], tags=[{}], partition_id="train")
 
         def _save_checkpoint(self) -> None:
-            step = self.global_steps
-            periodic = step % s["every"] == 0 or step >= s["steps"]
-            save("verl", trainers, s, step, deadline=not periodic)
+            # After the pod's notice, even the periodic save of a step races the grace.
+            notice = os.environ.get(contract.ENV_NOTICE_FILE)
+            save("verl", trainers, s, self.global_steps,
+                 deadline=bool(notice) and Path(notice).exists())  # fmt: skip
 
         def on_step_end(self) -> None:
             pass
