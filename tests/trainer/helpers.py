@@ -9,14 +9,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from kube_steps import free_port
+from kube_steps import free_port, wait_for
 from rljob_contract import ENV_GRACE_SECONDS, ENV_TERMINATION_LOG
+from rljob_contract.manifest import MANIFEST_NAME
 from rljob_testenv.scenario import EXACT_METRICS
 from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_TOKEN
 from rljob_trainer.metrics import read_metrics
@@ -154,14 +154,21 @@ def slow_rollout_env(termination_log: Path) -> dict[str, str]:
     }
 
 
-def eventually(check: Callable[[], bool], timeout: float) -> bool:
-    """Whether `check` turns true within `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
+def terminate_in_rollout(handle: Run, step: int) -> Path:
+    """SIGTERM torchrun (as Kubernetes does) once step `step` is done, in the next step's slow
+    rollout; the save of step `step` must be sealed before the grace is over, when the kubelet
+    would SIGKILL the pod. Its folder, once torchrun has ended after its workers' exit 75."""
+    assert wait_for_step(handle, step) == step
+    handle.process.send_signal(signal.SIGTERM)
+    folder = handle.checkpoint_dir / f"global_step_{step}"
+    try:
+        wait_for((folder / MANIFEST_NAME).is_file, GRACE_SECONDS,
+                 f"step {step} sealed within the grace of {GRACE_SECONDS} s")  # fmt: skip
+    except AssertionError as exc:
+        handle.wait()
+        raise AssertionError(f"{exc}\n{handle.log()[-3000:]}") from None
+    assert handle.wait() == 1, handle.log()[-3000:]
+    return folder
 
 
 def files_of(folder: Path) -> dict[str, tuple[int, int]]:

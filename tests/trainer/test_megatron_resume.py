@@ -16,15 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import (
-    GRACE_SECONDS,
     Run,
     assert_same_metrics,
-    eventually,
     kill_tree,
     metrics,
     run,
     slow_rollout_env,
     start,
+    terminate_in_rollout,
     trainer_env,
     wait_for_step,
 )
@@ -149,14 +148,7 @@ def test_tp2_notice_during_a_slow_rollout_saves_the_last_finished_step_and_resum
     termination_log = tmp_path / "termination-log"
     env = slow_rollout_env(termination_log)
     handle = start(tmp_path, config, nproc=2, env=env, log_name="terminated")
-    assert wait_for_step(handle, 3) == 3
-    handle.process.send_signal(signal.SIGTERM)
-    folder = handle.checkpoint_dir / "global_step_3"
-    sealed = eventually(lambda: (folder / MANIFEST_NAME).is_file(), timeout=GRACE_SECONDS)
-    assert handle.wait() == 1, handle.log()[-3000:]
-    assert sealed, (
-        f"step 3 not sealed within the grace of {GRACE_SECONDS} s:\n{handle.log()[-3000:]}"
-    )
+    folder = terminate_in_rollout(handle, 3)
     message = termination_log.read_text().strip()
     assert message.startswith(f"{CHECKPOINTED_ON_REQUEST_MESSAGE}: saved at step 3 in "), message
     assert [e["step"] for e in metrics(handle)] == [1, 2, 3]

@@ -13,11 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import (
-    GRACE_SECONDS,
     Run,
     assert_same_metrics,
     assert_same_weights,
-    eventually,
     files_of,
     final_weights,
     kill_tree,
@@ -25,6 +23,7 @@ from helpers import (
     run,
     slow_rollout_env,
     start,
+    terminate_in_rollout,
     wait_for_step,
 )
 from rljob_contract import CHECKPOINTED_ON_REQUEST_MESSAGE
@@ -133,15 +132,7 @@ def test_notice_during_a_slow_rollout_saves_the_last_finished_step_at_once(
     config = [*CONFIG, "runner.save_interval=2"]
     termination_log = tmp_path / "termination-log"
     handle = start(tmp_path, config, env=slow_rollout_env(termination_log), log_name="terminated")
-    assert wait_for_step(handle, 3) == 3
-    handle.process.send_signal(signal.SIGTERM)  # to torchrun only, as Kubernetes does
-    folder = handle.checkpoint_dir / "global_step_3"
-    # The kubelet would SIGKILL the pod when the grace is over: the save must be sealed by then.
-    sealed = eventually(lambda: (folder / MANIFEST_NAME).is_file(), timeout=GRACE_SECONDS)
-    assert handle.wait() == 1, handle.log()[-3000:]
-    assert sealed, (
-        f"step 3 not sealed within the grace of {GRACE_SECONDS} s:\n{handle.log()[-3000:]}"
-    )
+    folder = terminate_in_rollout(handle, 3)
     message = termination_log.read_text().strip()
     assert message.startswith(f"{CHECKPOINTED_ON_REQUEST_MESSAGE}: saved at step 3 in "), message
     assert re.search(r"\[rank1\].*stopping on request \(SIGTERM\): saved at step 3", handle.log())
