@@ -141,9 +141,12 @@ def wait_for_step(handle: Run, step: int, timeout: float = 180) -> int:
 
 
 # A slow step and a short grace: each sampled token takes SLOW_TOKEN_SECONDS more (3 per step),
-# so that finishing the step never fits in the grace, while a save does with room to spare.
-SLOW_TOKEN_SECONDS = 3
-GRACE_SECONDS = 8
+# so that finishing the step never fits in the grace, while a save does with room to spare: the
+# notice lands at most a token into the step, which leaves the save about 6 s of the 12.6 s
+# budget (a Megatron save on a busy 2-core machine outgrew the 4 s that 3 s tokens and an 8 s
+# grace left it).
+SLOW_TOKEN_SECONDS = 6
+GRACE_SECONDS = 14
 
 
 def slow_rollout_env(termination_log: Path) -> dict[str, str]:
