@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 from kube_steps import wait_for
@@ -40,10 +39,7 @@ def test_a_pods_processes_are_found_and_killed_wherever_they_went():
 
         assert set(kill_leftovers([node])) == {parent.pid, child}
         parent.wait(10)
-        deadline = time.monotonic() + 10
-        while live_processes(node) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert live_processes(node) == []
+        wait_for(lambda: live_processes(node) == [], 10, "the killed processes to be gone")
     finally:
         parent.kill()
         parent.wait()
