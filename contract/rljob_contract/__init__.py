@@ -3,10 +3,11 @@
 The one package that both rljob_operator and rljob_trainer import, so that the trainer
 never imports the operator. It holds these names, `steps` (the `global_step_N` folder
 names), `progress` (progress.json: the last finished step), `manifest` (the seal the rljob
-trainer writes last into every checkpoint and the operator checks) and `untrusted` (parsing
-JSON read from a checkpoint volume). An environment variable, an annotation or an exit code
-is spelled here once. Nothing here imports anything but the standard library, and it runs
-on Python 3.10 too: the Ray launcher ships it into the user's image (launcher.ray).
+trainer writes last into every checkpoint and the operator checks), `request` (the checkpoint
+request's value) and `untrusted` (parsing JSON read from a checkpoint volume). An environment
+variable, an annotation or an exit code is spelled here once. Nothing here imports anything
+but the standard library, and it runs on Python 3.10 too: the Ray launcher ships it into the
+user's image (launcher.ray).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ ENV_SAVE_ON_NOTICE = "RLJOB_SAVE_ON_NOTICE"  # "true" or "false"
 ENV_BACKEND = "RLJOB_BACKEND"
 
 # The operator asks a running trainer to checkpoint now by annotating its pod; a
-# downward-API volume projects the annotation's value into ENV_CHECKPOINT_REQUEST_FILE,
-# which is empty until the annotation exists.
+# downward-API volume projects the annotation's value (`request`) into
+# ENV_CHECKPOINT_REQUEST_FILE, which is empty until the annotation exists.
 CHECKPOINT_REQUEST_ANNOTATION = "rljob.io/checkpoint-request"
 PODINFO_MOUNT_PATH = "/etc/rljob/podinfo"
 CHECKPOINT_REQUEST_FILE_NAME = "checkpoint-request"

@@ -136,6 +136,7 @@ class Controller:
             changed |= self.cache.replace_pods(pods, revision, namespace)
         nodes, revision = self.kube.list_nodes()
         changed |= set(self.cache.replace_nodes(nodes, revision))
+        log.debug("relist: %d jobs changed", len(changed))
         for key in sorted(changed):
             self.queue.add(key)
 

@@ -1,15 +1,19 @@
 """The watch-driven core on the real control plane: node events wake only the jobs with
-pods there, and a pass on a stale cache loses nothing to a conflict."""
+pods there (a termination notice at once), and a pass on a stale cache loses nothing to a
+conflict."""
 
 from __future__ import annotations
 
 import re
 import time
+from datetime import UTC, datetime
 
 import pytest
 import test_recovery
 from kube_steps import stays, wait_for
 from kubernetes import client
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+from rljob_contract.request import parse_request
 from rljob_operator import constants as c
 from rljob_operator import controller as controller_module
 from rljob_operator.api.reasons import Phase
@@ -98,6 +102,31 @@ def test_a_node_event_wakes_only_the_jobs_with_pods_on_that_node(
              if p.metadata.labels.get(c.LABEL_JOB) == "far"}  # fmt: skip
     assert still == far_pods
     assert get_job(api_client, namespace, "far")["status"]["attempt"] == 0
+
+
+def test_a_termination_notice_on_a_node_asks_at_once_for_a_save_by_when_the_node_goes(
+    api_client, core, namespace, nodes, logging_operator
+):
+    """No resync is due for an hour, and the second full list after the start is past: the
+    node's event itself must wake the job, and the request carries the time the node's
+    annotation gives."""
+    create(api_client, namespace, one_node_job("near", nodes[0]))
+    wait_for(lambda: phase_is(api_client, namespace, Phase.RUNNING, "near"), what="near to run")
+    wait_for(lambda: logging_operator.log().count("relist: ") >= 2, what="the second list")
+    settled(logging_operator)
+
+    goes = "2026-12-02T21:30:00Z"
+    core.patch_node(nodes[0], {"metadata": {"annotations": {c.NODE_TERMINATION_TIME: goes}}})
+
+    def request() -> str | None:
+        (pod,) = core.list_namespaced_pod(namespace).items
+        return (pod.metadata.annotations or {}).get(CHECKPOINT_REQUEST_ANNOTATION)
+
+    asked = wait_for(request, what="the checkpoint request on the pod")
+    assert parse_request(asked).deadline == datetime(2026, 12, 2, 21, 30, tzinfo=UTC)
+    (event,) = [e for e in core.list_namespaced_event(namespace).items
+                if e.reason == "CheckpointRequested"]  # fmt: skip
+    assert f"by {goes}" in event.message and "near-a0-n0" in event.message
 
 
 def test_a_status_write_on_a_stale_cache_conflicts_then_passes_again_on_the_newest_job(

@@ -69,6 +69,22 @@ def test_a_node_wakes_only_the_jobs_with_pods_there_and_only_when_readiness_chan
     assert cache.nodes_named({"n0", "n1"}) == {"n0": None, "n1": None}
 
 
+def test_a_termination_notice_on_a_node_wakes_its_jobs_at_once():
+    """The early warning cannot wait for the periodic resync: GKE gives a spot VM 30 s."""
+    cache = ClusterCache()
+    cache.on_pod("ADDED", pod("a-n0", "a", "n0"))
+    assert cache.on_node(None, node("n0", "True")) == [("ns", "a")]
+    tainted = node("n0", "True", rv=2)
+    tainted["spec"] = {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}
+    assert cache.on_node("MODIFIED", tainted) == [("ns", "a")]
+    tainted["metadata"]["resourceVersion"] = "3"
+    assert cache.on_node("MODIFIED", tainted) == []  # nothing a job reads changed
+    annotated = node("n0", "True", rv=4)
+    annotated["spec"] = tainted["spec"]
+    annotated["metadata"]["annotations"] = {c.NODE_TERMINATION_TIME: "2026-11-29T12:00:45Z"}
+    assert cache.on_node("MODIFIED", annotated) == [("ns", "a")]  # now it says when
+
+
 def test_a_full_list_drops_what_went_while_the_watch_was_away_but_keeps_newer_entries():
     cache = ClusterCache()
     cache.on_job(None, job("gone", 5))

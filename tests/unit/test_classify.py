@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from builders import NOW, make_job, make_node, make_pod
 from rljob_operator.api.spec import RestartPolicy
-from rljob_operator.preemption.classify import Outcome, classify
+from rljob_operator.api.timestamps import parse_iso
+from rljob_operator.preemption.classify import NodeTermination, Outcome, classify, node_termination
 
 JOB = make_job()
 POLICY = RestartPolicy(retryable_exit_codes=frozenset({42}), node_not_ready_tolerance_seconds=60)
@@ -106,3 +109,47 @@ def test_a_pod_kueue_stopped_is_a_disruption_with_kueues_reason():
 
     assert (end.outcome, end.reason) == (Outcome.DISRUPTED, "StoppedByKueue")
     assert "WorkloadEvicted" in end.message and "Preempted to accommodate" in end.message
+
+
+def _going(taints: list[dict[str, str]], annotations: dict[str, str] | None = None):
+    node = make_node()
+    node["spec"]["taints"] = taints
+    node["metadata"]["annotations"] = annotations or {}
+    return node_termination(node, NOW)
+
+
+def test_a_termination_taint_with_a_documented_notice_says_when_the_node_goes():
+    # A NoExecute taint carries the time it was added; a NoSchedule one counts from now.
+    itn = {"key": "aws-node-termination-handler/spot-itn", "effect": "NoExecute",
+           "timeAdded": "2026-11-29T11:59:00Z"}  # fmt: skip
+    assert _going([itn]) == NodeTermination(
+        "taint aws-node-termination-handler/spot-itn", parse_iso("2026-11-29T12:01:00Z")
+    )
+    gke = {"key": "cloud.google.com/impending-node-termination", "effect": "NoSchedule"}
+    assert _going([gke]).deadline == NOW + timedelta(seconds=30)
+    # Karpenter gives no fixed time: the node goes, when is not said.
+    assert _going([{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]) == NodeTermination(
+        "taint karpenter.sh/disrupted", None
+    )
+    assert _going([{"key": "example.com/other", "effect": "NoSchedule"}]) is None
+
+
+def test_the_termination_time_annotation_says_when_and_outranks_a_taint():
+    karpenter = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+    said = {"rljob.io/termination-time": "2026-11-29T12:00:45Z"}
+    assert _going(karpenter, said) == NodeTermination(
+        "annotation rljob.io/termination-time", parse_iso("2026-11-29T12:00:45Z")
+    )
+    assert _going([], said).deadline == parse_iso("2026-11-29T12:00:45Z")
+    # A time that does not parse says nothing; the taint still does.
+    assert _going(karpenter, {"rljob.io/termination-time": "soon"}) == NodeTermination(
+        "taint karpenter.sh/disrupted", None
+    )
+
+
+def test_a_signal_exit_on_an_annotated_node_is_a_node_termination():
+    node = make_node()
+    node["metadata"]["annotations"] = {"rljob.io/termination-time": "2026-11-29T12:00:45Z"}
+    end = classify(make_pod(JOB, 0, 0, phase="Failed", exit_code=143), node, POLICY, NOW)
+    assert (end.outcome, end.reason) == (Outcome.DISRUPTED, "NodeTermination")
+    assert "is going away (annotation rljob.io/termination-time)" in end.message

@@ -537,6 +537,23 @@ def test_termination_taint_asks_every_running_trainer_to_checkpoint_once():
     assert decide(job, asked, nodes, NOW).request_checkpoint == []
 
 
+def test_a_checkpoint_request_says_when_the_first_of_the_gangs_nodes_goes():
+    job = started(make_job(), phase=Phase.RUNNING)
+    itn = make_node("gpu-node-0", taints=["aws-node-termination-handler/spot-itn"])
+    itn["spec"]["taints"][0] |= {"effect": "NoExecute", "timeAdded": "2026-11-29T11:59:30Z"}
+    gke = make_node("gpu-node-1", taints=["cloud.google.com/impending-node-termination"])
+
+    plan = decide(job, pods_of(job), {"gpu-node-0": itn, "gpu-node-1": gke}, NOW)
+
+    # The spot notice came 30 s ago and gives 2 minutes; GKE's, seen now, gives 30 s.
+    assert plan.checkpoint_deadline == NOW + timedelta(seconds=30)
+    (event,) = [e for e in plan.events if e.reason == "CheckpointRequested"]
+    assert event.message.startswith("asked 2 pods to save now, by 2026-11-29T12:00:30Z: ")
+    gke["spec"]["taints"] = []
+    plan = decide(job, pods_of(job), {"gpu-node-0": itn, "gpu-node-1": gke}, NOW)
+    assert plan.checkpoint_deadline == NOW + timedelta(seconds=90)
+
+
 def test_failure_is_no_reason_to_ask_for_a_checkpoint():
     job = started(make_job(), phase=Phase.RUNNING)
     pods = [

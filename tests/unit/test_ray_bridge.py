@@ -10,12 +10,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import rljob_contract as contract
 from builders import mounted_launcher
 from rljob_contract import progress
+from rljob_contract.request import format_request
 from rljob_operator.launcher import ray_node
 from rljob_operator.launcher import rljob_ray_bridge as bridge
 from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
@@ -284,6 +286,21 @@ def test_the_head_ends_the_driver_when_the_grace_period_is_nearly_spent(tmp_path
     code, message = ray_node.supervise_driver(process, notice, lambda: (progress.RUNNING, 13))
     assert process.poll() is not None and code != contract.EXIT_CHECKPOINTED_ON_REQUEST
     assert "did not save within the grace period (2 s); the last finished step is 13" in message
+
+
+def test_the_head_ends_the_driver_before_the_node_goes_when_that_is_sooner(tmp_path):
+    """A SIGTERM with a grace of 5 minutes, and then the request, which says that the node
+    goes in about 3 s: the head waits for that, not for the grace period."""
+    request = tmp_path / "checkpoint-request"
+    notice = ray_node.Notice(tmp_path / "notice", 300, str(request))
+    process = driver(tmp_path)
+    notice.give("SIGTERM")
+    goes = datetime.now(UTC) + timedelta(seconds=3)
+    request.write_text(format_request(datetime.now(UTC), goes))
+    began = time.monotonic()
+    _, message = ray_node.supervise_driver(process, notice, lambda: (progress.RUNNING, 13))
+    assert time.monotonic() - began < 30 and process.poll() is not None
+    assert "did not save within the time left before the node goes" in message
 
 
 def test_a_checkpoint_request_is_a_notice_and_sigterm_ends_the_node_only_after_it(tmp_path):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 
 import pytest
+from rljob_contract.request import CheckpointRequest, format_request, parse_request
 from rljob_trainer.deadline import (
     Decision,
     Phase,
@@ -12,6 +14,7 @@ from rljob_trainer.deadline import (
     decide,
     describe,
     notice_budget,
+    notice_deadline,
     rest_of_step,
 )
 from rljob_trainer.faults import (
@@ -107,6 +110,53 @@ def test_rest_of_step(args: tuple, expected: float | None) -> None:
 )
 def test_notice_budget(grace: float | None, env: dict[str, str], expected: float | None) -> None:
     assert notice_budget(grace, env) == expected
+
+
+@pytest.mark.parametrize(
+    ("budget", "node_ends_at", "expected"),
+    [
+        (270.0, None, 1270.0),  # the grace period only
+        (None, None, None),
+        # The node goes 30 s after the notice: sooner, less a tenth for leaving.
+        (270.0, 1030.0, 1027.0),
+        (None, 1030.0, 1027.0),
+        (270.0, 1005.0, 1004.0),  # at least a second for leaving
+        (13.5, 1030.0, 1013.5),  # the grace period is sooner still
+        (270.0, 990.0, 989.0),  # read late: the node's time passed before the notice
+    ],
+)
+def test_notice_deadline(
+    budget: float | None, node_ends_at: float | None, expected: float | None
+) -> None:
+    assert notice_deadline(1000.0, budget, node_ends_at) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "requested_at", "deadline"),
+    [
+        ("2026-12-02T21:00:00Z", "2026-12-02T21:00:00Z", None),
+        (
+            "2026-12-02T21:00:00Z deadline=2026-12-02T21:02:00Z",
+            "2026-12-02T21:00:00Z",
+            "2026-12-02T21:02:00Z",
+        ),
+        # A part that does not parse is left out: the request stands.
+        ("2026-12-02T21:00:00Z deadline=soon", "2026-12-02T21:00:00Z", None),
+        ("now", None, None),
+    ],
+)
+def test_checkpoint_request_value(
+    value: str, requested_at: str | None, deadline: str | None
+) -> None:
+    def parsed(text: str | None) -> datetime | None:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+    request = parse_request(value)
+    assert request == CheckpointRequest(parsed(requested_at), parsed(deadline))
+    if request.requested_at is not None:
+        assert format_request(request.requested_at, request.deadline) == value.replace(
+            " deadline=soon", ""
+        )
 
 
 @pytest.mark.parametrize(

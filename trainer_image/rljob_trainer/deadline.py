@@ -1,5 +1,8 @@
 """What to do on a notice (SIGTERM or the checkpoint request) so that a save meets its deadline.
 
+The deadline is the pod's grace period after the notice, or sooner where the checkpoint
+request says when the node goes (a cloud's termination notice, which the operator reads).
+
 Pure functions of the clock, the deadline and the trainer's own measurements: no torch, no
 process group. The loop asks at every token of a rollout and at every step boundary; the ranks
 then agree on the largest decision (`Decision` is ordered), so that one rank short of time is
@@ -120,7 +123,25 @@ def notice_budget(grace_seconds: float | None, env: Mapping[str, str]) -> float 
     if torchrun:
         with contextlib.suppress(ValueError):  # torchrun refuses it itself
             budget = min(budget, float(torchrun))
-    return max(budget - max(MIN_EXIT_SECONDS, EXIT_SHARE * budget), 0.0)
+    return max(budget - _exit_share(budget), 0.0)
+
+
+def notice_deadline(
+    noticed_at: float, budget: float | None, node_ends_at: float | None
+) -> float | None:
+    """When the save must be sealed: `budget` after the notice, or, where the checkpoint
+    request says when the node goes (`node_ends_at`, on the same clock), before that less a
+    share for leaving, whichever is first. None where neither is known."""
+    ends = []
+    if budget is not None:
+        ends.append(noticed_at + budget)
+    if node_ends_at is not None:
+        ends.append(node_ends_at - _exit_share(max(node_ends_at - noticed_at, 0.0)))
+    return min(ends, default=None)
+
+
+def _exit_share(seconds: float) -> float:
+    return max(MIN_EXIT_SECONDS, EXIT_SHARE * seconds)
 
 
 def describe(decision: Decision, step: int, newest_saved: int | None, seconds: float) -> str:

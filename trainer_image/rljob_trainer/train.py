@@ -32,7 +32,15 @@ from rljob_trainer import grpo
 from rljob_trainer.checkpoint import CheckpointError, CheckpointManager
 from rljob_trainer.config import TrainerConfig
 from rljob_trainer.data import PromptSampler
-from rljob_trainer.deadline import Decision, Phase, Situation, decide, describe, notice_budget
+from rljob_trainer.deadline import (
+    Decision,
+    Phase,
+    Situation,
+    decide,
+    describe,
+    notice_budget,
+    notice_deadline,
+)
 from rljob_trainer.deadline import rest_of_step as estimate_rest_of_step
 from rljob_trainer.faults import NO_FAULTS, Faults
 from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, StepTiming, write_progress
@@ -219,10 +227,9 @@ class Trainer:
         if self.stop.reason() is None:
             return Decision.GO_ON
         now = time.monotonic()
-        noticed_at = self.stop.noticed_at
-        deadline = None
-        if self.notice_budget is not None and noticed_at is not None:
-            deadline = noticed_at + self.notice_budget
+        assert self.stop.noticed_at is not None  # set with the reason
+        deadline = notice_deadline(self.stop.noticed_at, self.notice_budget,
+                                   self.stop.node_ends_at)  # fmt: skip
         step_rest = None
         if phase is Phase.ROLLOUT:
             step_rest = estimate_rest_of_step(

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
 from rljob_contract import progress
+from rljob_contract.request import parse_request
 
 ENV_HEAD_ADDRESS = "RLJOB_RAY_HEAD_ADDRESS"  # host:port of the head's GCS
 ENV_NNODES = "RLJOB_RAY_NNODES"
@@ -144,7 +145,8 @@ def stop_wait(notice: Notice) -> float:
 
 
 class Notice:
-    """SIGTERM or the checkpoint request, recorded once, with the time it leaves.
+    """SIGTERM or the checkpoint request, recorded once, with the time it leaves: the grace
+    period, or less where the request says when the node goes.
 
     `file` is the pod's notice file: created on notice, read by the bridge.
     """
@@ -156,6 +158,8 @@ class Notice:
         self.save = save  # spec.ray.saveOnNotice: whether the framework saves on it
         self.terminated = False  # SIGTERM: the pod goes; a request alone only asks for a save
         self.given_at: float | None = None
+        self.requested = False
+        self.node_ends_at: float | None = None  # monotonic, where the request says
 
     def give(self, why: str) -> None:
         if why == "SIGTERM":
@@ -167,19 +171,35 @@ class Notice:
             print(f"rljob: notice ({why}): saving through the framework", flush=True)
 
     def poll_request(self) -> None:
-        if self.given_at is not None or not self.request_file:
+        """Read the request, also after a SIGTERM: only it says when the node goes."""
+        if self.requested or not self.request_file:
             return
         try:
             asked = Path(self.request_file).read_text(encoding="utf-8").strip()
         except OSError:
             return
         if asked:
+            self.requested = True
+            deadline = parse_request(asked).deadline
+            if deadline is not None:
+                self.node_ends_at = time.monotonic() + deadline.timestamp() - time.time()
             self.give("checkpoint request")
 
     def seconds_left(self, margin: float) -> float:
         if self.given_at is None:
             return float("inf")
-        return self.given_at + self.grace - margin - time.monotonic()
+        return self._ends_at() - margin - time.monotonic()
+
+    def _ends_at(self) -> float:
+        assert self.given_at is not None
+        ends = self.given_at + self.grace
+        return ends if self.node_ends_at is None else min(ends, self.node_ends_at)
+
+    def limit(self) -> str:
+        """What bounds the save, in words."""
+        if self.given_at is not None and self._ends_at() == self.node_ends_at:
+            return f"the time left before the node goes ({self.node_ends_at - self.given_at:.0f} s)"
+        return f"the grace period ({self.grace:g} s)"
 
 
 def _notice_from_env() -> Notice:
@@ -256,7 +276,7 @@ def supervise_driver(
             elif seen is None:
                 why = "no step of this attempt has finished through rljob's bridge"
             elif notice.seconds_left(margin) <= 0:
-                why = f"the driver did not save within the grace period ({notice.grace:g} s)"
+                why = f"the driver did not save within {notice.limit()}"
             if why:
                 _end_group(driver, stop_wait(notice))
                 last = f"; the last finished step is {seen[1]}" if seen else ""

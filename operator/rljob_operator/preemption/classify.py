@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -22,18 +22,20 @@ from ..api.spec import RestartPolicy
 from ..api.status import find_condition
 from ..api.timestamps import parse_iso
 
-# Taints that cloud providers and autoscalers put on a node that is about to go away.
-TERMINATION_TAINTS = frozenset(
-    {
-        "aws-node-termination-handler/spot-itn",
-        "aws-node-termination-handler/rebalance-recommendation",
-        "karpenter.sh/disrupted",
-        "karpenter.sh/disruption",
-        "cloud.google.com/impending-node-termination",
-        "node.kubernetes.io/out-of-service",
-        "ToBeDeletedByClusterAutoscaler",
-    }
-)
+# Taints that cloud providers and autoscalers put on a node that is about to go away, and how
+# many seconds after the taint the node goes where the provider documents one (None: no fixed
+# time, the pods get their grace period). AWS gives a spot instance two minutes' notice (the
+# node termination handler taints on it); GKE gives a spot VM 30 s (the kubelet's graceful
+# node shutdown taints on it). A rebalance recommendation is only a hint.
+TERMINATION_TAINTS: dict[str, float | None] = {
+    "aws-node-termination-handler/spot-itn": 120.0,
+    "aws-node-termination-handler/rebalance-recommendation": None,
+    "karpenter.sh/disrupted": None,
+    "karpenter.sh/disruption": None,
+    "cloud.google.com/impending-node-termination": 30.0,
+    "node.kubernetes.io/out-of-service": None,
+    "ToBeDeletedByClusterAutoscaler": None,
+}
 SIGNAL_EXIT_CODES = frozenset({137, 143})  # 128 + SIGKILL, 128 + SIGTERM
 # Why the kubelet cannot start a container: it retries these by itself, so the pod stays
 # Pending and nothing ends; the job reports them instead of waiting in silence.
@@ -67,6 +69,43 @@ class PodEnd:
 
 
 @dataclass(frozen=True)
+class NodeTermination:
+    """A node that says it is going away: the taint or annotation that says so, and when it
+    goes, where that is known."""
+
+    sign: str  # "taint <key>" or "annotation <key>"
+    deadline: datetime | None
+
+
+def node_termination(node: dict[str, Any], now: datetime) -> NodeTermination | None:
+    """Whether the node is going away, and when.
+
+    The annotation `rljob.io/termination-time` (an RFC 3339 time, set by whatever learns it
+    from the cloud, such as a termination handler reading the instance's metadata) says both;
+    otherwise a known termination taint says so, and when the node goes is the taint's
+    `timeAdded` (or, for taints that carry none, `now`: when rljob saw it) plus the
+    provider's notice, where it has one.
+    """
+    annotated = (node.get("metadata", {}).get("annotations") or {}).get(c.NODE_TERMINATION_TIME)
+    if annotated:
+        try:
+            return NodeTermination(f"annotation {c.NODE_TERMINATION_TIME}", parse_iso(annotated))
+        except ValueError:
+            pass  # an unreadable time says nothing; a taint may still say the node goes
+    for taint in node.get("spec", {}).get("taints") or []:
+        key = taint.get("key")
+        if key not in TERMINATION_TAINTS:
+            continue
+        notice = TERMINATION_TAINTS[key]
+        if notice is None:
+            return NodeTermination(f"taint {key}", None)
+        added = taint.get("timeAdded")
+        since = parse_iso(added) if added else now
+        return NodeTermination(f"taint {key}", since + timedelta(seconds=notice))
+    return None
+
+
+@dataclass(frozen=True)
 class PodFacts:
     """Everything the rules read about one pod, pulled out of the raw objects once."""
 
@@ -80,7 +119,7 @@ class PodFacts:
     termination_reason: str | None
     termination_message: str
     node_known: bool  # False when the pod names a node that no longer exists
-    node_termination_taint: str | None
+    node_termination: NodeTermination | None
     node_not_ready_seconds: float | None
     ready: bool = False  # the pod's Ready condition (its readiness probe, if it has one)
     not_starting: tuple[str, str] | None = None  # (kubelet reason, message) of a stuck container
@@ -195,10 +234,6 @@ def facts(
         None,
     )
     terminated = _trainer_termination(pod)
-    taint = None
-    if node is not None:
-        taints = node.get("spec", {}).get("taints") or []
-        taint = next((t["key"] for t in taints if t.get("key") in TERMINATION_TAINTS), None)
     not_ready_for = not_ready_seconds(node, now) if node is not None else None
     return PodFacts(
         name=meta.get("name", ""),
@@ -211,7 +246,7 @@ def facts(
         termination_reason=terminated.get("reason") if terminated else None,
         termination_message=(terminated.get("message") or "") if terminated else "",
         node_known=node is not None or node_name is None,
-        node_termination_taint=taint,
+        node_termination=node_termination(node, now) if node is not None else None,
         node_not_ready_seconds=not_ready_for,
         ready=any(
             cond.get("type") == "Ready" and cond.get("status") == "True"
@@ -288,11 +323,11 @@ def _exit(f: PodFacts, policy: RestartPolicy):
             Reason.CHECKPOINTED_ON_REQUEST,
             "the trainer saved and stopped as asked",
         )
-    if code in SIGNAL_EXIT_CODES and f.node_termination_taint:
+    if code in SIGNAL_EXIT_CODES and f.node_termination:
         return (
             Outcome.DISRUPTED,
             Reason.NODE_TERMINATION,
-            f"exit {code} while node {f.node_name} has taint {f.node_termination_taint}",
+            f"exit {code} while node {f.node_name} is going away ({f.node_termination.sign})",
         )
     if code is not None and code in policy.retryable_exit_codes:
         return Outcome.DISRUPTED, Reason.RETRYABLE_EXIT_CODE, f"exit code {code} is retryable"

@@ -46,7 +46,8 @@ class Observed:
     missing: tuple[int, ...]  # ranks of the current attempt with no pod
     stale: tuple[str, ...]  # pods of other attempts, still present
     running: int
-    warned: tuple[str, ...] = ()  # active pods whose node carries a termination taint
+    warned: tuple[str, ...] = ()  # active pods whose node says it is going away
+    node_deadline: datetime | None = None  # when the first of their nodes goes, where known
     unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
     ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
     stuck: Stuck = Stuck()  # active pods that have not started
@@ -103,6 +104,7 @@ def observe(
     stale: list[str] = []
     stale_unended: list[str] = []
     warned: list[str] = []
+    node_deadline: datetime | None = None
     unrequested: list[str] = []
     ready: set[int] = set()
     active: list[PodFacts] = []
@@ -123,8 +125,11 @@ def observe(
             ready.add(rank)
         if end.outcome is Outcome.ACTIVE:
             active.append(pod_facts)
-        if end.outcome is Outcome.ACTIVE and pod_facts.node_termination_taint:
+        going = pod_facts.node_termination
+        if end.outcome is Outcome.ACTIVE and going:
             warned.append(meta["name"])
+            if going.deadline and (node_deadline is None or going.deadline < node_deadline):
+                node_deadline = going.deadline
         requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
         if pod_facts.phase == "Running" and pod_facts.exit_code is None and not requested:
             unrequested.append(meta["name"])
@@ -137,8 +142,8 @@ def observe(
         1 for e in current.values() if e.outcome is Outcome.ACTIVE and e.reason == "Running"
     )
     return Observed(
-        current, missing, tuple(sorted(stale)), running, tuple(warned), tuple(unrequested),
-        frozenset(ready), stuck(active), tuple(sorted(stale_unended)),
+        current, missing, tuple(sorted(stale)), running, tuple(warned), node_deadline,
+        tuple(unrequested), frozenset(ready), stuck(active), tuple(sorted(stale_unended)),
     )  # fmt: skip
 
 

@@ -52,6 +52,7 @@ class Plan:
     delete: list[str] = field(default_factory=list)  # pod names, deleted with their grace period
     force_delete: list[str] = field(default_factory=list)  # on a node that is gone: grace 0
     request_checkpoint: list[str] = field(default_factory=list)  # pods to ask to save now
+    checkpoint_deadline: datetime | None = None  # when the request says the save must be done
     release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
     delete_pod_groups: list[str] = field(default_factory=list)  # of attempts that are over
     # The attempt's Kueue Workload and the priority-boost annotations to merge into it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..api.reasons import EventType, Phase, Reason
 from ..api.spec import JobSpec
+from ..api.timestamps import iso
 from ..preemption.classify import Outcome
 from .observe import Observed
 from .plan import Pass
@@ -32,12 +33,15 @@ def progress(p: Pass, spec: JobSpec, seen: Observed) -> None:
 
 
 def request_checkpoint(p: Pass, seen: Observed) -> None:
-    """Early warning: a node is going away, so ask every running trainer to save now."""
+    """Early warning: a node is going away, so ask every running trainer to save now, by the
+    time the first of the gang's nodes goes where that is known (the save is collective)."""
     if not seen.unrequested:
         return
     p.plan.request_checkpoint = list(seen.unrequested)
+    p.plan.checkpoint_deadline = seen.node_deadline
     why = f"pods {', '.join(seen.warned)} are on terminating nodes" if seen.warned else (
         f"{seen.disruptions[0].reason} on {seen.disruptions[0].pod}"
     )  # fmt: skip
+    by = f", by {iso(seen.node_deadline)}" if seen.node_deadline else ""
     p.event(EventType.NORMAL, Reason.CHECKPOINT_REQUESTED,
-            f"asked {len(seen.unrequested)} pods to save now: {why}")  # fmt: skip
+            f"asked {len(seen.unrequested)} pods to save now{by}: {why}")  # fmt: skip

@@ -17,11 +17,11 @@ from functools import partial
 from typing import Any
 
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+from rljob_contract.request import format_request
 
 from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import SpecError, parse_spec
-from ..api.timestamps import iso
 from ..kube import Kube, KubeError
 from ..launcher.inspector import inspector_name
 from ..launcher.pods import attempt_name
@@ -73,8 +73,9 @@ def apply(
             cache.on_pod(None, created)
     if patch:
         cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
+    request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
     for pod in plan.request_checkpoint:
-        kube.annotate_pod(namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, iso(datetime.now(UTC)))
+        kube.annotate_pod(namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
     for pod in plan.delete:
         kube.delete_pod(namespace, pod)
     for pod in plan.force_delete:

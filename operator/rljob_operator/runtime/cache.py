@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from .. import constants as c
 from ..api.status import find_condition
 from ..launcher.pods import job_of_attempt_name
-from ..preemption.classify import Admission, node_ready_condition
+from ..preemption.classify import Admission, NodeTermination, node_ready_condition, node_termination
 
 Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
 BOOST_ANNOTATIONS = (c.KUEUE_PRIORITY_BOOST_ANNOTATION, c.PRIORITY_BOOST_TIME_ANNOTATION)
@@ -83,9 +84,13 @@ class Store:
         return touched
 
 
-def _readiness(node: dict[str, Any]) -> str | None:
-    """The status of the node's Ready condition ("True", "False", "Unknown"), if any."""
-    return (node_ready_condition(node) or {}).get("status")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _what_jobs_read(node: dict[str, Any]) -> tuple[str | None, NodeTermination | None]:
+    """What a job's pass reads of a node: the status of its Ready condition ("True",
+    "False", "Unknown"), and whether (and when) it is going away."""
+    return (node_ready_condition(node) or {}).get("status"), node_termination(node, _EPOCH)
 
 
 class ClusterCache:
@@ -201,13 +206,18 @@ class ClusterCache:
     # ------------------------------------------------------------------ nodes
     def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:
         """Take a node's event; the jobs to wake: those with pods on the node, when it came,
-        went, or changed readiness. A heartbeat that changes nothing else wakes none."""
+        went, or changed readiness or a termination notice (a taint, or the termination-time
+        annotation). A heartbeat that changes nothing else wakes none."""
         name = node["metadata"]["name"]
         with self._lock:
             old = self._nodes.objects.get(("", name))
             if not self._nodes.apply(event_type, node):
                 return []
-            if event_type != DELETED and old is not None and _readiness(old) == _readiness(node):
+            if (
+                event_type != DELETED
+                and old is not None
+                and (_what_jobs_read(old) == _what_jobs_read(node))
+            ):
                 return []
             return self._jobs_on_locked({name})
 
