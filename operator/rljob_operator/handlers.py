@@ -18,7 +18,7 @@ from kubernetes import client, config
 
 from . import constants as c
 from .controller import RESYNC_SECONDS, WORKERS, Controller
-from .kube import Kube
+from .kube import CountingApiClient, Kube
 from .reconcile.lookup import CheckpointFinder
 from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
 from .runtime.events import LANES
@@ -68,7 +68,7 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     # One connection per thread that calls the API at once; the client's default (5 per core)
     # makes the rest open a new TLS connection per request under a burst, and throw it away.
     configuration.connection_pool_maxsize = WORKERS + LANES + 4
-    api = client.ApiClient(configuration)
+    api = CountingApiClient(configuration)
     kube = Kube(api)
     _controller = Controller(
         kube,

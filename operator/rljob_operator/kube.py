@@ -9,12 +9,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import uuid
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from prometheus_client import Counter
 
 from . import constants as c
 from .api.timestamps import iso
@@ -39,6 +42,45 @@ class KubeError(RuntimeError):
         RBAC's refusals all say "<user> cannot <verb> resource ..."; admission's never do.
         """
         return self.status == 403 and " cannot " not in self.detail
+
+
+log = logging.getLogger(__name__)
+
+API_REQUESTS = Counter(
+    "rljob_api_requests_total",
+    "Requests this replica sent to the API server through its client (not kopf's watches)",
+    ["verb", "resource"],
+)
+_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+
+
+def verb_and_resource(method: str, url: str) -> tuple[str, str]:
+    """The request as Kubernetes' audit names it: ("patch", "pods/status"), ("list", "pods").
+
+    The path is /api/v1/... or /apis/<group>/<version>/..., then namespaces/<ns>/ for a
+    namespaced object, then <resource>[/<name>[/<subresource>]]."""
+    parts = [p for p in urlsplit(url).path.split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return "get", "discovery"  # /apis/<group>/<version>: what the group serves
+    resource = rest[0]
+    if len(rest) >= 3:
+        resource += f"/{rest[2]}"
+    verb = _VERBS.get(method.upper(), "get" if len(rest) >= 2 else "list")
+    return verb, resource
+
+
+class CountingApiClient(client.ApiClient):
+    """The kubernetes client, counting each request by verb and resource
+    (rljob_api_requests_total), so that the cost of a recovery can be read off /metrics."""
+
+    def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        verb, resource = verb_and_resource(method, url)
+        API_REQUESTS.labels(verb, resource).inc()
+        log.debug("request: %s %s %s", verb, resource, urlsplit(url).path)
+        return super().call_api(method, url, *args, **kwargs)
 
 
 def _data(response: Any) -> Any:
@@ -113,14 +155,17 @@ class Kube:
                 raise KubeError(f"annotate Kueue Workload {namespace}/{name}", exc) from exc
             return None
 
-    def release_pod(self, namespace: str, name: str) -> None:
-        """Drop rljob's finalizer from a pod, leaving any other finalizer in place."""
+    def release_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Drop rljob's finalizer from a pod, leaving any other finalizer in place; the pod as
+        stored, None if it is gone (the release let it go)."""
         body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [c.FINALIZER]}}
         try:
-            self.core.patch_namespaced_pod(name, namespace, body)
+            return _data(self.core.patch_namespaced_pod(name, namespace, body,
+                                                        _preload_content=False))  # fmt: skip
         except ApiException as exc:
             if exc.status != 404:
                 raise KubeError(f"release pod {namespace}/{name}", exc) from exc
+            return None
 
     def get_nodes(self, names: set[str]) -> dict[str, dict[str, Any] | None]:
         """The named nodes; None for one that no longer exists."""

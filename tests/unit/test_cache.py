@@ -56,6 +56,16 @@ def test_pods_are_found_by_their_job_and_their_event_names_the_job():
     assert [p["metadata"]["name"] for p in cache.pods_of("ns", "a")] == ["a-n0"]
 
 
+def test_our_own_write_that_returns_after_the_deleted_event_brings_no_ghost_back():
+    cache = ClusterCache()
+    cache.on_pod("ADDED", pod("a-n0", "a", "n0", rv=5))
+    cache.on_pod(DELETED, pod("a-n0", "a", "n0", rv=7))  # the release let it go
+    cache.on_pod(None, pod("a-n0", "a", "n0", rv=6))  # the release's reply, late
+    assert cache.pods_of("ns", "a") == []
+    cache.on_pod("ADDED", pod("a-n0", "a", "n0", rv=9))  # made again under the same name
+    assert [p["metadata"]["resourceVersion"] for p in cache.pods_of("ns", "a")] == ["9"]
+
+
 def test_a_node_wakes_only_the_jobs_with_pods_there_and_only_when_readiness_changes():
     cache = ClusterCache()
     cache.on_pod("ADDED", pod("a-n0", "a", "n0"))

@@ -554,6 +554,28 @@ def test_a_checkpoint_request_says_when_the_first_of_the_gangs_nodes_goes():
     assert plan.checkpoint_deadline == NOW + timedelta(seconds=90)
 
 
+def test_pods_this_pass_deletes_are_not_asked_to_save_unless_the_request_says_when_the_node_goes():
+    """Their SIGTERM is the same notice; only a request carries the node's time."""
+    job = started(make_job(), phase=Phase.RUNNING)
+    pods = [make_pod(job, 0, 0, disruption="EvictionByEvictionAPI"),
+            make_pod(job, 0, 1, node="gpu-node-1")]  # fmt: skip
+
+    plan = decide(job, pods, NODES, NOW)
+
+    assert sorted(plan.delete) == ["grpo-a0-n0", "grpo-a0-n1"]
+    assert plan.request_checkpoint == []
+    assert "CheckpointRequested" not in [e.reason for e in plan.events]
+    going = {
+        **NODES,
+        "gpu-node-1": make_node(
+            "gpu-node-1", taints=["cloud.google.com/impending-node-termination"]
+        ),
+    }
+    plan = decide(job, pods, going, NOW)
+    assert sorted(plan.request_checkpoint) == ["grpo-a0-n0", "grpo-a0-n1"]
+    assert plan.checkpoint_deadline == NOW + timedelta(seconds=30)
+
+
 def test_failure_is_no_reason_to_ask_for_a_checkpoint():
     job = started(make_job(), phase=Phase.RUNNING)
     pods = [

@@ -113,10 +113,12 @@ def _decide(
             # would spend its grace period draining towards a head that is gone.
             p.plan.force_delete, p.plan.delete = p.plan.delete, []
         return
-    if seen.disruptions or seen.warned:
-        request_checkpoint(p, seen)
-    if seen.disruptions or seen.failures:
+    ended = bool(seen.disruptions or seen.failures)
+    if ended:
         attempt_ended(p, spec, seen)
+    if seen.disruptions or seen.warned:
+        request_checkpoint(p, seen)  # after the deletes are planned: it skips those pods
+    if ended:
         return
     p.plan.delete = list(seen.stale)
     if seen.stale_unended:  # the old gang may still run (a trainer saving on SIGTERM)

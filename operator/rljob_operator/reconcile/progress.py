@@ -25,7 +25,9 @@ def progress(p: Pass, spec: JobSpec, seen: Observed) -> None:
     else:
         phase = Phase.RESTARTING if attempt else Phase.PENDING
         reason = Reason.PODS_NOT_RUNNING
-        message = f"attempt {attempt}: {seen.running} of {spec.nnodes} pods running"
+        # No count of the pods running so far: each new count would be one more status
+        # write per pod of the gang as it comes up (the Running Event says when all run).
+        message = f"attempt {attempt}: waiting for its {spec.nnodes} pods to run"
     if status.get("phase") != phase and phase == Phase.RUNNING:
         p.event(EventType.NORMAL, Reason.RUNNING, message)
     p.phase(phase, reason, message)
@@ -34,14 +36,20 @@ def progress(p: Pass, spec: JobSpec, seen: Observed) -> None:
 
 def request_checkpoint(p: Pass, seen: Observed) -> None:
     """Early warning: a node is going away, so ask every running trainer to save now, by the
-    time the first of the gang's nodes goes where that is known (the save is collective)."""
-    if not seen.unrequested:
+    time the first of the gang's nodes goes where that is known (the save is collective).
+
+    A pod this pass deletes is not asked: its SIGTERM is the same notice, a moment later, and
+    the request would be one more write per pod; unless the request says when the node goes,
+    which the SIGTERM does not."""
+    going = set() if seen.node_deadline else set(p.plan.delete)
+    asked = [pod for pod in seen.unrequested if pod not in going]
+    if not asked:
         return
-    p.plan.request_checkpoint = list(seen.unrequested)
+    p.plan.request_checkpoint = asked
     p.plan.checkpoint_deadline = seen.node_deadline
     why = f"pods {', '.join(seen.warned)} are on terminating nodes" if seen.warned else (
         f"{seen.disruptions[0].reason} on {seen.disruptions[0].pod}"
     )  # fmt: skip
     by = f", by {iso(seen.node_deadline)}" if seen.node_deadline else ""
     p.event(EventType.NORMAL, Reason.CHECKPOINT_REQUESTED,
-            f"asked {len(seen.unrequested)} pods to save now{by}: {why}")  # fmt: skip
+            f"asked {len(asked)} pods to save now{by}: {why}")  # fmt: skip

@@ -81,7 +81,9 @@ def apply(
     for pod in plan.force_delete:
         kube.delete_pod(namespace, pod, grace_seconds=0)
     for pod in plan.release:
-        kube.release_pod(namespace, pod)
+        released = kube.release_pod(namespace, pod)
+        if released:  # the next pass must not release it again before the watch brings this
+            cache.on_pod(None, released)
     for group in plan.delete_pod_groups:
         kube.delete_pod_group(namespace, group)
     if plan.annotate_workload:

@@ -47,16 +47,27 @@ def _older(new: dict[str, Any], old: dict[str, Any] | None) -> bool:
 
 
 class Store:
-    """Objects of one kind by key, never moved back to an older revision."""
+    """Objects of one kind by key, never moved back to an older revision, nor back from a
+    deletion: a write of ours that returns after the watch's DELETED event (a finalizer
+    released, so the pod went) must not bring a ghost back."""
 
     def __init__(self) -> None:
         self.objects: dict[Key, dict[str, Any]] = {}
+        self.deleted: dict[Key, int] = {}  # key -> the revision it was deleted at
 
     def apply(self, event_type: str | None, obj: dict[str, Any]) -> bool:
         """Take a watch event (or our own write); whether the store changed."""
         key = key_of(obj)
         if event_type == DELETED:
+            revision = _revision(obj)
+            if revision is not None:
+                self.deleted[key] = revision
             return self.objects.pop(key, None) is not None
+        revision = _revision(obj)
+        if key in self.deleted:
+            if revision is not None and revision <= self.deleted[key]:
+                return False
+            del self.deleted[key]  # made again since
         old = self.objects.get(key)
         if old == obj or _older(obj, old):
             return False
@@ -70,6 +81,8 @@ class Store:
         it lacks and is not newer is gone. Returns the keys added, changed or removed."""
         listed = {key_of(o): o for o in listed}
         at = int(revision) if revision.isdigit() else None
+        if at is not None:  # the list is the truth as of `at`: older deletions are in it
+            self.deleted = {k: r for k, r in self.deleted.items() if r > at}
         touched = set()
         for key, old in list(self.objects.items()):
             newer = at is not None and (_revision(old) or 0) > at

@@ -1,0 +1,76 @@
+"""What one recovery costs the API server, counted by the operator's own client
+(rljob_api_requests_total on its /metrics) on the real control plane."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+import test_recovery
+from kube_steps import wait_for
+from kubernetes import client
+from rljob_testenv.operator_process import OperatorProcess, run_operator
+from test_job_lifecycle import get_job
+from test_recovery import assert_one_recovery_from_step_20, job_body, resumed_gang, start
+from test_watch_driven import settled
+
+nodes, claim, volume = test_recovery.nodes, test_recovery.claim, test_recovery.volume
+REQUESTS = re.compile(
+    r'^rljob_api_requests_total\{resource="([^"]*)",verb="([^"]*)"\} (\S+)$', re.M
+)
+
+
+@pytest.fixture
+def counted_operator(kubeconfig, namespace, crd, claim, volume, tmp_path):
+    """Reads the checkpoint volume itself, logs each pass, and has no resync in the way."""
+    args = ["--standalone", "--namespace", namespace, "--verbose", "--resync-seconds", "3600"]
+    process = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", args=args,
+                              RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
+    yield from run_operator(process)
+
+
+def job_phase(api_client, namespace: str) -> str | None:
+    return (get_job(api_client, namespace).get("status") or {}).get("phase")
+
+
+def requests(operator: OperatorProcess) -> Counter[tuple[str, str]]:
+    return Counter(
+        {
+            (verb, resource): int(float(n))
+            for resource, verb, n in REQUESTS.findall(operator.metrics())
+        }
+    )
+
+
+def test_a_recovery_reads_nothing_and_writes_each_pod_once_after_creating_it(
+    api_client, core, namespace, nodes, counted_operator
+):
+    """One pod of a 2-pod gang evicted; what rljob sends from then until it is quiet again
+    with the new gang Running. Unavoidable: 2 pod deletes and 2 pod creates (and, with the
+    Workload API, the new attempt's Workload and PodGroup, the old PodGroup's delete). Above
+    them: each ended pod's finalizer released once, the job's Service created again (a 409
+    that keeps it there), at most 5 status writes (the end, the fence, the new gang, its first
+    pod running, all running) and 3 Events (Preempted, GangCreated, Running). No read, and
+    no checkpoint request to a pod that the same pass deletes."""
+    operator = counted_operator
+    pods = start(api_client, core, namespace, job_body(nodes))
+    wait_for(lambda: operator.log().count("relist: ") >= 2, what="the second list")
+    settled(operator)
+    before = requests(operator)
+
+    core.create_namespaced_pod_eviction(pods[0].metadata.name, namespace, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=pods[0].metadata.name, namespace=namespace)))  # fmt: skip
+    job, new_pods = resumed_gang(api_client, core, namespace)
+    assert_one_recovery_from_step_20(job, new_pods, {"EvictionByEvictionAPI"})
+    wait_for(lambda: job_phase(api_client, namespace) == "Running", what="the job Running")
+    settled(operator)
+
+    spent = requests(operator) - before
+    print(f"requests of one recovery: {sorted(spent.items())}")
+    assert not [k for k in spent if k[0] in ("get", "list")], spent
+    pods_written = {verb: spent[(verb, "pods")] for verb in ("create", "delete", "patch")}
+    assert pods_written == {"create": 2, "delete": 2, "patch": 2}, spent
+    assert spent[("patch", "rltrainingjobs/status")] <= 5, spent
+    assert spent[("create", "events")] <= 3, spent
+    assert sum(spent.values()) <= 18, spent
