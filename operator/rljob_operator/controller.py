@@ -1,7 +1,8 @@
 """The operator's core: watch events fill the cache and the work queue, workers run passes.
 
 - Every input is a key in one de-duplicating queue: a job's event, an event of one of its
-  pods, a node that came, went or changed readiness (only the jobs with pods there), and
+  pods, a node that came, went, or changed readiness or a termination notice (only the jobs
+  with pods there), a Kueue Workload of an attempt that appeared or changed why it waits, and
   "come back in N seconds" from a pass.
 - A resync queues every cached job now and then; it reads nothing from the API server,
   and a pass that finds nothing to do writes nothing. A relist, much rarer, replaces the

@@ -1,10 +1,11 @@
 """kopf handlers: thin doors into the controller.
 
-kopf's watch streams of the jobs, their pods and the nodes feed the controller's cache
-and work queue; none of the handlers decides anything itself, and none keeps state on
-the job. The periodic work (resync, "come back in N seconds") is the controller's own,
-in plain threads rather than kopf timers, because kopf puts a finalizer on every object
-with a timer, and a job should stay deletable while the operator is down.
+kopf's watch streams of the jobs, their pods, the nodes and (where Kueue is installed) its
+Workloads feed the controller's cache and work queue; none of the handlers decides anything
+itself, and none keeps state on the job. The periodic work (resync, "come back in N
+seconds") is the controller's own, in plain threads rather than kopf timers, because kopf
+puts a finalizer on every object with a timer, and a job should stay deletable while the
+operator is down.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -87,20 +88,29 @@ def _data(response: Any) -> Any:
     return json.loads(response.data)
 
 
+@contextlib.contextmanager
+def _calling(what: str, gone_ok: bool = False) -> Iterator[None]:
+    """Turn the client's ApiException into a KubeError that says `what` failed. With
+    `gone_ok`, a 404 (the object is gone, or was never there) ends the block quietly, and
+    the method goes on after it."""
+    try:
+        yield
+    except ApiException as exc:
+        if not (gone_ok and exc.status == 404):
+            raise KubeError(what, exc) from exc
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
+        with _calling(f"get {c.KIND} {namespace}/{name}", gone_ok=True):
             return self.custom.get_namespaced_custom_object(
                 c.GROUP, c.VERSION, namespace, c.PLURAL, name
             )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KubeError(f"get {c.KIND} {namespace}/{name}", exc) from exc
+        return None
 
     # Full lists (in one namespace, or in all when None), with the list's resourceVersion.
     def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
@@ -123,19 +133,14 @@ class Kube:
         return self._list("nodes", self.core.list_node)
 
     def _list(self, what: str, call: Any, *args: Any, **kwargs: Any) -> tuple[list, str]:
-        try:
+        with _calling(f"list {what}"):
             listed = _data(call(*args, _preload_content=False, **kwargs))
-        except ApiException as exc:
-            raise KubeError(f"list {what}", exc) from exc
         return listed["items"], listed["metadata"].get("resourceVersion", "")
 
     def annotate_pod(self, namespace: str, name: str, key: str, value: str) -> None:
         body = {"metadata": {"annotations": {key: value}}}
-        try:
+        with _calling(f"annotate pod {namespace}/{name}", gone_ok=True):
             self.core.patch_namespaced_pod(name, namespace, body)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubeError(f"annotate pod {namespace}/{name}", exc) from exc
 
     def annotate_kueue_workload(
         self, namespace: str, name: str, annotations: dict[str, str]
@@ -143,40 +148,30 @@ class Kube:
         """Merge `annotations` into a Kueue Workload's; the Workload as stored, None if it is
         gone (its attempt ended)."""
         body = {"metadata": {"annotations": annotations}}
-        try:
+        with _calling(f"annotate Kueue Workload {namespace}/{name}", gone_ok=True):
             return _data(
                 self.custom.patch_namespaced_custom_object(
                     c.KUEUE_GROUP, c.KUEUE_VERSION, namespace, c.KUEUE_WORKLOADS, name, body,
                     _preload_content=False,
                 )
             )  # fmt: skip
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubeError(f"annotate Kueue Workload {namespace}/{name}", exc) from exc
-            return None
+        return None
 
     def release_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         """Drop rljob's finalizer from a pod, leaving any other finalizer in place; the pod as
         stored, None if it is gone (the release let it go)."""
         body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [c.FINALIZER]}}
-        try:
+        with _calling(f"release pod {namespace}/{name}", gone_ok=True):
             return _data(self.core.patch_namespaced_pod(name, namespace, body,
                                                         _preload_content=False))  # fmt: skip
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubeError(f"release pod {namespace}/{name}", exc) from exc
-            return None
+        return None
 
     def get_nodes(self, names: set[str]) -> dict[str, dict[str, Any] | None]:
         """The named nodes; None for one that no longer exists."""
-        nodes: dict[str, dict[str, Any] | None] = {}
-        for name in sorted(names):
-            try:
+        nodes: dict[str, dict[str, Any] | None] = {name: None for name in sorted(names)}
+        for name in nodes:
+            with _calling(f"get node {name}", gone_ok=True):
                 nodes[name] = _data(self.core.read_node(name, _preload_content=False))
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise KubeError(f"get node {name}", exc) from exc
-                nodes[name] = None
         return nodes
 
     def patch_status(
@@ -188,14 +183,12 @@ class Kube:
         body: dict[str, Any] = {"metadata": {"resourceVersion": resource_version}}
         if patch:
             body["status"] = patch
-        try:
+        with _calling(f"update status of {namespace}/{name}"):
             return _data(
                 self.custom.patch_namespaced_custom_object_status(
                     c.GROUP, c.VERSION, namespace, c.PLURAL, name, body, _preload_content=False
                 )
             )
-        except ApiException as exc:
-            raise KubeError(f"update status of {namespace}/{name}", exc) from exc
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """Create a Pod, Service, ConfigMap, Workload or PodGroup; the object as stored, or
@@ -225,14 +218,11 @@ class Kube:
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         """Delete, by default with the pod's own grace period, so that its trainer can save."""
-        try:
+        with _calling(f"delete pod {namespace}/{name}", gone_ok=True):
             self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubeError(f"delete pod {namespace}/{name}", exc) from exc
 
     def delete_pod_group(self, namespace: str, name: str) -> None:
-        try:
+        with _calling(f"delete PodGroup {namespace}/{name}", gone_ok=True):
             self.custom.delete_namespaced_custom_object(
                 c.SCHEDULING_GROUP,
                 c.SCHEDULING_VERSION,
@@ -240,30 +230,21 @@ class Kube:
                 c.SCHEDULING_PLURALS["PodGroup"],
                 name,
             )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubeError(f"delete PodGroup {namespace}/{name}", exc) from exc
 
     @functools.cached_property
     def serves_workload_api(self) -> bool:
         """Whether the API server serves PodGroups (asked once: enabling the API means
         restarting the API server, and with it the operator's watches)."""
-        try:
+        with _calling(f"discover {c.SCHEDULING_GROUP}/{c.SCHEDULING_VERSION}", gone_ok=True):
             resources = self.custom.get_api_resources(c.SCHEDULING_GROUP, c.SCHEDULING_VERSION)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise KubeError(f"discover {c.SCHEDULING_GROUP}/{c.SCHEDULING_VERSION}", exc) from exc
-        return any(r.name == c.SCHEDULING_PLURALS["PodGroup"] for r in resources.resources)
+            return any(r.name == c.SCHEDULING_PLURALS["PodGroup"] for r in resources.resources)
+        return False
 
     def delete_job(self, namespace: str, name: str) -> None:
-        try:
+        with _calling(f"delete {c.KIND} {namespace}/{name}", gone_ok=True):
             self.custom.delete_namespaced_custom_object(
                 c.GROUP, c.VERSION, namespace, c.PLURAL, name
             )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise KubeError(f"delete {c.KIND} {namespace}/{name}", exc) from exc
 
     def post_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
         meta = job["metadata"]
@@ -289,9 +270,5 @@ class Kube:
             "source": {"component": c.MANAGED_BY},
             "reportingComponent": c.MANAGED_BY,
         }
-        try:
+        with _calling(f"post event {reason} on {meta['namespace']}/{meta['name']}"):
             self.core.create_namespaced_event(meta["namespace"], event)
-        except ApiException as exc:
-            raise KubeError(
-                f"post event {reason} on {meta['namespace']}/{meta['name']}", exc
-            ) from exc

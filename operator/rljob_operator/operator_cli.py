@@ -9,6 +9,7 @@ import random
 import socket
 import time
 
+from .controller import RESYNC_SECONDS
 from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
 
 
@@ -41,9 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--resync-seconds",
         type=float,
-        default=30.0,
+        default=RESYNC_SECONDS,
         help="how often every known job gets a pass from the cache, whether or not an event "
-        "came; it reads nothing from the API server (default 30)",
+        f"came; it reads nothing from the API server (default {RESYNC_SECONDS:g})",
     )
     parser.add_argument(
         "--scheduler-wait-seconds",

@@ -1,4 +1,5 @@
-"""The jobs, their pods and the nodes, as the watches last delivered them.
+"""The jobs, their pods, the nodes and Kueue's Workloads (why each waits, and its priority
+boost), as the watches last delivered them.
 
 kopf's watch streams feed it (handlers.py), and a full list replaces it at start-up and
 now and then (`replace`): a watch that reconnects delivers what exists, but never what was
