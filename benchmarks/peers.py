@@ -16,7 +16,14 @@ process), so that every system's pods take the same time to stop.
   RestartJobSetAndIgnoreMaxRestarts on reason PodFailurePolicy restarts the whole JobSet;
 - PyTorchJob (training-operator), Master + Worker with restartPolicy OnFailure: it replaces
   the evicted pod only, and its survivor would sit in a broken collective. That is reported
-  as "gang not restarted", with the time until the replacement ran.
+  as "gang not restarted", with the time until the replacement ran;
+- the floor (benchmarks/floor.py): a bare controller in this process that does only what any
+  recovery must (see the end, delete the rest of the gang, create the new one once the old
+  one has stopped), on plain pods.
+
+Beside the whole recovery it prints the old gang's own stop (from the eviction until every
+old pod has stopped or gone: SIGTERM, torchrun's exit) and the rest, which is the
+controller's own share, and rljob's times over the floor's (p50, p95, max).
 
 After the rounds (every gang has lived through one eviction per round) it reports whether
 each job still runs: whether its preemptions stayed out of its failure budget.
@@ -43,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from bench_cluster import bench_cluster, say  # noqa: E402
+from floor import RANK_LABEL, FloorController  # noqa: E402
 from kube_steps import bind_claim, wait_for  # noqa: E402
 from kubernetes import client, watch  # noqa: E402
 from recovery_latency import percentile, seed_checkpoint  # noqa: E402
@@ -93,6 +101,55 @@ class System:
     manifest: dict[str, Any]
     victim: Callable[[list[dict[str, Any]]], str]  # which pod of the gang to evict
     standing: Callable[[dict[str, Any]], tuple[bool, str]]  # (still runs, what its status says)
+
+    def create(self, custom: client.CustomObjectsApi, namespace: str) -> None:
+        custom.create_namespaced_custom_object(
+            self.group, self.version, namespace, self.plural, self.manifest
+        )
+
+    def delete(self, custom: client.CustomObjectsApi, namespace: str) -> None:
+        custom.delete_namespaced_custom_object(
+            self.group, self.version, namespace, self.plural, self.gang,
+            body=client.V1DeleteOptions(propagation_policy="Background"),
+        )  # fmt: skip
+
+    def still_runs(self, custom: client.CustomObjectsApi, namespace: str) -> tuple[bool, str]:
+        obj = custom.get_namespaced_custom_object(
+            self.group, self.version, namespace, self.plural, self.gang
+        )
+        return self.standing(obj)
+
+
+@dataclass
+class FloorSystem(System):
+    """The bare controller of benchmarks/floor.py: plain pods, no object of its own."""
+
+    controller: FloorController | None = None
+
+    def create(self, custom: client.CustomObjectsApi, namespace: str) -> None:
+        assert self.controller is not None
+        self.controller.add(self.gang, self.manifest, size=2)
+
+    def delete(self, custom: client.CustomObjectsApi, namespace: str) -> None:
+        assert self.controller is not None
+        self.controller.remove(self.gang)
+
+    def still_runs(self, custom: client.CustomObjectsApi, namespace: str) -> tuple[bool, str]:
+        return True, "no budget to spend"
+
+
+def floor_system(
+    controller: FloorController, gang: str = "gang", nodes: dict[str, str] | None = None
+) -> System:
+    template = {
+        "metadata": pod_metadata("floor", gang),
+        "spec": {**pod_spec("trainer", nodes or {"pool": "floor"}), "restartPolicy": "Never"},
+    }
+    return FloorSystem(
+        "floor", gang, "", "", "", template,
+        lambda pods: next(p["name"] for p in pods if p["labels"].get(RANK_LABEL) == "1"),
+        lambda _: (True, ""), controller,
+    )  # fmt: skip
 
 
 def rljob_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
@@ -214,6 +271,7 @@ class PodSeen:
     phase: str = "Pending"
     running_at: float | None = None
     gone: bool = False
+    stopped_at: float | None = None  # when it turned Succeeded or Failed, or went
 
 
 @dataclass
@@ -257,6 +315,9 @@ class PodWatch:
             )
             if seen.phase == "Running" and not seen.gone and seen.running_at is None:
                 seen.running_at = now
+            stopped = event_type == "DELETED" or seen.phase in ("Succeeded", "Failed")
+            if stopped and seen.stopped_at is None:
+                seen.stopped_at = now
 
     def of(self, system: System) -> list[PodSeen]:
         with self.lock:
@@ -271,6 +332,7 @@ class Round:
     evicted_at: float  # when the eviction was requested (Unix time)
     fresh: float | None  # seconds to a whole fresh gang Running; None: the gang was not restarted
     replaced: float | None  # seconds until the first pod created after the eviction ran
+    stopped: float | None = None  # seconds until every pod of the old gang had stopped or gone
 
 
 def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespace: str) -> Round:
@@ -279,6 +341,7 @@ def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespa
         return gang if len(gang) == 2 else None
 
     gang = wait_for(whole, 60, f"{system.name}'s gang to run", interval=0.02)
+    old = {p.name for p in gang}
     victim = system.victim([{"name": p.name, "labels": p.labels} for p in gang])
     started = time.time()
     core.create_namespaced_pod_eviction(victim, namespace, client.V1Eviction(
@@ -301,7 +364,9 @@ def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespa
              and all(p.gone or p.running_at for p in pods.of(system)), 60,
              f"{system.name} to settle", interval=0.02)  # fmt: skip
     time.sleep(2)
-    return Round(started, fresh, replaced)
+    stops = [p.stopped_at for p in pods.of(system) if p.name in old]
+    stopped = max(stops) - started if stops and None not in stops else None
+    return Round(started, fresh, replaced, stopped)
 
 
 def describe(values: list[float]) -> str:
@@ -327,7 +392,9 @@ def main() -> int:
             volume = claim_dir(root, namespace, "ckpts")
             seed_checkpoint(volume)
 
-            systems = [rljob_system(), jobset_system(), pytorchjob_system()]
+            floor = FloorController(bench.api, namespace, f"{BENCH_LABEL}=floor").start()
+            started.append(floor)
+            systems = [rljob_system(), jobset_system(), pytorchjob_system(), floor_system(floor)]
             for system in systems:
                 pool = AgentPool(kubeconfig, root, [f"{system.name}-{i}" for i in range(2)],
                                  labels={"pool": system.name}).start()  # fmt: skip
@@ -344,13 +411,11 @@ def main() -> int:
             pods = PodWatch(core, namespace)
             pods.start()
             for system in systems:
-                custom.create_namespaced_custom_object(
-                    system.group, system.version, namespace, system.plural, system.manifest
-                )
+                system.create(custom, namespace)
             results: dict[str, list[Round]] = {s.name: [] for s in systems}
             for index in range(args.rounds):
-                order = systems[index % 3 :] + systems[: index % 3]
-                for system in order:
+                turn = index % len(systems)
+                for system in systems[turn:] + systems[:turn]:
                     results[system.name].append(one_eviction(core, pods, system, namespace))
                 say(f"round {index + 1}/{args.rounds}: " + ", ".join(
                     f"{s.name} {r.fresh:.2f}s" if (r := results[s.name][-1]).fresh is not None
@@ -376,19 +441,42 @@ def print_report(results, systems, custom, namespace, rounds) -> None:
         print(f"{system.name:<11} {label:<40} {describe(replaced):<40}")
         if fresh and not missed:
             medians[system.name] = statistics.median(fresh)
+    print("\nthe old gang's own stop (every pod stopped or gone), and the rest of the recovery:")
+    for system in systems:
+        rounds_ = [r for r in results[system.name] if r.fresh is not None and r.stopped is not None]
+        stops = [r.stopped for r in rounds_]
+        share = [r.fresh - r.stopped for r in rounds_]
+        print(f"  {system.name:<11} stop {describe(stops):<36} after it {describe(share)}")
+    if "rljob" in results and "floor" in results:
+        print_over_floor(results["rljob"], results["floor"])
     print_rljob_timeline(results["rljob"], custom, namespace)
     print(f"\nafter {rounds} evictions in a row:")
     for system in systems:
-        obj = custom.get_namespaced_custom_object(
-            system.group, system.version, namespace, system.plural, system.gang
-        )
-        runs, what = system.standing(obj)
+        runs, what = system.still_runs(custom, namespace)
         print(f"  {system.name:<11} {'still runs' if runs else 'STOPPED'}: {what}")
-    peers = {k: v for k, v in medians.items() if k != "rljob"}
+    peers = {k: v for k, v in medians.items() if k not in ("rljob", "floor")}
     if "rljob" in medians and peers:
         best = min(peers, key=peers.get)
         print(f"\nrljob p50 vs the faster peer that restarts the gang ({best}): "
               f"{peers[best] / medians['rljob']:.1f}x")  # fmt: skip
+
+
+def over_floor(system: list[float], floor: list[float]) -> str:
+    """A system's times over the floor's, at p50, p95 and max."""
+    if not system or not floor:
+        return "-"
+    marks = [(statistics.median, "p50"), (lambda v: percentile(v, 0.95), "p95"), (max, "max")]
+    return "  ".join(f"{name} {mark(system) / mark(floor):.2f}x" for mark, name in marks)
+
+
+def print_over_floor(rljob: list[Round], floor: list[Round]) -> None:
+    fresh = [r.fresh for r in rljob if r.fresh is not None]
+    floor_fresh = [r.fresh for r in floor if r.fresh is not None]
+    print(f"rljob over the floor, whole gang fresh and Running: {over_floor(fresh, floor_fresh)}")
+    share = [r.fresh - r.stopped for r in rljob if r.fresh is not None and r.stopped is not None]
+    floor_share = [r.fresh - r.stopped for r in floor
+                   if r.fresh is not None and r.stopped is not None]  # fmt: skip
+    print(f"rljob over the floor, after the old gang stopped: {over_floor(share, floor_share)}")
 
 
 def print_rljob_timeline(rounds: list[Round], custom, namespace: str) -> None:

@@ -1,7 +1,8 @@
 """rljob against JobSet under a burst: one pod of each of 100 of 1,000 gangs evicted at once.
 
-Both systems run the same number of 2-pod gangs on the same kwok nodes of one local control
-plane, one system after the other. The cluster's kwok stages end pods as a kubelet does (a
+Both systems, and the floor (benchmarks/floor.py: a bare controller that does only what any
+recovery must), run the same number of 2-pod gangs on the same kwok nodes of one local
+control plane, one system after the other. The cluster's kwok stages end pods as a kubelet does (a
 deleted pod turns Failed with exit 143, then goes; see `rljob_testenv.stages`), which JobSet's
 preemption recipe needs. Per system it prints the time until every gang runs, then evicts one
 pod of each of --burst gangs at once and times, per gang, the eviction request → the whole gang
@@ -21,12 +22,14 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import peers  # noqa: E402
+from floor import FloorController  # noqa: E402
 from kube_steps import bind_claim, wait_for  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from recovery_latency import seed_checkpoint  # noqa: E402
@@ -51,8 +54,7 @@ class Burst:
         """Create every gang; seconds until all of them run."""
         started = time.monotonic()
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda s: self.custom.create_namespaced_custom_object(
-                s.group, s.version, self.namespace, s.plural, s.manifest), systems))  # fmt: skip
+            list(pool.map(lambda s: s.create(self.custom, self.namespace), systems))
         wait_for(
             lambda: all(len(self.pods.running(s)) == 2 for s in systems),
             timeout=1800,
@@ -87,15 +89,8 @@ class Burst:
         return [fresh.get(s.gang) for s in systems]
 
     def delete(self, systems: list[peers.System]) -> None:
-        body = client.V1DeleteOptions(propagation_policy="Background")
-
-        def delete_one(s: peers.System) -> None:
-            self.custom.delete_namespaced_custom_object(
-                s.group, s.version, self.namespace, s.plural, s.gang, body=body
-            )
-
         with ThreadPoolExecutor(8) as pool:
-            list(pool.map(delete_one, systems))
+            list(pool.map(lambda s: s.delete(self.custom, self.namespace), systems))
         wait_for(
             lambda: (
                 not self.core.list_namespaced_pod(
@@ -120,18 +115,18 @@ def run(args: argparse.Namespace, kubeconfig: Path, work: Path, name: str) -> No
     operator = OperatorProcess(kubeconfig, namespace, work / "rljob-operator.log",
                                RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
     jobset = JobSetController(kubeconfig, work)
+    floor = FloorController(api, namespace, f"{peers.BENCH_LABEL}=floor")
     operator.start()
     jobset.up()
+    floor.start()
     burst = Burst(core, custom, namespace)
     results = {}
     print(f"{args.jobs} gangs of 2 pods on {args.nodes} kwok nodes (kubelet-like stages); seconds "
           "from each eviction request (one run)", flush=True)  # fmt: skip
     try:
-        makers = tuple(
-            make
-            for make in (peers.rljob_system, peers.jobset_system)
-            if args.only in (None, make().name)
-        )
+        every = {"rljob": peers.rljob_system, "jobset": peers.jobset_system,
+                 "floor": partial(peers.floor_system, floor)}  # fmt: skip
+        makers = [make for name, make in every.items() if args.only in (None, name)]
         for index, make in enumerate(makers):
             systems = [make(f"g{i:04d}", KWOK_NODES) for i in range(args.jobs)]
             label = systems[0].name
@@ -147,14 +142,18 @@ def run(args: argparse.Namespace, kubeconfig: Path, work: Path, name: str) -> No
                 peers.say(f"{label}: deleting")
                 burst.delete(systems)
     finally:
+        floor.stop()
         jobset.stop()
         operator.stop()
         core.delete_persistent_volume(pv)
         if args.cluster:  # a cluster of the user's: its namespace goes, in the background
             cluster.kubectl(name, "delete", "namespace", namespace, "--wait=false")
-    medians = {k: statistics.median([f for f in v if f is not None]) for k, v in results.items()}
-    if len(medians) == 2:
-        print(f"\nrljob p50 vs JobSet p50: {medians['jobset'] / medians['rljob']:.1f}x")
+    done = {k: [f for f in v if f is not None] for k, v in results.items()}
+    if "rljob" in done and "jobset" in done:
+        ratio = statistics.median(done["jobset"]) / statistics.median(done["rljob"])
+        print(f"\nrljob p50 vs JobSet p50: {ratio:.1f}x")
+    if "rljob" in done and "floor" in done:
+        print(f"rljob over the floor: {peers.over_floor(done['rljob'], done['floor'])}")
 
 
 def print_rljob_stages(custom: client.CustomObjectsApi, namespace: str, evicted_at: dict) -> None:
@@ -184,7 +183,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=250)
     parser.add_argument("--burst", type=int, default=100)
     parser.add_argument("--cluster", help="cluster name (started with kubelet-like stages)")
-    parser.add_argument("--only", choices=("rljob", "jobset"), help="run one system alone")
+    parser.add_argument("--only", choices=("rljob", "jobset", "floor"), help="one system alone")
     args = parser.parse_args()
     binaries.install(say=peers.say, peers=True)
     name = args.cluster or f"burst-{uuid.uuid4().hex[:6]}"
