@@ -64,6 +64,11 @@ def test_our_own_write_that_returns_after_the_deleted_event_brings_no_ghost_back
     assert cache.pods_of("ns", "a") == []
     cache.on_pod("ADDED", pod("a-n0", "a", "n0", rv=9))  # made again under the same name
     assert [p["metadata"]["resourceVersion"] for p in cache.pods_of("ns", "a")] == ["9"]
+    # A full list of one namespace says nothing of another's deletions.
+    cache.on_pod(DELETED, pod("b-n0", "b", "n0", rv=11, namespace="other"))
+    cache.replace_pods([], "20", "ns")
+    cache.on_pod(None, pod("b-n0", "b", "n0", rv=10, namespace="other"))
+    assert cache.pods_of("other", "b") == []
 
 
 def test_a_node_wakes_only_the_jobs_with_pods_there_and_only_when_readiness_changes():

@@ -83,7 +83,8 @@ class Store:
         listed = {key_of(o): o for o in listed}
         at = int(revision) if revision.isdigit() else None
         if at is not None:  # the list is the truth as of `at`: older deletions are in it
-            self.deleted = {k: r for k, r in self.deleted.items() if r > at}
+            self.deleted = {k: r for k, r in self.deleted.items()
+                            if r > at or (namespace is not None and k[0] != namespace)}  # fmt: skip
         touched = set()
         for key, old in list(self.objects.items()):
             newer = at is not None and (_revision(old) or 0) > at
