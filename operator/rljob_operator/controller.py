@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .kube import Kube, KubeError
-from .metrics import JOB_GOODPUT, PASSES, QUEUE_DEPTH
+from .metrics import JOB_GOODPUT, PASSES, QUEUE_DEPTH, record_transition
 from .reconcile.lookup import CheckpointFinder
 from .reconcile.run import reconcile
 from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
@@ -177,8 +177,8 @@ class Controller:
         log.debug("pass %s/%s", namespace, name)
         try:
             PASSES.inc()
-            plan = reconcile(self.kube, self.cache, namespace, name, self.finder, self.events,
-                             scheduler_wait=self.scheduler_wait)  # fmt: skip
+            passed = reconcile(self.kube, self.cache, namespace, name, self.finder, self.events,
+                               scheduler_wait=self.scheduler_wait)  # fmt: skip
         except KubeError as exc:
             self._after_error(key, exc)
             return
@@ -187,7 +187,11 @@ class Controller:
             log.exception("%s/%s: the pass failed; again in %.1fs", namespace, name, delay)
             return
         self.queue.forget(key)
-        if plan is not None and plan.requeue_after is not None:
+        if passed is None:
+            return
+        before, plan = passed
+        record_transition(before, plan.status)
+        if plan.requeue_after is not None:
             self.queue.add_after(key, plan.requeue_after)
 
     def _after_error(self, key: Key, exc: KubeError) -> None:

@@ -25,7 +25,6 @@ from ..api.spec import SpecError, parse_spec
 from ..kube import Kube, KubeError
 from ..launcher.inspector import inspector_name
 from ..launcher.pods import attempt_name
-from ..metrics import record_transition
 from ..preemption.classify import Admission
 from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent
@@ -213,10 +212,12 @@ def reconcile(
     tell: PostEvent,
     now: datetime | None = None,
     scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
-) -> Plan | None:
+) -> tuple[dict[str, Any], Plan] | None:
     """One pass for one job; its Events go to `tell`. The caller never runs two passes of one
     job at once (the work queue hands a key to one worker at a time). `scheduler_wait`:
-    seconds a pod may go unseen by any scheduler before the job says so."""
+    seconds a pod may go unseen by any scheduler before the job says so. The job's status
+    as the pass found it, and the plan it carried out (whose status is now stored); None for
+    a job that is gone."""
     job = cache.job(namespace, name)
     pods = cache.pods_of(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
@@ -246,8 +247,7 @@ def reconcile(
             job, moment, Reason.POD_REJECTED, f"the API server refused the job's pods: {exc}"
         )
         apply(kube, cache, job, plan, tell)
-    record_transition(job.get("status") or {}, plan.status)
-    return plan
+    return job.get("status") or {}, plan
 
 
 def _nodes_of(
