@@ -80,7 +80,8 @@ class CountingApiClient(client.ApiClient):
     def call_api(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         verb, resource = verb_and_resource(method, url)
         API_REQUESTS.labels(verb, resource).inc()
-        log.debug("request: %s %s %s", verb, resource, urlsplit(url).path)
+        if log.isEnabledFor(logging.DEBUG):  # --verbose only: no parsing on the hot path else
+            log.debug("request: %s %s %s", verb, resource, urlsplit(url).path)
         return super().call_api(method, url, *args, **kwargs)
 
 
