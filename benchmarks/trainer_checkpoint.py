@@ -52,6 +52,7 @@ def _folder_bytes(folder: Path) -> int:
 def _bench_size(d_model: int, n_layers: int, args: argparse.Namespace, root: Path) -> dict:
     import torch
     import torch.distributed as dist
+    from rljob_trainer.backends import backend
     from rljob_trainer.config import load_config
     from rljob_trainer.train import DistEnv
 
@@ -72,14 +73,8 @@ def _bench_size(d_model: int, n_layers: int, args: argparse.Namespace, root: Pat
             f"runner.backend={args.backend}",
         ]
         if megatron:
-            from rljob_trainer.megatron.trainer import MegatronTrainer
-
             overrides.append("megatron.tensor_model_parallel_size=2")
-            trainer = MegatronTrainer(load_config(None, overrides, env={}), env)
-        else:
-            from rljob_trainer.fsdp import FsdpTrainer
-
-            trainer = FsdpTrainer(load_config(None, overrides, env={}), env)
+        trainer = backend(args.backend)(load_config(None, overrides, env={}), env)
         trainer.rng.reseed(0)
         local = sum(p.numel() for p in trainer.policy.parameters())
         # FSDP: DTensors of the global sizes; Megatron: this rank's shard, summed over the ranks

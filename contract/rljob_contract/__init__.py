@@ -26,8 +26,9 @@ ENV_GRACE_SECONDS = "RLJOB_GRACE_SECONDS"
 # notice and its bridge reads inside the framework's loop, and spec.ray.saveOnNotice.
 ENV_NOTICE_FILE = "RLJOB_NOTICE_FILE"
 ENV_SAVE_ON_NOTICE = "RLJOB_SAVE_ON_NOTICE"  # "true" or "false"
-# rljob's own trainer only: `spec.backend` (fsdp or megatron), which its runner.backend follows.
+# rljob's own trainer only: `spec.backend`, which its runner.backend follows.
 ENV_BACKEND = "RLJOB_BACKEND"
+BACKENDS = ("fsdp", "megatron")
 
 # The operator asks a running trainer to checkpoint now by annotating its pod; a
 # downward-API volume projects the annotation's value (`request`) into

@@ -99,7 +99,7 @@ def differing_saved_state(folder: Path, reference: Path) -> list[str]:
     `global_step_N/actor/iter_N`) differ bitwise, model and optimizer state alike (all if their
     names differ). Megatron's distributed optimizer pads its buffers with NaN: equal here."""
     import torch
-    from rljob_trainer.convert import read_dcp_tensors
+    from rljob_trainer.dcp_read import read_dcp_tensors
 
     got, want = (read_dcp_tensors(f, lambda key: True, {}) for f in (folder, reference))
     if sorted(got) != sorted(want):

@@ -31,7 +31,8 @@ from rljob_contract import CHECKPOINTED_ON_REQUEST_MESSAGE
 from rljob_contract.manifest import MANIFEST_NAME, read_manifest
 from rljob_testenv.scenario import differing_saved_state
 from rljob_trainer.checkpoint import newest_complete
-from rljob_trainer.convert import convert, read_dcp_tensors
+from rljob_trainer.convert import convert
+from rljob_trainer.dcp_read import read_dcp_tensors
 from rljob_trainer.megatron.checkpoint import TRACKER, iteration_dir, sealed_files
 from safetensors.torch import load_file
 from tiny_trainer import TINY

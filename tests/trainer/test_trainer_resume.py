@@ -31,6 +31,7 @@ from rljob_contract.manifest import MANIFEST_NAME, read_manifest
 from rljob_trainer.checkpoint import newest_complete
 from rljob_trainer.convert import convert
 from rljob_trainer.faults import ENV_TEST_KILL_BEFORE_MANIFEST
+from rljob_trainer.fsdp.checkpoint import sealed_files
 from rljob_trainer.model import model_from_config_dict
 from safetensors.torch import load_file
 
@@ -88,7 +89,7 @@ def test_sigkill_then_resume_is_bit_exact(baseline: Run, tmp_path: Path) -> None
     progress = handle.progress()
     assert progress is not None
     assert progress["status"] == "running", f"the run finished before the kill at {reached}"
-    newest = newest_complete(handle.checkpoint_dir)
+    newest = newest_complete(handle.checkpoint_dir, sealed_files)
     assert newest is not None, "no complete checkpoint before the kill"
     resumed = run(tmp_path, CONFIG, log_name="resumed")
     step = int(newest.name.removeprefix("global_step_"))
@@ -118,7 +119,7 @@ def test_sigterm_checkpoints_exits_75_and_resumes_bit_exact(baseline: Run, tmp_p
     assert stopped_at < MAX_STEPS
     folder = handle.checkpoint_dir / f"global_step_{stopped_at}"
     assert (folder / MANIFEST_NAME).is_file()
-    assert newest_complete(handle.checkpoint_dir) == folder
+    assert newest_complete(handle.checkpoint_dir, sealed_files) == folder
     resumed = run(tmp_path, config, log_name="resumed")
     assert f"resumed from {folder} at step {stopped_at}" in resumed.log()
     _assert_matches_baseline(resumed, baseline)
@@ -140,7 +141,7 @@ def test_notice_during_a_slow_rollout_saves_the_last_finished_step_at_once(
     assert progress is not None
     assert (progress["step"], progress["status"]) == (3, "checkpointed_on_request")
     assert [e["step"] for e in metrics(handle)] == [1, 2, 3]  # step 4 was abandoned
-    assert newest_complete(handle.checkpoint_dir) == folder
+    assert newest_complete(handle.checkpoint_dir, sealed_files) == folder
     resumed = run(tmp_path, CONFIG, log_name="resumed")
     assert f"resumed from {folder} at step 3" in resumed.log()
     _assert_matches_baseline(resumed, baseline)

@@ -14,6 +14,7 @@ from rljob_trainer.checkpoint import (
     list_checkpoints,
     newest_complete,
 )
+from rljob_trainer.fsdp.checkpoint import sealed_files
 
 
 def test_the_step_folder_pattern_recognises_only_step_folders() -> None:
@@ -65,34 +66,36 @@ def _fake_checkpoint(root: Path, step: int, sealed: bool = True) -> Path:
 
 def test_completeness_needs_the_manifest_and_the_files_it_names(tmp_path: Path) -> None:
     good = _fake_checkpoint(tmp_path, 3)
-    assert incomplete_reason(good) is None
+    assert incomplete_reason(good, sealed_files) is None
     torn = _fake_checkpoint(tmp_path, 6, sealed=False)
-    assert "no rljob_manifest.json: the trainer writes it last" in str(incomplete_reason(torn))
-    assert "does not exist" in str(incomplete_reason(tmp_path / "global_step_9"))
+    assert "no rljob_manifest.json: the trainer writes it last" in str(
+        incomplete_reason(torn, sealed_files)
+    )
+    assert "does not exist" in str(incomplete_reason(tmp_path / "global_step_9", sealed_files))
 
     truncated = _fake_checkpoint(tmp_path, 12)
     (truncated / "actor" / "__0_0.distcp").write_bytes(b"x")
     assert "actor/__0_0.distcp is 1 bytes, rljob_manifest.json says 12" in str(
-        incomplete_reason(truncated)
+        incomplete_reason(truncated, sealed_files)
     )
     missing = _fake_checkpoint(tmp_path, 15)
     (missing / "actor" / "__0_0.distcp").unlink()
     assert "actor/__0_0.distcp is listed in rljob_manifest.json but missing" in str(
-        incomplete_reason(missing)
+        incomplete_reason(missing, sealed_files)
     )
     garbled = _fake_checkpoint(tmp_path, 18)
     (garbled / MANIFEST_NAME).write_text("{")
-    assert "malformed" in str(incomplete_reason(garbled))
+    assert "malformed" in str(incomplete_reason(garbled, sealed_files))
 
 
 def test_newest_complete_skips_torn_and_foreign_folders(tmp_path: Path) -> None:
-    assert newest_complete(tmp_path / "absent") is None
+    assert newest_complete(tmp_path / "absent", sealed_files) is None
     _fake_checkpoint(tmp_path, 3)
     _fake_checkpoint(tmp_path, 20)
     _fake_checkpoint(tmp_path, 100, sealed=False)
     (tmp_path / "global_step_999.old").mkdir()
-    assert newest_complete(tmp_path) == tmp_path / "global_step_20"
-    assert sorted(list_checkpoints(tmp_path)) == [
+    assert newest_complete(tmp_path, sealed_files) == tmp_path / "global_step_20"
+    assert sorted(list_checkpoints(tmp_path, sealed_files)) == [
         ("global_step_100", False),
         ("global_step_20", True),
         ("global_step_3", True),

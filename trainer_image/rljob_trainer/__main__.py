@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"rljob_trainer: config error: {exc}", file=sys.stderr)
         return 2
-    from rljob_trainer.train import run  # torch is imported only once the config is valid
+    from rljob_trainer.backends import run  # torch is imported only once the config is valid
 
     return run(cfg)
 

@@ -34,7 +34,6 @@ ENV_OVERRIDES: dict[str, str] = {
     contract.ENV_BACKEND: "runner.backend",
     contract.ENV_GRACE_SECONDS: "runner.grace_seconds",
 }
-BACKENDS = ("fsdp", "megatron")
 
 
 class ConfigError(ValueError):
@@ -114,8 +113,8 @@ class RunnerConfig:
             f"runner.grace_seconds must be >= 0, got {self.grace_seconds}",
         )
         _require(
-            self.backend in BACKENDS,
-            f"runner.backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}",
+            self.backend in contract.BACKENDS,
+            f"runner.backend must be one of {', '.join(contract.BACKENDS)}; got {self.backend!r}",
         )
         _require(
             not (self.async_save and self.backend == "megatron"),

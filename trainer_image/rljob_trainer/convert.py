@@ -16,18 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from rljob_contract.manifest import MANIFEST_NAME
 
+from rljob_trainer.dcp_read import ConvertError, read_dcp_tensors
+
 MODEL_PREFIX = "model."
 CONFIG_KEY = "train_state.model_config"
-
-
-class ConvertError(RuntimeError):
-    """The input is not a complete trainer checkpoint."""
 
 
 def _resolve_dcp_dir(dcp_path: Path) -> Path:
@@ -66,29 +63,6 @@ def convert(dcp_path: str | Path, output_path: str | Path) -> Path:
     save_file(weights, str(target), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return target
-
-
-def read_dcp_tensors(source: Path, wanted: Callable[[str], bool], extra: dict[str, object]):
-    """The full tensors under the keys `wanted` accepts, and `extra`'s keys, from a DCP folder."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    reader = dcp.FileSystemReader(str(source))
-    metadata = reader.read_metadata().state_dict_metadata
-    state: dict[str, object] = {
-        key: torch.empty(meta.size, dtype=meta.properties.dtype)
-        for key, meta in metadata.items()
-        if wanted(key) and isinstance(meta, TensorStorageMetadata)
-    }
-    missing = sorted(set(extra) - set(metadata))
-    if missing:
-        raise ConvertError(f"{source} holds no {', '.join(missing)}: not written by rljob_trainer")
-    state.update(extra)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(state, storage_reader=reader, no_dist=True)
-    return state
 
 
 def _fsdp_model(source: Path) -> tuple[dict, dict]:

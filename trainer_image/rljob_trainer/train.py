@@ -1,7 +1,7 @@
 """The training loop both backends share: resume, steps, checkpoints, stopping on request.
 
-A backend (`rljob_trainer.fsdp.FsdpTrainer`, `rljob_trainer.megatron.trainer.MegatronTrainer`)
-builds the model, optimizer and checkpoint format and runs one GRPO step; this loop decides
+A backend (`rljob_trainer.backends` names them) builds the model, optimizer and checkpoint
+format and runs one GRPO step; this loop decides
 when to save, writes the metrics and progress.json, and at the end seals the last checkpoint
 and tells the operator why it stopped. At each step boundary the ranks agree whether to stop
 and whether an async save has finished everywhere, then maybe checkpoint.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,8 +133,9 @@ def _attempt() -> int | None:
     return int(value) if value else None
 
 
-class Trainer:
-    """The loop; a backend sets the attributes below and runs `train_step`."""
+class Trainer(ABC):
+    """The loop. A backend builds its model, optimizer and `checkpoints` in its constructor,
+    calls `set_up_state` for the rest of what a checkpoint holds, and implements `train_step`."""
 
     checkpoints: CheckpointManager
     train_state: TrainState
@@ -161,9 +163,21 @@ class Trainer:
         # The sampler and random state at the start of the step's rollout.
         self._rewind_point: tuple[dict[str, Any], dict[str, Any]] | None = None
 
+    def set_up_state(self, data_rank: int, data_ranks: int, model_config: dict[str, Any]) -> None:
+        """The prompt sampler of this data-parallel rank, the sampling generator, the per-rank
+        random state and the train state: the same in every backend."""
+        runner = self.cfg.runner
+        self.sampler = PromptSampler(
+            self.task.num_examples, self.cfg.data.prompts_per_step, runner.seed, data_rank,
+            data_ranks,
+        )  # fmt: skip
+        self.generator = torch.Generator(device=self.env.device)
+        self.rng = RNGState(data_rank, runner.seed, self.generator)
+        self.train_state = TrainState(model_config)
+
+    @abstractmethod
     def train_step(self) -> dict[str, float]:
         """One GRPO step; the metrics as every rank agrees on them."""
-        raise NotImplementedError
 
     def random_states(self) -> dict[str, Any]:
         """Every random generator this rank draws from (a backend adds its own)."""
@@ -386,18 +400,3 @@ def tell_the_operator(message: str) -> None:
             fh.write(message + "\n")
     except OSError:  # not in a container: nobody to tell
         log.debug("no termination log at %s", path)
-
-
-def run(cfg: TrainerConfig) -> int:
-    env = init_distributed(cfg.runner.device)
-    faults = Faults.from_env()
-    try:
-        if cfg.runner.backend == "megatron":
-            from rljob_trainer.megatron.trainer import MegatronTrainer
-
-            return MegatronTrainer(cfg, env, faults).train()
-        from rljob_trainer.fsdp import FsdpTrainer
-
-        return FsdpTrainer(cfg, env, faults).train()
-    finally:
-        dist.destroy_process_group()

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import rljob_contract as contract
 from rljob_contract.manifest import LAYOUT_NAME as RLJOB_LAYOUT
 
 FRAMEWORKS = ("rljob", "rlinf", "verl", "custom")
-BACKENDS = ("fsdp", "megatron")
 LAUNCHERS = ("torchrun", "ray")
 GANG_SCHEDULING = ("Auto", "Off")
 # RLinf and verl are Ray programs: one driver on the head places workers on every node.
@@ -277,7 +277,7 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
     parsed = JobSpec(
         image=image,
         framework=framework,
-        backend=_choice(spec, "backend", "spec", "fsdp", BACKENDS),
+        backend=_choice(spec, "backend", "spec", "fsdp", contract.BACKENDS),
         image_pull_policy=spec.get("imagePullPolicy", "IfNotPresent"),
         command=_strings(spec, "command", "spec"),
         args=_strings(spec, "args", "spec"),

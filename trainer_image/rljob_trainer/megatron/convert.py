@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rljob_trainer.convert import ConvertError, read_dcp_tensors
+from rljob_trainer.dcp_read import ConvertError, read_dcp_tensors
 
 STACKED = "decoder.layers."
 COMMON_FILE = "common.pt"

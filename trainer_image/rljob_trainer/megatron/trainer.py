@@ -36,7 +36,6 @@ from torch import nn
 from rljob_trainer import grpo
 from rljob_trainer.checkpoint import CheckpointManager
 from rljob_trainer.config import TrainerConfig
-from rljob_trainer.data import PromptSampler
 from rljob_trainer.faults import NO_FAULTS, Faults
 from rljob_trainer.megatron.checkpoint import MegatronFormat
 from rljob_trainer.megatron.model import (
@@ -45,7 +44,6 @@ from rljob_trainer.megatron.model import (
     transformer_config,
 )
 from rljob_trainer.model import model_config_dict
-from rljob_trainer.state import RNGState, TrainState
 from rljob_trainer.train import DistEnv, Trainer, agree_on_metrics
 
 ARCHITECTURE = "megatron-core GPTModel"
@@ -102,15 +100,10 @@ class MegatronTrainer(Trainer):
             wd_incr_style="constant",
         )
         dp_rank = parallel_state.get_data_parallel_rank()
-        self.sampler = PromptSampler(
-            self.task.num_examples, cfg.data.prompts_per_step, runner.seed, dp_rank, self.shape.data
-        )
-        self.generator = torch.Generator(device=env.device)
-        self.rng = RNGState(dp_rank, runner.seed, self.generator)
         model_config = model_config_dict(
             cfg.model, self.vocab_size, self.tokenizer.describe(), ARCHITECTURE
         )
-        self.train_state = TrainState(model_config)
+        self.set_up_state(dp_rank, self.shape.data, model_config)
         fmt = MegatronFormat(
             self.policy,
             self.optimizer,

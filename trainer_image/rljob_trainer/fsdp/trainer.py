@@ -12,17 +12,15 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from rljob_trainer import grpo
-from rljob_trainer.checkpoint import CheckpointManager, DcpFormat
+from rljob_trainer.checkpoint import CheckpointManager
 from rljob_trainer.config import TrainerConfig
-from rljob_trainer.data import PromptSampler
 from rljob_trainer.faults import NO_FAULTS, Faults
+from rljob_trainer.fsdp.checkpoint import DcpFormat
 from rljob_trainer.model import TransformerLM, build_model, model_config_dict
 from rljob_trainer.state import (
     ModelState,
     OptimizerState,
-    RNGState,
     SchedulerState,
-    TrainState,
 )
 from rljob_trainer.train import DistEnv, Trainer, agree_on_metrics
 
@@ -53,13 +51,8 @@ class FsdpTrainer(Trainer):
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / (warmup + 1))
         )
-        self.sampler = PromptSampler(
-            self.task.num_examples, cfg.data.prompts_per_step, runner.seed, env.rank, env.world_size
-        )
-        self.generator = torch.Generator(device=env.device)
-        self.rng = RNGState(env.rank, runner.seed, self.generator)
         model_config = model_config_dict(cfg.model, vocab, self.tokenizer.describe())
-        self.train_state = TrainState(model_config)
+        self.set_up_state(env.rank, env.world_size, model_config)
         states = {
             "model": ModelState(self.policy),
             "optimizer": OptimizerState(self.policy, self.optimizer),

@@ -1,0 +1,1 @@
+"""The FSDP2 backend: its trainer and its checkpoint format."""
