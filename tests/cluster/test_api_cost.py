@@ -19,6 +19,7 @@ nodes, claim, volume = test_recovery.nodes, test_recovery.claim, test_recovery.v
 REQUESTS = re.compile(
     r'^rljob_api_requests_total\{resource="([^"]*)",verb="([^"]*)"\} (\S+)$', re.M
 )
+DELETED_POD = re.compile(r"request: delete pods /api/v1/namespaces/[^/]+/pods/(\S+)$", re.M)
 
 
 @pytest.fixture
@@ -47,12 +48,15 @@ def test_a_recovery_reads_nothing_and_writes_each_pod_once_after_creating_it(
     api_client, core, namespace, nodes, counted_operator
 ):
     """One pod of a 2-pod gang evicted; what rljob sends from then until it is quiet again
-    with the new gang Running. Unavoidable: 2 pod deletes and 2 pod creates (and, with the
-    Workload API, the new attempt's Workload and PodGroup, the old PodGroup's delete). Above
-    them: each ended pod's finalizer released once, the job's Service created again (a 409
-    that keeps it there), at most 5 status writes (the end, the fence, the new gang, its first
-    pod running, all running) and 3 Events (Preempted, GangCreated, Running). No read, and
-    no checkpoint request to a pod that the same pass deletes."""
+    with the new gang Running. Unavoidable: the other pod's delete and 2 pod creates (and,
+    with the Workload API, the new attempt's Workload and PodGroup, the old PodGroup's
+    delete). The eviction deletes the evicted pod; rljob deletes it too only where its pass
+    sees the eviction's DisruptionTarget condition before the deletion, a race the test does
+    not steer. Above them: each ended pod's finalizer released once, the job's Service created
+    again (a 409 that keeps it there), at most 5 status writes (the end, the fence, the new
+    gang, its first pod running where it runs a pass before the other, all running) and 3
+    Events (Preempted, GangCreated, Running). No read, and no checkpoint request to a pod that
+    the same pass deletes."""
     operator = counted_operator
     pods = start(api_client, core, namespace, job_body(nodes))
     wait_for(lambda: operator.log().count("relist: ") >= 2, what="the second list")
@@ -69,8 +73,12 @@ def test_a_recovery_reads_nothing_and_writes_each_pod_once_after_creating_it(
     spent = requests(operator) - before
     print(f"requests of one recovery: {sorted(spent.items())}")
     assert not [k for k in spent if k[0] in ("get", "list")], spent
-    pods_written = {verb: spent[(verb, "pods")] for verb in ("create", "delete", "patch")}
-    assert pods_written == {"create": 2, "delete": 2, "patch": 2}, spent
+    pods_written = {verb: spent[(verb, "pods")] for verb in ("create", "patch")}
+    assert pods_written == {"create": 2, "patch": 2}, spent
+    deleted = Counter(DELETED_POD.findall(operator.log()))
+    assert deleted[pods[1].metadata.name] == 1, deleted
+    assert deleted[pods[0].metadata.name] <= 1, deleted
+    assert spent[("delete", "pods")] == deleted.total(), (spent, deleted)
     assert spent[("patch", "rltrainingjobs/status")] <= 5, spent
     assert spent[("create", "events")] <= 3, spent
     assert sum(spent.values()) <= 18, spent

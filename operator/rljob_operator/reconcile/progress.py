@@ -22,16 +22,25 @@ def progress(p: Pass, spec: JobSpec, seen: Observed) -> None:
     if seen.running and seen.running + finished == spec.nnodes:
         phase, reason = Phase.RUNNING, Reason.ALL_PODS_RUNNING
         message = f"attempt {attempt}: {seen.running} pods running, {finished} finished"
+        if status.get("phase") != phase:
+            p.event(EventType.NORMAL, Reason.RUNNING, message)
+        p.phase(phase, reason, message)
     else:
-        phase = Phase.RESTARTING if attempt else Phase.PENDING
-        reason = Reason.PODS_NOT_RUNNING
-        # No count of the pods running so far: each new count would be one more status
-        # write per pod of the gang as it comes up (the Running Event says when all run).
-        message = f"attempt {attempt}: waiting for its {spec.nnodes} pods to run"
-    if status.get("phase") != phase and phase == Phase.RUNNING:
-        p.event(EventType.NORMAL, Reason.RUNNING, message)
-    p.phase(phase, reason, message)
+        waiting_for_the_gang(p, spec)
     report_stuck(p, seen.stuck)
+
+
+def waiting_for_the_gang(p: Pass, spec: JobSpec) -> None:
+    """The phase while the attempt's pods do not all run yet. Set as the gang is created too,
+    so that the passes that see its pods Pending write nothing. No count of the pods running
+    so far: each new count would be one more status write per pod of the gang as it comes up
+    (the Running Event says when all run)."""
+    attempt = p.status["attempt"]
+    p.phase(
+        Phase.RESTARTING if attempt else Phase.PENDING,
+        Reason.PODS_NOT_RUNNING,
+        f"attempt {attempt}: waiting for its {spec.nnodes} pods to run",
+    )
 
 
 def request_checkpoint(p: Pass, seen: Observed) -> None:

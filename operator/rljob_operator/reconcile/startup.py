@@ -24,6 +24,7 @@ from ..launcher.pods import (
 from .lookup_backoff import lookup_backing_off, lookup_failed, lookup_succeeded
 from .lookup_wait import lookup_answered, lookup_pending
 from .plan import LookupPending, LookupResult, Pass
+from .progress import waiting_for_the_gang
 from .recovery import record_gang_creation
 from .suspicion import suspect_checkpoint
 
@@ -130,8 +131,5 @@ def _create_gang(
                   f"{lookup.last_finished_step}: the trainer did not save on notice)")  # fmt: skip
     p.event(EventType.NORMAL, Reason.GANG_CREATED,
             f"attempt {attempt}: created {spec.nnodes} pods, {where}")  # fmt: skip
-    if not status.get("phase") or status.get("phase") == Phase.SUSPENDED:
-        p.phase(
-            Phase.PENDING, Reason.GANG_CREATED, f"attempt {attempt}: waiting for its pods to run"
-        )
+    waiting_for_the_gang(p, spec)
     p.requeue(1)
