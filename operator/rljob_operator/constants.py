@@ -39,7 +39,7 @@ KUEUE_PRIORITY_BOOST_ANNOTATION = "kueue.x-k8s.io/priority-boost"
 PRIORITY_BOOST_TIME_ANNOTATION = "rljob.io/priority-boost-time"
 
 # Read, not written: a node annotation with the RFC 3339 time the node goes, for whatever
-# learns it from the cloud (preemption.classify.node_termination).
+# learns it from the cloud (preemption.nodes.node_termination).
 NODE_TERMINATION_TIME = "rljob.io/termination-time"
 
 # Labels on everything the operator creates.

@@ -1,1 +1,3 @@
-"""Why did a pod of the gang end? Disruption (restart, free) versus failure (spends the budget)."""
+"""Why a gang stops: what its nodes say of their going (`nodes`), what each pod's objects say
+(`facts`), and the rules that tell a disruption (restart, free) from a failure (spends the
+budget) (`classify`)."""

@@ -27,7 +27,7 @@ from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
 from ..api.spec import SpecError, parse_spec
 from ..launcher.pods import check_template
-from ..preemption.classify import Admission
+from ..queueing import Admission
 from .failure import attempt_ended
 from .finish import finished, suspend
 from .observe import observe, ray_status

@@ -11,7 +11,9 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import JobSpec
-from ..preemption.classify import Admission, Outcome, PodEnd, PodFacts, classify_facts, facts
+from ..preemption.classify import Outcome, PodEnd, classify_facts
+from ..preemption.facts import PodFacts, facts
+from ..queueing import Admission
 
 
 @dataclass(frozen=True)

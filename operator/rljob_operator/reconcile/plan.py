@@ -12,7 +12,7 @@ from ..api.spec import RestartPolicy
 from ..api.status import set_condition
 from ..api.timestamps import iso, parse_iso
 from ..launcher.pods import JobRef, ResumeTarget
-from ..preemption.classify import Admission
+from ..queueing import Admission
 from . import goodput
 from .observe import Stuck
 from .stuck import SCHEDULER_WAIT_SECONDS

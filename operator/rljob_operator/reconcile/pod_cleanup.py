@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, Phase
-from ..preemption.classify import not_ready_seconds
+from ..preemption.nodes import not_ready_seconds
 from .plan import Pass, Plan
 
 

@@ -25,7 +25,7 @@ from ..api.spec import SpecError, parse_spec
 from ..kube import Kube, KubeError
 from ..launcher.inspector import inspector_name
 from ..launcher.pods import attempt_name
-from ..preemption.classify import Admission
+from ..queueing import Admission
 from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent
 from .decide import decide, fail, with_status

@@ -18,7 +18,8 @@ from typing import Any
 from .. import constants as c
 from ..api.status import find_condition
 from ..launcher.pods import job_of_attempt_name
-from ..preemption.classify import Admission, NodeTermination, node_ready_condition, node_termination
+from ..preemption.nodes import NodeTermination, node_ready_condition, node_termination
+from ..queueing import Admission
 
 Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
 BOOST_ANNOTATIONS = (c.KUEUE_PRIORITY_BOOST_ANNOTATION, c.PRIORITY_BOOST_TIME_ANNOTATION)

@@ -1,0 +1,154 @@
+"""Everything the rules read about one pod, pulled out of the pod, its node and Kueue's
+admission once: how its trainer ended, whether it is being deleted or was disrupted, what its
+node says, and why it has not started, where it has not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .. import constants as c
+from ..api.status import find_condition
+from ..api.timestamps import parse_iso
+from ..queueing import Admission, queue_wait
+from .nodes import NodeTermination, node_termination, not_ready_seconds
+
+# Why the kubelet cannot start a container: it retries these by itself, so the pod stays
+# Pending and nothing ends; the job reports them instead of waiting in silence.
+NOT_STARTING_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "CrashLoopBackOff",
+    }
+)
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """Everything the rules read about one pod, pulled out of the raw objects once."""
+
+    name: str
+    node_name: str | None
+    phase: str
+    status_reason: str | None
+    deleting: bool
+    disruption_reason: str | None
+    exit_code: int | None
+    termination_reason: str | None
+    termination_message: str
+    node_known: bool  # False when the pod names a node that no longer exists
+    node_termination: NodeTermination | None
+    node_not_ready_seconds: float | None
+    ready: bool = False  # the pod's Ready condition (its readiness probe, if it has one)
+    not_starting: tuple[str, str] | None = None  # (kubelet reason, message) of a stuck container
+    unschedulable: tuple[str, str] | None = None  # (scheduler reason, message) of a pending pod
+    # (schedulerName, seconds since the pod was created) of a pod that no scheduler has
+    # looked at: no PodScheduled condition and no node
+    unseen: tuple[str, float] | None = None
+    stopped_by_kueue: tuple[str, str] | None = None  # (Kueue's reason, message): it evicted
+
+
+def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """How the trainer container ended: the one named `trainer`, or the pod's only one."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    named = [s for s in statuses if s.get("name") == c.TRAINER_CONTAINER]
+    trainer = named or (statuses if len(statuses) == 1 else [])
+    return (trainer[0].get("state") or {}).get("terminated") if trainer else None
+
+
+def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
+    """The first container (init containers first) that the kubelet cannot start, and why."""
+    for container in [*(status.get("initContainerStatuses") or []),
+                      *(status.get("containerStatuses") or [])]:  # fmt: skip
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in NOT_STARTING_REASONS:
+            message = waiting.get("message") or waiting["reason"]
+            return waiting["reason"], f"container {container.get('name')}: {message}"
+    return None
+
+
+def _unschedulable(pod: dict[str, Any], admission: Admission | None) -> tuple[str, str] | None:
+    """Why the scheduler cannot place the pod, from its PodScheduled=False condition, or why
+    Kueue has not let it be scheduled yet (`admission`: its Workload's condition, if known)."""
+    status = pod.get("status") or {}
+    scheduled = find_condition(status.get("conditions") or [], "PodScheduled")
+    if scheduled is None or scheduled.get("status") != "False":
+        return None
+    reason = scheduled.get("reason") or "Unschedulable"
+    gates = {g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []}
+    if c.KUEUE_ADMISSION_GATE in gates:
+        return queue_wait((pod.get("metadata") or {}).get("labels", {}).get(c.KUEUE_QUEUE_LABEL),
+                          admission)  # fmt: skip
+    return reason, scheduled.get("message") or reason
+
+
+def _unseen(pod: dict[str, Any], now: datetime) -> tuple[str, float] | None:
+    """(schedulerName, seconds it has waited) of a pod that no scheduler has looked at yet.
+
+    A scheduler writes PodScheduled on every pod of its own that it tries (the API server
+    writes it on a gated one), so a pod without it and without a node has been seen by none:
+    its scheduler may be slow, or may not exist at all (a schedulerName nothing serves).
+    """
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    created = meta.get("creationTimestamp")
+    if (spec.get("nodeName") or not created or meta.get("deletionTimestamp")
+            or find_condition(status.get("conditions") or [], "PodScheduled")):  # fmt: skip
+        return None
+    waited = (now - parse_iso(created)).total_seconds()
+    return spec.get("schedulerName") or c.DEFAULT_SCHEDULER, max(waited, 0.0)
+
+
+def _stopped_by_kueue(status: dict[str, Any]) -> tuple[str, str] | None:
+    """Kueue marks each pod of a workload it evicts (preempted, say) before deleting it."""
+    stop = find_condition(status.get("conditions") or [], c.KUEUE_STOP_CONDITION)
+    if stop is None or stop.get("status") != "True":
+        return None
+    return stop.get("reason") or "Stopped", stop.get("message") or ""
+
+
+def facts(
+    pod: dict[str, Any],
+    node: dict[str, Any] | None,
+    now: datetime,
+    admission: Admission | None = None,
+) -> PodFacts:
+    meta, status = pod.get("metadata", {}), pod.get("status", {})
+    node_name = pod.get("spec", {}).get("nodeName")
+    disruption = next(
+        (
+            cond
+            for cond in status.get("conditions") or []
+            if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True"
+        ),
+        None,
+    )
+    terminated = _trainer_termination(pod)
+    not_ready_for = not_ready_seconds(node, now) if node is not None else None
+    return PodFacts(
+        name=meta.get("name", ""),
+        node_name=node_name,
+        phase=status.get("phase", "Pending"),
+        status_reason=status.get("reason"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        disruption_reason=(disruption.get("reason") or "DisruptionTarget") if disruption else None,
+        exit_code=terminated.get("exitCode") if terminated else None,
+        termination_reason=terminated.get("reason") if terminated else None,
+        termination_message=(terminated.get("message") or "") if terminated else "",
+        node_known=node is not None or node_name is None,
+        node_termination=node_termination(node, now) if node is not None else None,
+        node_not_ready_seconds=not_ready_for,
+        ready=any(
+            cond.get("type") == "Ready" and cond.get("status") == "True"
+            for cond in status.get("conditions") or []
+        ),
+        not_starting=_not_starting(status),
+        unschedulable=_unschedulable(pod, admission),
+        unseen=_unseen(pod, now),
+        stopped_by_kueue=_stopped_by_kueue(status),
+    )
