@@ -9,7 +9,8 @@ from typing import Any
 
 from rljob_operator import constants as c
 from rljob_operator.launcher import ray
-from rljob_operator.launcher.pods import JobRef, desired_pods
+from rljob_operator.launcher.identity import JobRef
+from rljob_operator.launcher.pods import desired_pods
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 

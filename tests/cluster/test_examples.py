@@ -10,7 +10,8 @@ import pytest
 import yaml
 from rljob_operator import constants as c
 from rljob_operator.api.spec import parse_spec
-from rljob_operator.launcher.pods import JobRef, ResumeTarget, desired_pods
+from rljob_operator.launcher.identity import JobRef
+from rljob_operator.launcher.pods import ResumeTarget, desired_pods
 from rljob_testenv import cluster
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from builders import job_ref, make_job
 from rljob_operator.api.spec import SpecError, parse_spec
+from rljob_operator.launcher.identity import JobRef
 from rljob_operator.launcher.pods import (
-    JobRef,
     ResumeTarget,
     check_template,
     desired_pods,

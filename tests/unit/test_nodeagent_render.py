@@ -33,7 +33,8 @@ from rljob_nodeagent.render import (
     termination_message,
 )
 from rljob_operator.api.spec import parse_spec
-from rljob_operator.launcher.pods import JobRef, ResumeTarget, desired_pod
+from rljob_operator.launcher.identity import JobRef
+from rljob_operator.launcher.pods import ResumeTarget, desired_pod
 
 
 def no_lookup(namespace, name):

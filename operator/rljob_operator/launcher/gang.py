@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import constants as c
 from ..api.spec import JobSpec
-from .pods import JobRef, attempt_name, labels, owner_reference
+from .identity import JobRef, attempt_name, labels, owner_reference
 
 API_VERSION = f"{c.SCHEDULING_GROUP}/{c.SCHEDULING_VERSION}"
 TEMPLATE = "gang"

@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import constants as c
 from ..api.spec import JobSpec
-from .pods import JobRef, labels, owner_reference
+from .identity import JobRef, labels, owner_reference
 
 TERMINATION_LOG = "/dev/termination-log"
 # Scheduling fields copied from the job, so that the inspector can reach the volume

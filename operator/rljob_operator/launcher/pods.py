@@ -3,10 +3,7 @@
 Each pod runs the trainer under its launcher: torchrun on every node (rljob's trainer),
 or a Ray node on every pod with the driver on the head (RLinf, verl; see launcher.ray).
 
-Names are fixed and known ahead (never generateName), so a retried create cannot
-make twins. Host names stay the same across attempts, so node 0's DNS name, the
-rendezvous address, never changes; pod names carry the attempt, so an old gang's
-pods and a new gang's never share a name.
+What the objects are called and how they point back at their job is launcher.identity.
 """
 
 from __future__ import annotations
@@ -20,15 +17,15 @@ from .. import constants as c
 from ..api.spec import JobSpec, SpecError
 from ..checkpoints.resume import resume_overrides
 from . import ray, template
-
-
-@dataclass(frozen=True)
-class JobRef:
-    """The identity of a job that its children point back at."""
-
-    name: str
-    namespace: str
-    uid: str
+from .identity import (
+    JobRef,
+    attempt_name,
+    host_name,
+    labels,
+    owner_reference,
+    pod_name,
+    service_name,
+)
 
 
 @dataclass(frozen=True)
@@ -46,52 +43,8 @@ class Placement:
     queue: str | None = None
 
 
-def attempt_name(job: str, attempt: int) -> str:
-    """The name of what one attempt's gang shares: its PodGroup, its Kueue pod group."""
-    return f"{job}-a{attempt}"
-
-
-def job_of_attempt_name(name: str) -> str | None:
-    """The job an attempt_name names, None for a name of another shape."""
-    job, sep, attempt = name.rpartition("-a")
-    return job if sep and job and attempt.isdigit() else None
-
-
-def pod_name(job: str, attempt: int, rank: int) -> str:
-    return f"{attempt_name(job, attempt)}-n{rank}"
-
-
-def host_name(job: str, rank: int) -> str:
-    return f"{job}-n{rank}"
-
-
-def service_name(job: str) -> str:
-    return job
-
-
 def master_address(job: JobRef) -> str:
     return f"{host_name(job.name, 0)}.{service_name(job.name)}.{job.namespace}.svc"
-
-
-def labels(job: str, attempt: int | None = None, rank: int | None = None) -> dict[str, str]:
-    result = {c.LABEL_JOB: job, c.LABEL_MANAGED_BY: c.MANAGED_BY}
-    if attempt is not None:
-        result[c.LABEL_ATTEMPT] = str(attempt)
-        result[c.LABEL_ROLE] = c.ROLE_TRAINER
-    if rank is not None:
-        result[c.LABEL_NODE_RANK] = str(rank)
-    return result
-
-
-def owner_reference(job: JobRef) -> dict[str, Any]:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "name": job.name,
-        "uid": job.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def torchrun_command(entry: tuple[str, ...]) -> list[str]:

@@ -22,8 +22,9 @@ from ..api.spec import JobSpec, parse_spec
 from ..checkpoints.errors import CheckpointInputError
 from ..checkpoints.latest import find_latest, verify_folder
 from ..checkpoints.progress import read_progress
+from ..launcher.identity import JobRef
 from ..launcher.inspector import desired_inspector, inspector_name
-from ..launcher.pods import JobRef, ResumeTarget
+from ..launcher.pods import ResumeTarget
 from .plan import LookupResult
 from .priority_boost import Saved
 from .startup import explicit_resume

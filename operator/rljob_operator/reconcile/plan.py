@@ -11,7 +11,8 @@ from ..api.reasons import CONDITION_FOR_PHASE, EventType, Phase, Reason
 from ..api.spec import RestartPolicy
 from ..api.status import set_condition
 from ..api.timestamps import iso, parse_iso
-from ..launcher.pods import JobRef, ResumeTarget
+from ..launcher.identity import JobRef
+from ..launcher.pods import ResumeTarget
 from ..queueing import Admission
 from . import goodput
 from .observe import Stuck

@@ -23,8 +23,8 @@ from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import SpecError, parse_spec
 from ..kube import Kube, KubeError
+from ..launcher.identity import attempt_name
 from ..launcher.inspector import inspector_name
-from ..launcher.pods import attempt_name
 from ..queueing import Admission
 from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent

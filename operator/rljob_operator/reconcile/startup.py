@@ -13,10 +13,10 @@ from ..api.spec import JobSpec, SpecError
 from ..api.status import LatestCheckpoint, ResumeFrom
 from ..api.timestamps import iso, parse_iso
 from ..launcher import gang
+from ..launcher.identity import attempt_name
 from ..launcher.pods import (
     Placement,
     ResumeTarget,
-    attempt_name,
     desired_launcher_config_map,
     desired_pods,
     desired_service,

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import constants as c
 from ..api.status import find_condition
-from ..launcher.pods import job_of_attempt_name
+from ..launcher.identity import job_of_attempt_name
 from ..preemption.nodes import NodeTermination, node_ready_condition, node_termination
 from ..queueing import Admission
 
