@@ -6,14 +6,15 @@ import pytest
 from builders import job_ref, make_job
 from rljob_operator.api.spec import SpecError, parse_spec
 from rljob_operator.launcher.identity import JobRef
+from rljob_operator.launcher.launchers import LAUNCHERS, Launcher
 from rljob_operator.launcher.pods import (
     ResumeTarget,
     check_template,
     desired_pods,
     desired_service,
     resume_arguments,
-    torchrun_command,
 )
+from rljob_operator.launcher.torchrun import torchrun_command
 
 
 def render(resume=None, rank=0, **spec):
@@ -239,3 +240,12 @@ def test_torchrun_waits_for_a_save_on_sigterm_for_nearly_the_whole_grace_period(
 
     assert env_of(pod)["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == timeout
     assert pod["spec"]["terminationGracePeriodSeconds"] == (grace or 300)
+
+
+@pytest.mark.parametrize("name", sorted(LAUNCHERS))
+def test_each_launcher_gives_everything_the_renderer_asks_of_one(name):
+    """A launcher is a module: nothing checks its functions until a pod is rendered with it."""
+    launcher = LAUNCHERS[name]
+    wanted = {n for n in vars(Launcher) if not n.startswith("_")} | set(Launcher.__annotations__)
+    assert {n for n in wanted if not hasattr(launcher, n)} == set()
+    assert launcher.DRIVER_ON_HEAD is (name == "ray")

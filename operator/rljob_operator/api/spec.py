@@ -20,6 +20,7 @@ LAUNCHERS = ("torchrun", "ray")
 GANG_SCHEDULING = ("Auto", "Off")
 # RLinf and verl are Ray programs: one driver on the head places workers on every node.
 RAY_FRAMEWORKS = frozenset({"rlinf", "verl"})
+DEFAULT_GRACE_SECONDS = 300  # the pods' terminationGracePeriodSeconds unless the template sets it
 RLJOB_TRAINER_COMMAND = ("python", "-m", "rljob_trainer")
 # What `checkpoint.layout: auto` means for a framework whose trainer writes one layout only.
 # rljob's trainer seals every folder with its manifest, FSDP and Megatron alike; told from
@@ -137,6 +138,11 @@ class JobSpec:
     queueing: QueueingSpec = QueueingSpec()
     suspend: bool = False
     ttl_seconds_after_finished: int | None = None
+
+    @property
+    def grace_seconds(self) -> int:
+        """The pods' terminationGracePeriodSeconds: the time a trainer has to save on SIGTERM."""
+        return int(self.template_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
 
     @property
     def entry_command(self) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """Render the gang: one pod per node and a headless service, as plain dicts.
 
-Each pod runs the trainer under its launcher: torchrun on every node (rljob's trainer),
-or a Ray node on every pod with the driver on the head (RLinf, verl; see launcher.ray).
+Each pod runs the trainer under its launcher (launcher.launchers): torchrun on every node
+(rljob's trainer), or a Ray node on every pod with the driver on the head (RLinf, verl).
 
 What the objects are called and how they point back at their job is launcher.identity.
 """
@@ -16,7 +16,7 @@ import rljob_contract as contract
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError
 from ..checkpoints.resume import resume_overrides
-from . import ray, template
+from . import template
 from .identity import (
     JobRef,
     attempt_name,
@@ -26,6 +26,7 @@ from .identity import (
     pod_name,
     service_name,
 )
+from .launchers import launcher_of
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,6 @@ def master_address(job: JobRef) -> str:
     return f"{host_name(job.name, 0)}.{service_name(job.name)}.{job.namespace}.svc"
 
 
-def torchrun_command(entry: tuple[str, ...]) -> list[str]:
-    """Wrap the trainer's entry point in torchrun, which reads its settings from PET_* vars."""
-    if entry and entry[0] in ("python", "python3"):
-        rest = list(entry[1:])
-        return ["torchrun", *rest] if rest[:1] != ["-m"] else ["torchrun", "-m", *rest[1:]]
-    return ["torchrun", "--no-python", *entry]
-
-
 def resume_arguments(spec: JobSpec, target: ResumeTarget) -> list[str]:
     """The framework's own switch that makes it resume from `target` (ValueError if it can't).
 
@@ -66,57 +59,19 @@ def resume_arguments(spec: JobSpec, target: ResumeTarget) -> list[str]:
     return resume_overrides(spec.framework, target.path, custom_template=template)
 
 
-DEFAULT_GRACE_SECONDS = 300
-
-
-def grace_period(spec: JobSpec) -> int:
-    """The pods' terminationGracePeriodSeconds: the time a trainer has to save on SIGTERM."""
-    return int(spec.template_spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
-
-
-def torchrun_shutdown_timeout(grace: int) -> int:
-    """How long torchrun waits for its workers after SIGTERM before it SIGKILLs them.
-
-    Its default is 30 s, whatever the pod's grace period: a save on SIGTERM that takes
-    longer is killed half-written. Wait for nearly the whole grace period instead, and
-    keep a little of it (10 s, or a quarter of a short one) for torchrun to exit and
-    report before the kubelet's own SIGKILL.
-    """
-    return max(1, grace - min(10, grace // 4))
-
-
-def _torchrun_env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
-    return {
-        # Read by recent torchrun (its --shutdown-timeout; torch 2.15 has it, 2.7 has not).
-        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(torchrun_shutdown_timeout(grace_period(spec))),
-        "MASTER_ADDR": master,
-        "MASTER_PORT": str(spec.rendezvous_port),
-        "NNODES": str(spec.nnodes),
-        "NODE_RANK": str(rank),
-        "NPROC_PER_NODE": str(spec.nproc_per_node),
-        "PET_MASTER_ADDR": master,
-        "PET_MASTER_PORT": str(spec.rendezvous_port),
-        "PET_NNODES": str(spec.nnodes),
-        "PET_NODE_RANK": str(rank),
-        "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
-    }
-
-
 def _own_env(
     spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None
 ) -> list[dict[str, Any]]:
     """The variables rljob sets itself; they win over spec.env entries of the same name."""
-    master = master_address(job)
-    launcher_env = ray.env if spec.launcher == "ray" else _torchrun_env
     values: dict[str, str] = {
-        **launcher_env(spec, master, rank),
+        **launcher_of(spec).env(spec, master_address(job), rank),
         contract.ENV_ATTEMPT: str(attempt),
         contract.ENV_CHECKPOINT_DIR: spec.checkpoint.path,
         contract.ENV_CHECKPOINT_REQUEST_FILE: (
             f"{contract.PODINFO_MOUNT_PATH}/{contract.CHECKPOINT_REQUEST_FILE_NAME}"
         ),
         contract.ENV_TERMINATION_LOG: contract.DEFAULT_TERMINATION_LOG,
-        contract.ENV_GRACE_SECONDS: str(grace_period(spec)),
+        contract.ENV_GRACE_SECONDS: str(spec.grace_seconds),
     }
     if spec.framework == "rljob":  # its trainer's runner.backend; other trainers have their own
         values[contract.ENV_BACKEND] = spec.backend
@@ -177,11 +132,8 @@ def _volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dic
         {"name": c.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
         {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
     ]
-    if spec.launcher == "ray":
-        ray_volumes, ray_mounts = ray.volumes(job.name)
-        volumes += ray_volumes
-        mounts += ray_mounts
-    return volumes, mounts
+    launcher_volumes, launcher_mounts = launcher_of(spec).volumes(job.name)
+    return volumes + launcher_volumes, mounts + launcher_mounts
 
 
 def _quantities_as_strings(resources: dict[str, Any]) -> dict[str, Any]:
@@ -208,27 +160,24 @@ def desired_pod(
     and its Kueue queue (Kueue admits it as one pod group). Raises SpecError when the
     template sets a part that is rljob's.
     """
+    launcher = launcher_of(spec)
     volumes, mounts = _volumes(spec, job)
-    runs_trainer = spec.launcher == "torchrun" or rank == 0
+    runs_trainer = not launcher.DRIVER_ON_HEAD or rank == 0
     args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
     ports = [{"name": "rendezvous", "containerPort": spec.rendezvous_port}]
-    if spec.launcher == "ray":
-        entry, ports = ray.command(spec, rank), ports + ray.container_ports(spec, rank)
-    else:
-        entry = torchrun_command(spec.entry_command)
     container: dict[str, Any] = {
         "name": c.TRAINER_CONTAINER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": entry,
+        "command": launcher.command(spec, rank),
         "args": args if runs_trainer else [],
         "env": _env(spec, job, attempt, rank, resume),
-        "ports": ports,
+        "ports": ports + launcher.container_ports(spec, rank),
         "volumeMounts": mounts,
         "terminationMessagePath": contract.DEFAULT_TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    probe = ray.readiness_probe(rank) if spec.launcher == "ray" else None
+    probe = launcher.readiness_probe(rank)
     if probe:
         container["readinessProbe"] = probe
     if spec.resources:
@@ -237,7 +186,7 @@ def desired_pod(
         "restartPolicy": "Never",
         "hostname": host_name(job.name, rank),
         "subdomain": service_name(job.name),
-        "terminationGracePeriodSeconds": grace_period(spec),
+        "terminationGracePeriodSeconds": spec.grace_seconds,
         "containers": [container],
         "volumes": volumes,
     }
@@ -281,19 +230,10 @@ def desired_pods(
     return [desired_pod(spec, job, attempt, rank, resume, placement) for rank in range(spec.nnodes)]
 
 
-def _service_ports(spec: JobSpec) -> dict[str, int]:
-    ports = {"rendezvous": spec.rendezvous_port}
-    if spec.launcher == "ray":
-        ports.update(spec.ray.ports)
-    return ports
-
-
 def desired_launcher_config_map(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
-    """The Ray launcher's files (launcher.ray), which the job's Ray pods mount."""
-    if spec.launcher != "ray":
-        return None
+    """The launcher's files (the Ray launcher's, launcher.ray), which the job's pods mount."""
     metadata = {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
-    return ray.launcher_config_map(ray.launcher_config_map_name(job.name), job.namespace, metadata)
+    return launcher_of(spec).config_map(job.name, job.namespace, metadata)
 
 
 def desired_service(spec: JobSpec, job: JobRef) -> dict[str, Any]:
@@ -311,6 +251,12 @@ def desired_service(spec: JobSpec, job: JobRef) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {c.LABEL_JOB: job.name, c.LABEL_ROLE: c.ROLE_TRAINER},
-            "ports": [{"name": name, "port": port} for name, port in _service_ports(spec).items()],
+            "ports": [
+                {"name": name, "port": port}
+                for name, port in {
+                    "rendezvous": spec.rendezvous_port,
+                    **launcher_of(spec).service_ports(spec),
+                }.items()
+            ],
         },
     }

@@ -29,6 +29,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
 NOTICE_FILE = f"{TEMP_DIR}/{ray_node.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
 LAUNCHER_DIR = "/etc/rljob/launcher"
+DRIVER_ON_HEAD = True  # only the head runs the driver; the job ends when the driver does
 LAUNCHER_VOLUME = "rljob-launcher"
 NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
 
@@ -58,12 +59,12 @@ def launcher_config_map_name(job: str) -> str:
     return f"{job}-launcher-{launcher_config_map_suffix()}"
 
 
-def launcher_config_map(name: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any]:
+def config_map(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
     """The job's launcher files; `metadata` brings the job's labels and owner reference."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, **metadata},
+        "metadata": {"name": launcher_config_map_name(job), "namespace": namespace, **metadata},
         "data": {config_map_key(path): text for path, text in launcher_files().items()},
     }
 
@@ -140,6 +141,10 @@ def container_ports(spec: JobSpec, rank: int) -> list[dict[str, Any]]:
     if rank != 0:
         return []
     return [{"name": name, "containerPort": port} for name, port in spec.ray.ports.items()]
+
+
+def service_ports(spec: JobSpec) -> dict[str, int]:
+    return dict(spec.ray.ports)
 
 
 def volumes(job: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -26,6 +26,7 @@ from typing import Any
 from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
 from ..api.spec import SpecError, parse_spec
+from ..launcher.launchers import launcher_of
 from ..launcher.pods import check_template
 from ..queueing import Admission
 from .failure import attempt_ended
@@ -108,7 +109,7 @@ def _decide(
         p.phase(Phase.SUCCEEDED, reason, message)
         p.event(EventType.NORMAL, Reason.SUCCEEDED, message)
         finished(p, spec, trainer_pods)
-        if spec.launcher == "ray":
+        if launcher_of(spec).DRIVER_ON_HEAD:
             # Ray workers hold no state once the driver is done, and a worker told to stop
             # would spend its grace period draining towards a head that is gone.
             p.plan.force_delete, p.plan.delete = p.plan.delete, []

@@ -11,6 +11,7 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import JobSpec
+from ..launcher.launchers import launcher_of
 from ..preemption.classify import Outcome, PodEnd, classify_facts
 from ..preemption.facts import PodFacts, facts
 from ..queueing import Admission
@@ -76,10 +77,10 @@ class Observed:
     def finished(self, spec: JobSpec, attempt: int) -> tuple[Reason, str] | None:
         """(reason, message) when the attempt has done its work, else None.
 
-        Under Ray the driver on the head is the program: its exit 0 ends the job, and the
-        worker pods, which never exit on their own, are stopped then.
+        Where the driver runs on the head (Ray) it is the program: its exit 0 ends the job,
+        and the worker pods, which never exit on their own, are stopped then.
         """
-        if spec.launcher == "ray" and self.head_succeeded:
+        if launcher_of(spec).DRIVER_ON_HEAD and self.head_succeeded:
             return (
                 Reason.DRIVER_SUCCEEDED,
                 f"attempt {attempt}: the Ray driver on the head exited 0",

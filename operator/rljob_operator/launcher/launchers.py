@@ -1,0 +1,49 @@
+"""The ways a gang's pods start training (`spec.launcher`): each is a module with the functions
+of `Launcher`, picked once by name, so that the renderer and the reconcile never branch on it.
+A new launcher is a module and a line in LAUNCHERS."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..api.spec import JobSpec
+from . import ray, torchrun
+
+
+class Launcher(Protocol):
+    # Whether only the head (rank 0) runs the driver, which places the rest through its own
+    # cluster, and the job ends with it; otherwise every pod runs the trainer.
+    DRIVER_ON_HEAD: bool
+
+    def command(self, spec: JobSpec, rank: int) -> list[str]:
+        """The container's command; the trainer's arguments follow where it runs the trainer."""
+        ...
+
+    def env(self, spec: JobSpec, master: str, rank: int) -> dict[str, str]:
+        """The launcher's own variables; `master` is node 0's stable DNS name."""
+        ...
+
+    def container_ports(self, spec: JobSpec, rank: int) -> list[dict[str, Any]]: ...
+
+    def readiness_probe(self, rank: int) -> dict[str, Any] | None: ...
+
+    def volumes(self, job: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(volumes, their mounts in the trainer container)."""
+        ...
+
+    def service_ports(self, spec: JobSpec) -> dict[str, int]:
+        """Ports the job's headless Service names besides the rendezvous port."""
+        ...
+
+    def config_map(
+        self, job: str, namespace: str, metadata: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """A ConfigMap the pods mount, if the launcher ships files into them."""
+        ...
+
+
+LAUNCHERS: dict[str, Launcher] = {"torchrun": torchrun, "ray": ray}
+
+
+def launcher_of(spec: JobSpec) -> Launcher:
+    return LAUNCHERS[spec.launcher]
