@@ -10,6 +10,7 @@ import shutil
 import pytest
 from builders import job_ref, make_job
 from ckpt_trees import build_rljob, snapshot
+from passes import lookup
 from rljob_operator.api.spec import SpecError, parse_spec
 from rljob_operator.checkpoints import find_latest
 from rljob_operator.cli import main
@@ -56,7 +57,7 @@ def test_the_operator_does_not_read_past_its_volume(tmp_path):
                                "directory": "run/checkpoints", "layout": "rljob"})  # fmt: skip
 
     with pytest.raises(LookupFailed, match=f"resolves to {outside}, outside {volume}"):
-        finder.lookup(job)
+        lookup(finder, job)
     assert snapshot(tmp_path) == before
 
 
@@ -129,15 +130,15 @@ def test_an_explicit_resume_folder_is_verified_on_the_volume(tmp_path):
     build_rljob(volume / "run", 8)
     finder = CheckpointFinder(volumes={"ckpts": volume}, inspector_image="unused")
 
-    whole = finder.lookup(named_job("/checkpoints/run/global_step_5"))
-    torn = finder.lookup(named_job("/checkpoints/run/global_step_6"))
-    later = finder.lookup(named_job("/checkpoints/run/global_step_5", attempt=1))
+    whole = lookup(finder, named_job("/checkpoints/run/global_step_5"))
+    torn = lookup(finder, named_job("/checkpoints/run/global_step_6"))
+    later = lookup(finder, named_job("/checkpoints/run/global_step_5", attempt=1))
 
     assert whole.target == ResumeTarget("/checkpoints/run/global_step_5", 5)
     assert torn.target is None and torn.detail.startswith("incomplete (")
     assert later.target.step == 8  # a later attempt resumes from the newest complete one
     with pytest.raises(LookupFailed, match=r"global_step_7 cannot be read: .*no such directory"):
-        finder.lookup(named_job("/checkpoints/run/global_step_7"))
+        lookup(finder, named_job("/checkpoints/run/global_step_7"))
 
 
 def test_the_inspector_verifies_an_explicit_resume_folder_within_the_volume():

@@ -21,6 +21,7 @@ from ckpt_trees import (
     write_text,
     write_tracker,
 )
+from passes import lookup
 from rljob_contract.progress import PROGRESS_FILE_NAME
 from rljob_contract.steps import parse_step
 from rljob_operator.checkpoints import (
@@ -242,7 +243,7 @@ def test_the_operator_reads_an_rljob_megatron_job_as_rljob_before_any_progress_j
     volume = {"persistentVolumeClaim": {"claimName": "ckpts"}}
     job = make_job(backend="megatron", checkpoint={"volume": volume, "directory": "run"})
 
-    result = finder.lookup(job)
+    result = lookup(finder, job)
 
     assert result.target is None
     assert "rljob_manifest.json is missing: the save did not finish" in result.detail

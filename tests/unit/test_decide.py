@@ -6,10 +6,11 @@ from datetime import timedelta
 
 import pytest
 from builders import NOW, make_job, make_node, make_pod
+from passes import decide, with_status
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.launcher.pods import ResumeTarget
-from rljob_operator.reconcile.decide import LookupResult, decide, with_status
+from rljob_operator.reconcile.plan import LookupResult
 
 NODES = {"gpu-node-0": make_node("gpu-node-0"), "gpu-node-1": make_node("gpu-node-1")}
 

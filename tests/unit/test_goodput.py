@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from builders import NOW, make_job
+from passes import decide, fail, with_status
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import iso, parse_iso
 from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.metrics import GoodputCollector
 from rljob_operator.reconcile import goodput
-from rljob_operator.reconcile.decide import LookupResult, decide, fail, with_status
+from rljob_operator.reconcile.plan import LookupResult
 from test_decide import NODES, pods_of
 
 

@@ -8,9 +8,9 @@ import json
 
 import pytest
 from builders import NOW, make_job
+from passes import plan_pass
 from rljob_operator import constants as c
 from rljob_operator.reconcile.lookup import CheckpointFinder
-from rljob_operator.reconcile.run import plan_pass
 
 # No volume the operator reads itself: every look goes through an inspector pod.
 FINDER = CheckpointFinder(volumes={}, inspector_image="rljob-operator:test")

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from builders import NOW
+from passes import plan_boost_write
 from rljob_operator import constants as c
 from rljob_operator.api.spec import PriorityBoostSpec, SpecError, parse_spec
 from rljob_operator.api.timestamps import iso, iso_precise
@@ -21,7 +22,6 @@ from rljob_operator.reconcile.priority_boost import (
     next_write,
     parse_written,
 )
-from rljob_operator.reconcile.run import plan_boost_write
 from rljob_operator.runtime.cache import ClusterCache
 
 POLICY = PriorityBoostSpec(enabled=True, max_boost=100, gpu_seconds_per_point=3600,

@@ -1,10 +1,10 @@
 """One reconcile pass as a pure function: what the cluster shows in, a Plan out.
 
-The caller reads the job, its pods and their nodes (from the watch cache), calls `decide`,
-and carries out the plan (reconcile.run.apply: fence, create, record, ask, delete,
-release, drop the old PodGroups, tell). Every decision reads the observed facts and the
-job's status, never in-memory state, so an operator restarted at any moment picks up
-where it was.
+The caller takes a snapshot of the job, its pods and their nodes (from the watch cache:
+reconcile.snapshot), calls `decide`, and carries out the plan (reconcile.run.apply: fence,
+create, record, ask, delete, release, drop the old PodGroups, tell). Every decision reads
+the observed facts and the job's status, never in-memory state, so an operator restarted at
+any moment picks up where it was.
 
 A restart is a number: it bumps `status.attempt`. Pods of other attempts are stale
 and are deleted; the next gang is created only once none of them runs (each is gone, or
@@ -20,15 +20,9 @@ suspicion (a checkpoint the trainer crashed on), progress (an attempt under way)
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-
-from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
-from ..api.spec import SpecError, parse_spec
+from ..api.spec import SpecError
 from ..launcher.launchers import launcher_of
-from ..launcher.pods import check_template
-from ..queueing import Admission
 from .failure import attempt_ended
 from .finish import finished, suspend
 from .observe import observe, ray_status
@@ -40,58 +34,36 @@ from .pod_cleanup import (
     wake_when_tolerance_ends,
 )
 from .progress import progress, request_checkpoint
+from .snapshot import Snapshot
 from .startup import start_attempt
-from .stuck import SCHEDULER_WAIT_SECONDS
 
 
-def decide(
-    job: dict[str, Any],
-    pods: list[dict[str, Any]],
-    nodes: dict[str, dict[str, Any] | None],
-    now: datetime,
-    lookup: LookupResult | LookupPending | None = None,
-    workload_api: bool = False,
-    admission: Admission | None = None,
-    scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
-) -> Plan:
+def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -> Plan:
     """Drive the job one step towards its spec.
 
     `lookup` is what the caller found in the checkpoint directory, when it looked, or the
     inspector pod it waits for; a plan with `needs_checkpoint_lookup` asks it to look
     (skipping `lookup_exclude`).
-    `workload_api`: the API server serves the Workload API, for all-or-nothing gangs.
-    `admission`: Kueue's reason and message for not admitting the attempt's pod group yet.
-    `scheduler_wait`: seconds a pod may go unseen by any scheduler before the job says so.
     """
-    p = Pass(job, now, workload_api, admission, scheduler_wait)
-    pods = [
-        pod for pod in pods if pod["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
-    ]
-    _decide(p, job, pods, nodes, lookup)
+    p = Pass(snap)
+    pods = list(snap.trainers)
+    _decide(p, lookup)
     p.plan.release = ends_recorded(p, pods)
-    no_grace_for_lost_nodes(p.plan, pods, nodes, now, p.not_ready_tolerance)
-    wake_when_tolerance_ends(p, pods, nodes)
+    no_grace_for_lost_nodes(p.plan, pods, snap.nodes, snap.now, p.not_ready_tolerance)
+    wake_when_tolerance_ends(p, pods, snap.nodes)
     skip_pods_already_going(p.plan, pods)
-    p.account(job)
+    p.account(snap.job)
     return p.plan
 
 
-def _decide(
-    p: Pass,
-    job: dict[str, Any],
-    trainer_pods: list[dict[str, Any]],
-    nodes: dict[str, dict[str, Any] | None],
-    lookup: LookupResult | LookupPending | None,
-) -> None:
-    try:
-        spec = parse_spec(job.get("spec") or {})
-        check_template(spec, p.ref)
-        p.not_ready_tolerance = spec.restart_policy.node_not_ready_tolerance_seconds
-    except SpecError as exc:
+def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
+    spec, trainer_pods = p.snap.spec, list(p.snap.trainers)
+    if isinstance(spec, SpecError):
         if p.status.get("phase") != Phase.FAILED:
-            p.fail(Reason.INVALID_SPEC, str(exc))
+            p.fail(Reason.INVALID_SPEC, str(spec))
         p.plan.delete = [pod["metadata"]["name"] for pod in trainer_pods]
         return
+    p.not_ready_tolerance = spec.restart_policy.node_not_ready_tolerance_seconds
 
     if p.status.get("phase") in TERMINAL_PHASES:
         finished(p, spec, trainer_pods)
@@ -100,7 +72,7 @@ def _decide(
         suspend(p, trainer_pods)
         return
 
-    seen = observe(spec, p.status, trainer_pods, nodes, p.now, p.admission)
+    seen = observe(spec, p.status, trainer_pods, p.snap.nodes, p.now, p.snap.admission)
     if spec.launcher == "ray":
         p.status["ray"] = ray_status(seen, spec.nnodes)
     done = seen.finished(spec, p.status["attempt"])
@@ -130,14 +102,9 @@ def _decide(
         progress(p, spec, seen)
 
 
-def fail(job: dict[str, Any], now: datetime, reason: Reason, message: str) -> Plan:
+def fail(snap: Snapshot, reason: Reason, message: str) -> Plan:
     """A plan that fails the job for a reason found outside `decide` (for example at creation)."""
-    p = Pass(job, now)
+    p = Pass(snap)
     p.fail(reason, message)
-    p.account(job)
+    p.account(snap.job)
     return p.plan
-
-
-def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-    """The job as it will look once `status` is written (handy for tests and chained passes)."""
-    return dict(job, status=status)

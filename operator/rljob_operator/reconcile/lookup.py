@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .. import constants as c
-from ..api.spec import JobSpec, parse_spec
+from ..api.spec import JobSpec
 from ..checkpoints.errors import CheckpointInputError
 from ..checkpoints.latest import find_latest, verify_folder
 from ..checkpoints.progress import read_progress
@@ -100,21 +100,22 @@ class CheckpointFinder:
 
     def lookup(
         self,
-        job: dict[str, Any],
+        spec: JobSpec,
+        ref: JobRef,
+        attempt: int,
         exclude: tuple[str, ...] = (),
         inspector: dict[str, Any] | None = None,
     ) -> LookupResult | Inspection:
-        """The newest complete checkpoint (or the folder the job names, verified), skipping
-        `exclude`; `inspector` is the attempt's inspector pod as the cache has it, if any.
-        Raises LookupFailed when the directory cannot be read."""
-        spec = parse_spec(job["spec"])
-        named = explicit_resume(spec, (job.get("status") or {}).get("attempt", 0))
+        """The newest complete checkpoint for `attempt` of the job (or the folder the job
+        names, verified), skipping `exclude`; `inspector` is the attempt's inspector pod as
+        the cache has it, if any. Raises LookupFailed when the directory cannot be read."""
+        named = explicit_resume(spec, attempt)
         root = self.local_volume(spec)
         if root is not None and named:
             return self._verify_locally(spec, root, named)
         if root is not None:
             return self._read_locally(spec, root, exclude)
-        return self._ask_inspector(spec, job, exclude, named, inspector)
+        return self._ask_inspector(spec, ref, attempt, exclude, named, inspector)
 
     def saved(self, spec: JobSpec) -> Saved | None:
         """The newest complete checkpoint (step, and its folder's time) and the trainer's
@@ -170,14 +171,12 @@ class CheckpointFinder:
     def _ask_inspector(
         self,
         spec: JobSpec,
-        job: dict[str, Any],
+        ref: JobRef,
+        attempt: int,
         exclude: tuple[str, ...],
         named: str | None,
         pod: dict[str, Any] | None,
     ) -> LookupResult | Inspection:
-        meta = job["metadata"]
-        ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
-        attempt = (job.get("status") or {}).get("attempt", 0)
         name = inspector_name(ref.name, attempt)
         if pod is None:
             body = desired_inspector(spec, ref, attempt, self.inspector_image, exclude, named)

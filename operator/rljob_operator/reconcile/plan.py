@@ -6,17 +6,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import constants as c
 from ..api.reasons import CONDITION_FOR_PHASE, EventType, Phase, Reason
 from ..api.spec import RestartPolicy
 from ..api.status import set_condition
 from ..api.timestamps import iso, parse_iso
-from ..launcher.identity import JobRef
 from ..launcher.pods import ResumeTarget
-from ..queueing import Admission
 from . import goodput
 from .observe import Stuck
-from .stuck import SCHEDULER_WAIT_SECONDS
+from .snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -72,22 +69,12 @@ class Plan:
 class Pass:
     """The state of one decision: the status being built, and what to do."""
 
-    def __init__(
-        self,
-        job: dict[str, Any],
-        now: datetime,
-        workload_api: bool = False,
-        admission: Admission | None = None,
-        scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
-    ) -> None:
-        meta = job["metadata"]
-        self.now = now
-        self.workload_api = workload_api  # the API server serves gang scheduling
-        self.admission = admission  # why Kueue has not admitted the attempt, where it says
-        self.scheduler_wait = scheduler_wait  # how long a pod waits for a scheduler to see it
-        self.queue: str | None = (meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL)
-        self.generation = meta.get("generation")
-        self.ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.now = snap.now
+        self.ref = snap.ref
+        self.generation = snap.job["metadata"].get("generation")
+        job = snap.job
         status = dict(job.get("status") or {})
         status.setdefault("attempt", 0)
         status.setdefault("preemptions", 0)

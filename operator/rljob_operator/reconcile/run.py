@@ -12,8 +12,9 @@ is a no-op; events go out last, once the status they describe is stored.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any
 
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
@@ -21,18 +22,18 @@ from rljob_contract.request import format_request
 
 from .. import constants as c
 from ..api.reasons import Reason
-from ..api.spec import SpecError, parse_spec
+from ..api.spec import SpecError
 from ..kube import Kube, KubeError
 from ..launcher.identity import attempt_name
 from ..launcher.inspector import inspector_name
-from ..queueing import Admission
 from ..runtime.cache import ClusterCache
 from ..runtime.events import PostEvent
-from .decide import decide, fail, with_status
+from .decide import decide, fail
 from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .observe import inspector_stuck
 from .plan import LookupPending, LookupResult, Plan
 from .priority_boost import plan_boost, wants_boost, written_on
+from .snapshot import Snapshot, take_snapshot
 from .stuck import SCHEDULER_WAIT_SECONDS
 
 log = logging.getLogger(__name__)
@@ -112,25 +113,21 @@ def _annotate_workload(
 
 
 def plan_boost_write(
-    plan: Plan, job: dict[str, Any], finder: CheckpointFinder, cache: ClusterCache,
-    now: datetime,
-) -> None:  # fmt: skip
+    plan: Plan, snap: Snapshot, finder: CheckpointFinder, cache: ClusterCache
+) -> None:
     """Add the priority boost's write and next look to the plan, where the job wants one and
     its attempt's Kueue Workload is in the cache (reconcile.priority_boost decides)."""
-    meta = job["metadata"]
-    try:
-        spec = parse_spec(job["spec"])
-    except SpecError:
+    spec = snap.spec
+    if isinstance(spec, SpecError):
         return
-    queue = (meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL)
-    if not wants_boost(spec, queue, plan.status):
+    if not wants_boost(spec, snap.queue, plan.status):
         return
-    workload = attempt_name(meta["name"], plan.status["attempt"])
-    annotations = cache.boost_annotations(meta["namespace"], workload)
+    workload = attempt_name(snap.ref.name, plan.status["attempt"])
+    annotations = cache.boost_annotations(snap.ref.namespace, workload)
     saved = finder.saved(spec)
     if annotations is None or saved is None:
         return
-    write, wake = plan_boost(spec, plan.status, saved, written_on(annotations), now)
+    write, wake = plan_boost(spec, plan.status, saved, written_on(annotations), snap.now)
     if write:
         plan.annotate_workload = (workload, write)
     if wake is not None:
@@ -140,51 +137,35 @@ def plan_boost_write(
 MAX_LOOKUPS_PER_PASS = 3  # a bad checkpoint asks for one more look
 
 
-def plan_pass(
-    job: dict[str, Any],
-    pods: list[dict[str, Any]],
-    nodes: dict[str, dict[str, Any] | None],
-    finder: CheckpointFinder,
-    now: datetime,
-    workload_api: bool = False,
-    admission: Admission | None = None,
-    scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
-) -> Plan:
+def plan_pass(snap: Snapshot, finder: CheckpointFinder) -> Plan:
     """Decide, looking at the checkpoints as often as the decision asks (bounded).
 
-    `pods` are all of the job's pods. An inspector pod the look needs is created by the
-    plan, and one that is done (it reported, or never will) or of another attempt is
-    deleted by it, after the status that records its report. One that runs and has not
-    reported is decided on once more, for what keeps it from starting.
+    An inspector pod the look needs is created by the plan, and one that is done (it
+    reported, or never will) or of another attempt is deleted by it, after the status that
+    records its report. One that runs and has not reported is decided on once more, for what
+    keeps it from starting.
     """
-    trainers, inspectors = [], {}
-    for pod in pods:
-        role = pod["metadata"].get("labels", {}).get(c.LABEL_ROLE)
-        if role == c.ROLE_TRAINER:
-            trainers.append(pod)
-        elif role == c.ROLE_INSPECTOR:
-            inspectors[pod["metadata"]["name"]] = pod
-    decision = partial(
-        decide, workload_api=workload_api, admission=admission, scheduler_wait=scheduler_wait
-    )
-    plan = decision(job, trainers, nodes, now)
-    inspector = inspectors.get(inspector_name(job["metadata"]["name"], plan.status["attempt"]))
+    plan = decide(snap)
+    inspectors = snap.inspectors
+    inspector = inspectors.get(inspector_name(snap.ref.name, plan.status["attempt"]))
     events = []
     for _ in range(MAX_LOOKUPS_PER_PASS):
-        if not plan.needs_checkpoint_lookup:
+        if not plan.needs_checkpoint_lookup or isinstance(snap.spec, SpecError):
             break
-        seen = with_status(job, plan.status)
+        seen = snap.with_status(plan.status)
         try:
-            found = finder.lookup(seen, plan.lookup_exclude, inspector)
+            found = finder.lookup(
+                snap.spec, snap.ref, plan.status["attempt"], plan.lookup_exclude, inspector
+            )
         except LookupFailed as exc:
             found = LookupResult(None, failure=str(exc))
         if isinstance(found, Inspection):
-            log.debug("%s: %s", job["metadata"]["name"], found.state)
+            log.debug("%s: %s", snap.ref.name, found.state)
             if found.pod is None and inspector is not None:  # it runs, and has not reported
-                stuck = inspector_stuck(inspector, now)
+                stuck = inspector_stuck(inspector, snap.now)
                 waiting = LookupPending(inspector["metadata"]["name"], stuck)
                 events += plan.events  # replaced by the plan that knows why it waits
-                plan = decision(seen, trainers, nodes, now, waiting)
+                plan = decide(seen, waiting)
             elif found.pod is not None and found.pod["metadata"]["name"] not in inspectors:
                 plan.create.append(found.pod)
             # else the one read this pass is still there: the plan deletes it, and its
@@ -192,7 +173,7 @@ def plan_pass(
             break
         inspector = None  # its report is read: a second look needs a new one
         events += plan.events  # this plan is replaced by the one that knows what was found
-        plan = decision(seen, trainers, nodes, now, found)
+        plan = decide(seen, found)
     plan.events = events + plan.events
     attempt = str(plan.status["attempt"])
     plan.delete += [
@@ -225,17 +206,13 @@ def reconcile(
             if c.FINALIZER in (pod["metadata"].get("finalizers") or []):
                 kube.release_pod(namespace, pod["metadata"]["name"])
         return None
-    trainer_pods = [
-        p for p in pods if p["metadata"].get("labels", {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
-    ]
-    nodes = _nodes_of(kube, cache, trainer_pods)
-    moment = now or datetime.now(UTC)
     attempt = (job.get("status") or {}).get("attempt", 0)
     admission = cache.admission(namespace, attempt_name(name, attempt))
-    plan = plan_pass(
-        job, pods, nodes, finder, moment, kube.serves_workload_api, admission, scheduler_wait
-    )
-    plan_boost_write(plan, job, finder, cache, moment)
+    moment = now or datetime.now(UTC)
+    snap = take_snapshot(job, pods, {}, moment, kube.serves_workload_api, admission, scheduler_wait)
+    snap = replace(snap, nodes=_nodes_of(kube, cache, snap.trainers))
+    plan = plan_pass(snap, finder)
+    plan_boost_write(plan, snap, finder, cache)
     try:
         apply(kube, cache, job, plan, tell)
     except KubeError as exc:
@@ -243,15 +220,13 @@ def reconcile(
         if not refused or not plan.create:
             raise
         # The API server refused a pod we rendered: retrying cannot help.
-        plan = fail(
-            job, moment, Reason.POD_REJECTED, f"the API server refused the job's pods: {exc}"
-        )
+        plan = fail(snap, Reason.POD_REJECTED, f"the API server refused the job's pods: {exc}")
         apply(kube, cache, job, plan, tell)
     return job.get("status") or {}, plan
 
 
 def _nodes_of(
-    kube: Kube, cache: ClusterCache, pods: list[dict[str, Any]]
+    kube: Kube, cache: ClusterCache, pods: Iterable[dict[str, Any]]
 ) -> dict[str, dict[str, Any] | None]:
     """The pods' nodes from the cache. One the cache lacks is read from the API server: a
     node is never taken for gone only because its watch event has not come yet."""

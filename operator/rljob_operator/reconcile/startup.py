@@ -88,9 +88,9 @@ def _create_gang(
     p: Pass, spec: JobSpec, resume: ResumeTarget | None, lookup: LookupResult | None
 ) -> None:
     status, attempt = p.status, p.status["attempt"]
-    group = attempt_name(p.ref.name, attempt) if gang.wanted(spec, p.workload_api) else None
+    group = attempt_name(p.ref.name, attempt) if gang.wanted(spec, p.snap.workload_api) else None
     try:
-        pods = desired_pods(spec, p.ref, attempt, resume, Placement(group, p.queue))
+        pods = desired_pods(spec, p.ref, attempt, resume, Placement(group, p.snap.queue))
     except SpecError as exc:  # the template sets what this attempt's placement does
         p.fail(Reason.INVALID_SPEC, str(exc))
         return

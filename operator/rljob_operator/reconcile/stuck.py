@@ -50,15 +50,15 @@ def inspector(name: str) -> Wording:
 
 def report_stuck(p: Pass, stuck: Stuck, words: Wording = GANG) -> tuple[str, str] | None:
     """PodsUnschedulable from the scheduler's words, or from its silence once a pod has waited
-    `p.scheduler_wait` for it; ContainersNotStarting from the kubelet's words. Returns the
+    `p.snap.scheduler_wait` for it; ContainersNotStarting from the kubelet's words. Returns the
     reason and message of the first True one, if one is."""
     unseen = []
     for pod, scheduler, waited in stuck.unseen:
-        if waited < p.scheduler_wait:
-            p.requeue(p.scheduler_wait - waited + 0.5)
+        if waited < p.snap.scheduler_wait:
+            p.requeue(p.snap.scheduler_wait - waited + 0.5)
             continue
         unseen.append((Reason.NOT_SEEN_BY_SCHEDULER, f"{words.pod} {pod} has not been seen by a "
-                       f"scheduler for {p.scheduler_wait:g} s (schedulerName {scheduler}): "
+                       f"scheduler for {p.snap.scheduler_wait:g} s (schedulerName {scheduler}): "
                        "is that scheduler running?"))  # fmt: skip
     unschedulable = [(r, f"{words.pod} {pod}: {why}") for pod, r, why in stuck.unschedulable]
     placed = (Reason.PODS_SCHEDULED, words.placed)

@@ -1,0 +1,73 @@
+"""What one pass reads, taken once at its start: the job, its spec parsed and checked, its pods
+split by role, their nodes, Kueue's admission, what the API server serves, and the time. Every
+decision of the pass reads this and nothing else, however often the pass decides again after a
+look at the checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from .. import constants as c
+from ..api.spec import JobSpec, SpecError, parse_spec
+from ..launcher.identity import JobRef
+from ..launcher.pods import check_template
+from ..queueing import Admission
+from .stuck import SCHEDULER_WAIT_SECONDS
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    job: dict[str, Any]
+    spec: JobSpec | SpecError  # the error, where the spec or its template is refused
+    ref: JobRef
+    queue: str | None  # the Kueue LocalQueue the job names, if any
+    trainers: tuple[dict[str, Any], ...]
+    inspectors: Mapping[str, dict[str, Any]]  # by pod name
+    nodes: Mapping[str, dict[str, Any] | None]  # the trainers' nodes; None: gone
+    now: datetime
+    workload_api: bool = False  # the API server serves the Workload API (all-or-nothing gangs)
+    admission: Admission | None = None  # why Kueue has not admitted the attempt, where it says
+    scheduler_wait: float = SCHEDULER_WAIT_SECONDS  # how long a pod may go unseen by a scheduler
+
+    def with_status(self, status: dict[str, Any]) -> Snapshot:
+        """The same moment, with the job as it will look once `status` is written."""
+        return replace(self, job=dict(self.job, status=status))
+
+
+def take_snapshot(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    nodes: Mapping[str, dict[str, Any] | None],
+    now: datetime,
+    workload_api: bool = False,
+    admission: Admission | None = None,
+    scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
+) -> Snapshot:
+    """`pods` are all of the job's pods, trainers and inspectors."""
+    meta = job["metadata"]
+    ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
+    spec: JobSpec | SpecError
+    try:
+        spec = parse_spec(job.get("spec") or {})
+        check_template(spec, ref)
+    except SpecError as exc:
+        spec = exc
+    roles: dict[str, list[dict[str, Any]]] = {c.ROLE_TRAINER: [], c.ROLE_INSPECTOR: []}
+    for pod in pods:
+        roles.get((pod["metadata"].get("labels") or {}).get(c.LABEL_ROLE) or "", []).append(pod)
+    return Snapshot(
+        job=job,
+        spec=spec,
+        ref=ref,
+        queue=(meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL),
+        trainers=tuple(roles[c.ROLE_TRAINER]),
+        inspectors={pod["metadata"]["name"]: pod for pod in roles[c.ROLE_INSPECTOR]},
+        nodes=nodes,
+        now=now,
+        workload_api=workload_api,
+        admission=admission,
+        scheduler_wait=scheduler_wait,
+    )

@@ -1,0 +1,57 @@
+"""The reconcile's pure entry points over plain objects, as the unit tests call them: each
+takes the pass's snapshot first, as reconcile.run.reconcile does from its cache."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from rljob_operator.api.spec import parse_spec
+from rljob_operator.reconcile import decide as decide_module
+from rljob_operator.reconcile import run
+from rljob_operator.reconcile.lookup import CheckpointFinder, Inspection
+from rljob_operator.reconcile.plan import LookupPending, LookupResult, Plan
+from rljob_operator.reconcile.snapshot import Snapshot, take_snapshot
+from rljob_operator.runtime.cache import ClusterCache
+
+Nodes = dict[str, dict[str, Any] | None]
+
+
+def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """The job as it will look once `status` is written."""
+    return dict(job, status=status)
+
+
+def decide(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    nodes: Nodes,
+    now: datetime,
+    lookup: LookupResult | LookupPending | None = None,
+    **snapshot: Any,
+) -> Plan:
+    return decide_module.decide(take_snapshot(job, pods, nodes, now, **snapshot), lookup)
+
+
+def fail(job: dict[str, Any], now: datetime, reason: str, message: str) -> Plan:
+    return decide_module.fail(take_snapshot(job, [], {}, now), reason, message)
+
+
+def plan_pass(
+    job: dict[str, Any], pods: list[dict[str, Any]], nodes: Nodes, finder: CheckpointFinder,
+    now: datetime,
+) -> Plan:  # fmt: skip
+    return run.plan_pass(take_snapshot(job, pods, nodes, now), finder)
+
+
+def plan_boost_write(
+    plan: Plan, job: dict[str, Any], finder: CheckpointFinder, cache: ClusterCache,
+    now: datetime,
+) -> None:  # fmt: skip
+    run.plan_boost_write(plan, take_snapshot(job, [], {}, now), finder, cache)
+
+
+def lookup(finder: CheckpointFinder, job: dict[str, Any]) -> LookupResult | Inspection:
+    snap: Snapshot = take_snapshot(job, [], {}, datetime.now())
+    attempt = (job.get("status") or {}).get("attempt", 0)
+    return finder.lookup(parse_spec(job["spec"]), snap.ref, attempt)
