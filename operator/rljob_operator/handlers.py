@@ -37,7 +37,7 @@ class Peering:
 
 @dataclass
 class Scope:
-    """Set by `rljob operator` before kopf starts."""
+    """What `rljob operator` hands the handlers, through kopf's operator memo (`memo.scope`)."""
 
     namespaces: list[str] | None = None  # None: every namespace
     peering: Peering | None = None  # None: standalone, always acting
@@ -45,20 +45,11 @@ class Scope:
     scheduler_wait: float = SCHEDULER_WAIT_SECONDS
 
 
-SCOPE = Scope()
-_controller: Controller | None = None
-_peering: PeeringWatch | None = None
-
-
-def _current() -> Controller:
-    if _controller is None:
-        raise RuntimeError("the operator has not started")
-    return _controller
-
-
 @kopf.on.startup()
-def start(settings: kopf.OperatorSettings, **_: Any) -> None:
-    global _controller, _peering
+def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    """Build the controller (and the peering watch) into the operator's memo, which kopf
+    copies into every object's memo once the watches start, after this handler."""
+    scope: Scope = memo.get("scope") or Scope()
     settings.posting.enabled = False  # we post our own, richer events
     settings.watching.server_timeout = 300
     try:
@@ -70,37 +61,36 @@ def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     # makes the rest open a new TLS connection per request under a burst, and throw it away.
     configuration.connection_pool_maxsize = WORKERS + LANES + 4
     api = CountingApiClient(configuration)
-    kube = Kube(api)
-    _controller = Controller(
-        kube,
+    controller = Controller(
+        Kube(api),
         CheckpointFinder.from_env(),
-        SCOPE.namespaces,
-        resync_seconds=SCOPE.resync_seconds,
-        scheduler_wait=SCOPE.scheduler_wait,
+        scope.namespaces,
+        resync_seconds=scope.resync_seconds,
+        scheduler_wait=scope.scheduler_wait,
     )
-    if SCOPE.peering:
-        _controller.queue.pause()  # until the peering object says this replica acts
-        peering = SCOPE.peering
-        _peering = PeeringWatch(
+    memo.controller, memo.peering = controller, None
+    if scope.peering:
+        controller.queue.pause()  # until the peering object says this replica acts
+        memo.peering = PeeringWatch(
             api,
-            peering.name,
-            SCOPE.namespaces,
-            peering.identity,
-            peering.priority,
-            lambda acting: _controller.resume() if acting else _controller.pause(),
+            scope.peering.name,
+            scope.namespaces,
+            scope.peering.identity,
+            scope.peering.priority,
+            lambda acting: controller.resume() if acting else controller.pause(),
         )
-    _controller.start()
-    if _peering:
-        _peering.start()
+    controller.start()
+    if memo.peering:
+        memo.peering.start()
     log.info("rljob operator started")
 
 
 @kopf.on.cleanup()
-def stop(**_: Any) -> None:
-    if _peering:
-        _peering.stop()
-    if _controller:
-        _controller.stop()
+def stop(memo: kopf.Memo, **_: Any) -> None:
+    if memo.get("peering"):
+        memo.peering.stop()
+    if memo.get("controller"):
+        memo.controller.stop()
 
 
 def needs_pass(event_type: str | None, job: dict[str, Any]) -> bool:
@@ -115,27 +105,29 @@ def needs_pass(event_type: str | None, job: dict[str, Any]) -> bool:
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
-async def job_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
+async def job_changed(type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     """An event handler, not a change handler: those keep the whole spec in an annotation
     for diffing, which a large spec pushes past the API server's 256 KiB limit."""
     job = event["object"]
-    _current().job_event(type, job, needs_pass(type, job))
+    memo.controller.job_event(type, job, needs_pass(type, job))
 
 
 @kopf.on.event(
     "", "v1", "pods", labels={c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: kopf.PRESENT}
 )
-async def pod_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
-    _current().pod_event(type, event["object"])
+async def pod_changed(type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.pod_event(type, event["object"])
 
 
 @kopf.on.event("", "v1", "nodes")
-async def node_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
-    _current().node_event(type, event["object"])
+async def node_changed(type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.node_event(type, event["object"])
 
 
 @kopf.on.event(c.KUEUE_GROUP, c.KUEUE_VERSION, "workloads")
-async def kueue_workload_changed(type: str | None, event: dict[str, Any], **_: Any) -> None:
+async def kueue_workload_changed(
+    type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
     """Why Kueue has not admitted a gang yet, for its job's conditions. Where Kueue is not
     installed, kopf serves this once its CRD appears."""
-    _current().admission_event(type, event["object"])
+    memo.controller.admission_event(type, event["object"])

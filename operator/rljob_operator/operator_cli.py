@@ -81,11 +81,12 @@ def run(args: argparse.Namespace) -> int:
         start_http_server(args.metrics_port)
     priority = args.priority if args.priority is not None else start_priority()
     identity = own_identity()
-    handlers.SCOPE.namespaces = None if args.all_namespaces else (args.namespace or None)
-    handlers.SCOPE.resync_seconds = args.resync_seconds
-    handlers.SCOPE.scheduler_wait = args.scheduler_wait_seconds
-    if not args.standalone:
-        handlers.SCOPE.peering = handlers.Peering(args.peering, identity, priority)
+    scope = handlers.Scope(
+        namespaces=None if args.all_namespaces else (args.namespace or None),
+        peering=None if args.standalone else handlers.Peering(args.peering, identity, priority),
+        resync_seconds=args.resync_seconds,
+        scheduler_wait=args.scheduler_wait_seconds,
+    )
     settings = kopf.OperatorSettings()
     settings.peering.lifetime = args.peering_lifetime
     kopf.run(
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         identity=identity,
         liveness_endpoint=args.liveness,
         settings=settings,
+        memo=kopf.Memo(scope=scope),
     )
     return 0
 
