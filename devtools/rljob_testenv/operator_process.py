@@ -6,6 +6,7 @@ the startup handler has run, which fills the cache and starts the workers.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -117,6 +118,10 @@ def run_operator(process: OperatorProcess) -> Iterator[OperatorProcess]:
 
 
 def delete_jobs_and_wait(process: OperatorProcess, timeout: float = 30) -> None:
+    """Delete the namespace's jobs and wait until the operator has released every pod of
+    theirs (none holds rljob's finalizer). The pods then go as the cluster removes them (the
+    garbage collector, their kubelet), which the operator takes no part in: a test need not
+    wait for that (a pod Kueue holds by its own finalizer outlives its node by a minute)."""
     kubectl = [
         str(binaries.require("kubectl")),
         "--kubeconfig",
@@ -134,12 +139,15 @@ def delete_jobs_and_wait(process: OperatorProcess, timeout: float = 30) -> None:
         print(f"deleting the test's jobs failed: {deleted.stderr.strip()}")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = subprocess.run(
-            [*kubectl, "get", "pods", "-l", c.LABEL_JOB, "-o", "name"],
+        listed = subprocess.run(
+            [*kubectl, "get", "pods", "-l", c.LABEL_JOB, "-o", "json"],
             capture_output=True,
             text=True,
             check=False,
-        ).stdout.strip()
-        if not left:
+        )
+        if listed.returncode == 0 and not any(
+            c.FINALIZER in (pod["metadata"].get("finalizers") or [])
+            for pod in json.loads(listed.stdout).get("items", [])
+        ):
             return
         time.sleep(0.5)
