@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,17 +126,26 @@ def kill_tree(pid: int, sig: signal.Signals) -> None:
             os.kill(target, sig)
 
 
+EXITED: dict[str, Any] = {"exited": True}
+
+
 def wait_for_step(handle: Run, step: int, timeout: float = 180) -> int:
-    """Poll progress.json until the run finished `step`; return the step it shows."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll progress.json until the run finished `step`; return the step it shows. Often,
+    so that a signal sent next lands early in the step after it."""
+
+    def reached() -> dict[str, Any] | None:
         progress = handle.progress()
         if progress and progress["step"] >= step:
-            return progress["step"]
-        if handle.process.poll() is not None:
-            raise AssertionError(f"trainer exited early:\n{handle.log()[-3000:]}")
-        time.sleep(0.02)
-    raise AssertionError(f"step {step} not reached in {timeout}s:\n{handle.log()[-3000:]}")
+            return progress
+        return EXITED if handle.process.poll() is not None else None
+
+    try:
+        found = wait_for(reached, timeout, f"step {step}", interval=0.02)
+    except AssertionError as exc:  # timed out
+        raise AssertionError(f"{exc}\n{handle.log()[-3000:]}") from None
+    if found is EXITED:
+        raise AssertionError(f"trainer exited early:\n{handle.log()[-3000:]}")
+    return found["step"]
 
 
 # A slow step and a short grace: each sampled token takes SLOW_TOKEN_SECONDS more (3 per step),
