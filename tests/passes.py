@@ -6,12 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from builders import job_ref
 from rljob_operator.api.spec import parse_spec
 from rljob_operator.reconcile import decide as decide_module
 from rljob_operator.reconcile import run
 from rljob_operator.reconcile.lookup import CheckpointFinder, Inspection
 from rljob_operator.reconcile.plan import LookupPending, LookupResult, Plan
-from rljob_operator.reconcile.snapshot import Snapshot, take_snapshot
+from rljob_operator.reconcile.snapshot import take_snapshot
 from rljob_operator.runtime.cache import ClusterCache
 
 Nodes = dict[str, dict[str, Any] | None]
@@ -52,6 +53,5 @@ def plan_boost_write(
 
 
 def lookup(finder: CheckpointFinder, job: dict[str, Any]) -> LookupResult | Inspection:
-    snap: Snapshot = take_snapshot(job, [], {}, datetime.now())
     attempt = (job.get("status") or {}).get("attempt", 0)
-    return finder.lookup(parse_spec(job["spec"]), snap.ref, attempt)
+    return finder.lookup(parse_spec(job["spec"]), job_ref(job), attempt)
