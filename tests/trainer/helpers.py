@@ -17,7 +17,7 @@ from kube_steps import free_port, wait_for
 from rljob_contract import ENV_GRACE_SECONDS, ENV_TERMINATION_LOG
 from rljob_contract.manifest import MANIFEST_NAME
 from rljob_testenv.scenario import EXACT_METRICS
-from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_TOKEN
+from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_FROM_STEP, ENV_TEST_SLOW_ROLLOUT_TOKEN
 from rljob_trainer.metrics import read_metrics
 from safetensors.torch import load_file
 from tiny_trainer import TINY
@@ -148,18 +148,21 @@ def wait_for_step(handle: Run, step: int, timeout: float = 180) -> int:
     return found["step"]
 
 
-# A slow step and a short grace: each sampled token takes SLOW_TOKEN_SECONDS more (3 per step),
-# so that finishing the step never fits in the grace, while a save does with room to spare: the
-# notice lands at most a token into the step, which leaves the save about 6 s of the 12.6 s
-# budget (a Megatron save on a busy 2-core machine outgrew the 4 s that 3 s tokens and an 8 s
-# grace left it).
-SLOW_TOKEN_SECONDS = 6
-GRACE_SECONDS = 14
+# A slow step and a short grace: from the step the notice comes in on, each sampled token
+# takes SLOW_TOKEN_SECONDS more (3 per step), so that finishing that step never fits in the
+# grace, while a save does with room to spare. The notice comes as the step starts: its first
+# token goes on at the pace of the fast steps before, and the second finds the step too slow,
+# which leaves the save about 10 s of the 18 s budget (a Megatron save on a busy 2-core machine
+# outgrew 4 s).
+SLOW_TOKEN_SECONDS = 8
+GRACE_SECONDS = 20
 
 
-def slow_rollout_env(termination_log: Path) -> dict[str, str]:
+def slow_rollout_env(termination_log: Path, from_step: int) -> dict[str, str]:
+    """The environment of a run whose rollouts are slow from step `from_step` on."""
     return {
         ENV_TEST_SLOW_ROLLOUT_TOKEN: str(SLOW_TOKEN_SECONDS),
+        ENV_TEST_SLOW_ROLLOUT_FROM_STEP: str(from_step),
         ENV_GRACE_SECONDS: str(GRACE_SECONDS),
         ENV_TERMINATION_LOG: str(termination_log),
     }

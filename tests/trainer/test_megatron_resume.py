@@ -147,7 +147,7 @@ def test_tp2_notice_during_a_slow_rollout_saves_the_last_finished_step_and_resum
     # the ranks abandon it together (its tensor-parallel collectives stay in step) and save 3.
     config = [*TP2, "runner.save_interval=2"]
     termination_log = tmp_path / "termination-log"
-    env = slow_rollout_env(termination_log)
+    env = slow_rollout_env(termination_log, 4)
     handle = start(tmp_path, config, nproc=2, env=env, log_name="terminated")
     folder = terminate_in_rollout(handle, 3)
     message = termination_log.read_text().strip()

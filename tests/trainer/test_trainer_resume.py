@@ -132,7 +132,9 @@ def test_notice_during_a_slow_rollout_saves_the_last_finished_step_at_once(
     # and finishing step 4 (three slow tokens) cannot end within the grace.
     config = [*CONFIG, "runner.save_interval=2"]
     termination_log = tmp_path / "termination-log"
-    handle = start(tmp_path, config, env=slow_rollout_env(termination_log), log_name="terminated")
+    handle = start(
+        tmp_path, config, env=slow_rollout_env(termination_log, 4), log_name="terminated"
+    )
     folder = terminate_in_rollout(handle, 3)
     message = termination_log.read_text().strip()
     assert message.startswith(f"{CHECKPOINTED_ON_REQUEST_MESSAGE}: saved at step 3 in "), message
@@ -150,7 +152,9 @@ def test_notice_during_a_slow_rollout_saves_the_last_finished_step_at_once(
 def test_notice_right_after_a_save_exits_without_saving_again(tmp_path: Path) -> None:
     config = [*CONFIG, "runner.save_interval=2"]
     termination_log = tmp_path / "termination-log"
-    handle = start(tmp_path, config, env=slow_rollout_env(termination_log), log_name="terminated")
+    handle = start(
+        tmp_path, config, env=slow_rollout_env(termination_log, 3), log_name="terminated"
+    )
     assert wait_for_step(handle, 2) == 2  # progress.json is written after the step's save
     folder = handle.checkpoint_dir / "global_step_2"
     saved = files_of(folder)

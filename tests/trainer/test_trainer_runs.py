@@ -20,7 +20,7 @@ from rljob_contract import (
 )
 from rljob_contract.manifest import MANIFEST_NAME
 from rljob_contract.request import format_request
-from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_TOKEN
+from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_FROM_STEP, ENV_TEST_SLOW_ROLLOUT_TOKEN
 
 
 def test_reward_rises(tmp_path: Path) -> None:
@@ -74,8 +74,8 @@ def test_request_file_stops_with_75_and_resume_step_must_match(tmp_path: Path) -
 def test_a_request_that_says_when_the_node_goes_saves_the_last_finished_step_by_then(
     tmp_path: Path,
 ) -> None:
-    """A grace period of 10 minutes would let the slow step under way (3 tokens of 4 s) end and
-    be saved; the request says the node goes in 10 s, which that does not fit. The trainer
+    """A grace period of 10 minutes would let the slow step under way (step 4: 3 tokens of 4 s)
+    end and be saved; the request says the node goes in 10 s, which that does not fit. The trainer
     abandons the step's rollout and saves step 3, the last finished one, before the node goes,
     instead of step 4 after it."""
     request = tmp_path / "checkpoint-request"
@@ -85,6 +85,7 @@ def test_a_request_that_says_when_the_node_goes_saves_the_last_finished_step_by_
         ENV_CHECKPOINT_REQUEST_FILE: str(request),
         ENV_GRACE_SECONDS: "600",
         ENV_TEST_SLOW_ROLLOUT_TOKEN: "4",
+        ENV_TEST_SLOW_ROLLOUT_FROM_STEP: "4",
         ENV_TERMINATION_LOG: str(termination_log),
     }
     # A periodic save at step 2 measures the save time, without which any notice rewinds.

@@ -19,6 +19,7 @@ from rljob_trainer.deadline import (
 )
 from rljob_trainer.faults import (
     ENV_TEST_KILL_BEFORE_MANIFEST,
+    ENV_TEST_SLOW_ROLLOUT_FROM_STEP,
     ENV_TEST_SLOW_ROLLOUT_TOKEN,
     ENV_TEST_SLOW_STOP_SAVE,
     NO_FAULTS,
@@ -179,6 +180,12 @@ def test_faults_are_read_once_and_default_to_none() -> None:
             ENV_TEST_KILL_BEFORE_MANIFEST: "6",
             ENV_TEST_SLOW_STOP_SAVE: "40",
             ENV_TEST_SLOW_ROLLOUT_TOKEN: "0.5",
+            ENV_TEST_SLOW_ROLLOUT_FROM_STEP: "4",
         }
     )
-    assert faults == Faults(kill_before_manifest=6, slow_stop_save=40.0, slow_rollout_token=0.5)
+    assert faults == Faults(
+        kill_before_manifest=6,
+        slow_stop_save=40.0,
+        slow_rollout_token=0.5,
+        slow_rollout_from_step=4,
+    )

@@ -22,8 +22,10 @@ ENV_TEST_KILL_BEFORE_MANIFEST = "RLJOB_TRAINER_TEST_KILL_BEFORE_MANIFEST"
 # large model whose save outlasts torchrun's default 30 s shutdown timeout.
 ENV_TEST_SLOW_STOP_SAVE = "RLJOB_TRAINER_TEST_SLOW_STOP_SAVE_SECONDS"
 # Every rank sleeps this many seconds before each sampled token, to stand for the minutes-long
-# rollout of a real RL step.
+# rollout of a real RL step: from the step named by the second variable on (default 1), so that
+# a test reaches the step it gives notice in at full speed.
 ENV_TEST_SLOW_ROLLOUT_TOKEN = "RLJOB_TRAINER_TEST_SLOW_ROLLOUT_TOKEN_SECONDS"
+ENV_TEST_SLOW_ROLLOUT_FROM_STEP = "RLJOB_TRAINER_TEST_SLOW_ROLLOUT_FROM_STEP"
 
 
 def _seconds(env: Mapping[str, str], name: str) -> float:
@@ -35,6 +37,7 @@ class Faults:
     kill_before_manifest: int | None = None
     slow_stop_save: float = 0.0
     slow_rollout_token: float = 0.0
+    slow_rollout_from_step: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Faults:
@@ -44,6 +47,7 @@ class Faults:
             kill_before_manifest=int(kill) if kill else None,
             slow_stop_save=_seconds(env, ENV_TEST_SLOW_STOP_SAVE),
             slow_rollout_token=_seconds(env, ENV_TEST_SLOW_ROLLOUT_TOKEN),
+            slow_rollout_from_step=int(env.get(ENV_TEST_SLOW_ROLLOUT_FROM_STEP) or 1),
         )
 
     def before_manifest(self, step: int) -> None:
@@ -62,8 +66,9 @@ class Faults:
             )
             time.sleep(self.slow_stop_save)
 
-    def before_token(self) -> None:
-        if self.slow_rollout_token:
+    def before_token(self, step: int) -> None:
+        """`step`: the step whose rollout samples the token."""
+        if self.slow_rollout_token and step >= self.slow_rollout_from_step:
             time.sleep(self.slow_rollout_token)
 
 

@@ -234,7 +234,7 @@ class Trainer(ABC):
         if agreed != Decision.GO_ON:
             self._stop_agreed()
             raise _Abandoned(Decision(agreed))
-        self.faults.before_token()
+        self.faults.before_token(self.train_state.step + 1)
 
     def _decide(self, phase: Phase, tokens_done: int = 0) -> Decision:
         """This rank's vote: GO_ON without a notice, else the deadline's decision."""
