@@ -48,14 +48,14 @@ def overrides(framework: str, root: str) -> list[str]:
             f"runner.max_steps={STEPS}", f"runner.save_interval={EVERY}", "cluster.num_nodes=2"]  # fmt: skip
 
 
-def reported_step(checkpoints: Path) -> int:
-    """The last step the bridge reports finished in the loop (rljob-progress.json), else 0."""
+def reported(checkpoints: Path) -> tuple[int, int]:
+    """(attempt, step) of the last step the bridge reports finished in the framework's loop
+    (rljob-progress.json), else (-1, 0)."""
     try:
-        return json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())[
-            progress.STEP
-        ]
+        shown = json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())
     except (OSError, ValueError):
-        return 0
+        return (-1, 0)
+    return (shown[progress.ATTEMPT], shown[progress.STEP])
 
 
 def checkpoint_subdir(framework: str) -> str:

@@ -40,13 +40,13 @@ from ray_steps import (
     checkpoint_subdir,
     final_state,
     ray_job,
-    reported_step,
+    reported,
     run_reference,
 )
 from rljob_contract import progress
 from rljob_operator.checkpoints.resume import resume_overrides
 from rljob_testenv.ports import free_port
-from rljob_testenv.scenario import preemptor_pod
+from rljob_testenv.scenario import preemptor_pod, trainer_pods
 
 JOB = "rayjob"
 
@@ -69,88 +69,96 @@ def last(pattern, text: str) -> int:
     return max((int(m) for m in pattern.findall(text)), default=0)
 
 
-def preempt(api_client, core, namespace, gang, victim, checkpoints, at, high) -> dict:
-    """Wait for the loop's step `at`, then have the scheduler preempt pod `victim`; the
-    job as it ends."""
+def preempt(api_client, core, namespace, attempt, victim, checkpoints, at, high) -> None:
+    """Wait for attempt `attempt`'s step `at` of the loop, then have the scheduler preempt its
+    pod of rank `victim`, and wait for the next attempt's gang to run."""
     # The head turns Ready (its probe) once both Ray nodes joined and the driver runs.
-    wait_for(lambda: (status(api_client, namespace, JOB).get("ray") or {}).get("driver")
-             == "Running", 120, "status.ray.driver to be Running")  # fmt: skip
+    wait_for(lambda: (st := status(api_client, namespace, JOB)).get("attempt") == attempt
+             and (st.get("ray") or {}).get("driver") == "Running", 120,
+             f"attempt {attempt}'s status.ray.driver to be Running")  # fmt: skip
     # The step the bridge reports from the framework's loop (an actor's own log lines reach
     # the head's log in bursts).
-    wait_for(lambda: reported_step(checkpoints) >= at, 180, f"the loop's step {at}")
-    try:
-        core.create_namespaced_pod(
-            namespace, preemptor_pod("urgent", gang[victim].spec.node_name, high, 1)
-        )
-        return wait_succeeded(api_client, namespace, JOB, timeout=300)
-    finally:
-        delete_pods(core, namespace, "app=preemptor")
+    wait_for(lambda: reported(checkpoints) >= (attempt, at), 180, f"the loop's step {at}")
+    node = trainer_pods(core, namespace, attempt)[victim].spec.node_name
+    core.create_namespaced_pod(namespace, preemptor_pod(f"urgent-{attempt}", node, high, 1))
+    running_gang(core, namespace, attempt + 1, 2, timeout=300)
+    # The next preemption needs a free node again; the job's own pods never wait for this one.
+    delete_pods(core, namespace, "app=preemptor")
 
 
 # verl's V1 trainer (its default), and its legacy trainer whose save is ESI's
 LEGACY_VERL = ("trainer.use_v1=false",)
+WORKER, HEAD = 1, 0
 
 
 @pytest.mark.parametrize(
-    ("framework", "victim", "extra_args"),
+    ("framework", "victims", "extra_args"),
     [
-        ("verl", 1, ()),
-        ("verl", 0, ()),
-        ("verl", 1, LEGACY_VERL),
-        ("rlinf", 1, ()),
-        ("rlinf", 0, ()),
+        ("verl", (WORKER, HEAD), ()),
+        ("verl", (WORKER,), LEGACY_VERL),
+        ("rlinf", (WORKER, HEAD), ()),
     ],
-    ids=["verl-worker", "verl-head", "verl-legacy-worker", "rlinf-worker", "rlinf-head"],
+    ids=["verl-worker-then-head", "verl-legacy-worker", "rlinf-worker-then-head"],
 )
 def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
-    framework, victim, extra_args, api_client, core, namespace, rng, agents, claim,
+    framework, victims, extra_args, api_client, core, namespace, rng, agents, claim,
     priority_classes, e2e_operator, ray_references,
 ):  # fmt: skip
+    """Preempted at the worker, then (in the same job, once it runs again) at the head."""
     low, high = priority_classes
     want = ray_references(framework)
-    pool = agents(3, gpus=1)  # one spare node: the preemptor keeps the one it took
+    pool = agents(3, gpus=1)  # one spare node: a preemptor keeps the one it took a while
     port = free_port()
     checkpoints = claim / JOB / checkpoint_subdir(framework)
-    at = rng.randint(EVERY + 1, STEPS // 2)  # time for the preemption to land
     create_job(api_client, namespace,
                ray_job(JOB, framework, namespace, port, low, extra_args=extra_args))  # fmt: skip
-    gang = running_gang(core, namespace, 0, 2)
-    job = preempt(api_client, core, namespace, gang, victim, checkpoints, at, high)
+    gangs: list = []
+    resumed = 0
+    for attempt, victim in enumerate(victims):
+        gangs.append(running_gang(core, namespace, attempt, 2))
+        # Between periodic saves, with steps left after the last preemption.
+        at = rng.randint(resumed + 1, resumed + 3) if resumed else rng.randint(EVERY + 1, 7)
+        preempt(api_client, core, namespace, attempt, victim, checkpoints, at, high)
+        resumed = status(api_client, namespace, JOB)["recoveries"][-1]["resumedFromStep"]
+    job = wait_succeeded(api_client, namespace, JOB, timeout=300)
 
     st = job["status"]
-    (recovery,) = st["recoveries"]
-    assert (recovery["kind"], recovery["reason"]) == ("Disruption", "PreemptionByScheduler")
-    assert recovery["pod"] == gang[victim].metadata.name
-    assert (st["preemptions"], st["failures"], st["attempt"]) == (1, 0, 1)
+    assert (st["preemptions"], st["failures"], st["attempt"]) == (len(victims), 0, len(victims))
     assert st["conditions"][-1]["reason"] == "DriverSucceeded"
     assert st["ray"]["driver"] == "Succeeded"
-
     attempts = attempts_of(pool.records(), JOB)
-    assert sorted(attempts) == [0, 1]
-    before = attempts[0][0].log()
-    assert "ray_trainer: 2 Ray nodes" in before
-    assert '"node_rank": "0"' in before and '"node_rank": "1"' in before  # one actor a pod
-    # Saved on notice through the framework's own decision, at the step it had reached (the
-    # head says so itself; an actor's log lines may not reach the head's log before it ends).
-    newest = last(SAVED_ON_NOTICE, before)
-    folder = f"{checkpoints}/global_step_{newest}"
-    assert newest >= at
-    assert recovery["resumedFromStep"] == recovery["lastFinishedStep"] == newest
-    assert recovery["lostSteps"] == 0
-    head_after, worker_after = attempts[1]
-    switch = resume_overrides(framework, folder)
-    assert head_after.argv[-len(switch) :] == switch  # the framework's own switch, on the driver
-    assert not set(switch) & set(worker_after.argv)  # and on the driver only
-    for record in (*attempts[0], *attempts[1]):
+    assert sorted(attempts) == list(range(len(victims) + 1))
+    reports = []
+    for k, (recovery, victim) in enumerate(zip(st["recoveries"], victims, strict=True)):
+        assert (recovery["kind"], recovery["reason"]) == ("Disruption", "PreemptionByScheduler")
+        assert recovery["pod"] == gangs[k][victim].metadata.name
+        before = attempts[k][0].log()
+        assert "ray_trainer: 2 Ray nodes" in before
+        assert '"node_rank": "0"' in before and '"node_rank": "1"' in before  # one actor a pod
+        # Saved on notice through the framework's own decision, at the step it had reached
+        # (the head says so itself; an actor's log lines may not reach the head's log before
+        # it ends).
+        newest = last(SAVED_ON_NOTICE, before)
+        folder = f"{checkpoints}/global_step_{newest}"
+        assert recovery["resumedFromStep"] == recovery["lastFinishedStep"] == newest
+        assert recovery["lostSteps"] == 0
+        head_after, worker_after = attempts[k + 1]
+        switch = resume_overrides(framework, folder)
+        assert head_after.argv[-len(switch) :] == switch  # the framework's switch, on the driver
+        assert not set(switch) & set(worker_after.argv)  # and on the driver only
+        assert RESUMED.search(head_after.log()).groups() == (folder, str(newest))
+        reports.append(
+            f"{'head' if victim == HEAD else 'worker'} preempted after step {last(STEP, before)}: "
+            f"saved step {newest} on notice, resumed from it through {switch[0].split('=')[0]}"
+        )
+    for record in (rec for pods in attempts.values() for rec in pods):
         assert "torchrun" not in " ".join(record.argv)
-    assert RESUMED.search(head_after.log()).groups() == (folder, str(newest))
 
     assert_same_state(final_state(framework, checkpoints), want)
     report = (
-        f"{framework}-shaped Ray job{''.join(f' {arg}' for arg in extra_args)}, 2 pods, {'head' if victim == 0 else 'worker'} preempted by "
-        f"the scheduler after step {last(STEP, before)}: saved step {newest} on notice, resumed "
-        f"from it through {switch[0].split('=')[0]}, lost 0 steps; every rank's final state "
-        f"equal to an uninterrupted run"
+        f"{framework}-shaped Ray job{''.join(f' {arg}' for arg in extra_args)}, 2 pods: "
+        f"{'; '.join(reports)}; lost 0 steps; every rank's final state equal to an "
+        f"uninterrupted run"
     )
     REPORTS.append(report)
     print(report)
@@ -177,8 +185,9 @@ def test_a_save_on_notice_too_slow_for_the_grace_goes_back_to_the_last_periodic_
     slow = (f"{section}.seconds_per_deadline_save=60",)
     create_job(api_client, namespace,
                ray_job(JOB, framework, namespace, port, low, grace=4, extra_args=slow))  # fmt: skip
-    gang = running_gang(core, namespace, 0, 2)
-    job = preempt(api_client, core, namespace, gang, 1, checkpoints, at, high)
+    running_gang(core, namespace, 0, 2)
+    preempt(api_client, core, namespace, 0, WORKER, checkpoints, at, high)
+    job = wait_succeeded(api_client, namespace, JOB, timeout=300)
 
     (recovery,) = job["status"]["recoveries"]
     attempts = attempts_of(pool.records(), JOB)
