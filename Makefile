@@ -82,8 +82,9 @@ unit: venv
 ## The whole suite: lint, unit tests, tests on a local control plane with kwok nodes and node
 ## agents, and tests on real nodes (kubelet + containerd, the images built from the Dockerfiles,
 ## the operator installed by the chart). The real nodes need root, host-deps and ~30 GB of disk.
+## pytest runs in two lanes at once (hack/test-lanes.sh); PYTEST_ARGS go to both.
 test: venv host-deps node-binaries kueue-binaries images lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	BIN=$(BIN) hack/test-lanes.sh $(PYTEST_ARGS)
 
 ## The main job: start a local cluster and run the demo.
 demo: venv binaries
