@@ -222,17 +222,9 @@ class RealNodes:
         self.trainer_image = images.TRAINER.tag
 
     def up(self, cluster: Any, name: str, say: Callable[[str], None]) -> Path:
-        from rljob_testenv import binaries
+        from rljob_testenv import onrealnodes
 
-        binaries.install(say=say, real_nodes=True)
-        images = self.images
-        archives = (
-            images.pause_archive(say),
-            images.build(images.OPERATOR, REPO, say),
-            images.build(images.TRAINER, REPO, say),
-        )
-        real = cluster.RealNodes(len(self.nodes), GPUS_PER_NODE, archives)
-        return cluster.up(name, gpu_nodes=0, say=say, real=real)
+        return onrealnodes.up(name, len(self.nodes), GPUS_PER_NODE, REPO, say)
 
     def start(self, kubeconfig: Path, name: str, say: Callable[[str], None]) -> Path:
         from rljob_testenv import onrealnodes

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TypeVar
 
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from rljob_testenv.ports import free_port as free_port  # the tests' helpers, in one place
 
 T = TypeVar("T")
 
 HOLD_FINALIZER = "rljob.io/test-hold"
+
+
+@contextmanager
+def api_client(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    """A client of the cluster `kubeconfig` names, closed on leaving (without touching the
+    kubernetes package's default configuration, so clients of two clusters can coexist)."""
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    with client.ApiClient(configuration) as api:
+        yield api
 
 
 def wait_for(
@@ -111,18 +123,23 @@ def release(core: client.CoreV1Api, namespace: str, name: str) -> None:
             raise
 
 
-def bind_claim(core: client.CoreV1Api, namespace: str, claim: str = "ckpts") -> str:
-    """A claim bound to a volume of its own, as a cluster admin would provide it; returns the
-    volume's name, for the caller to delete (volumes are cluster-scoped)."""
-    pv = f"{claim}-{namespace}"
-    core.create_persistent_volume(client.V1PersistentVolume(
-        metadata=client.V1ObjectMeta(name=pv),
-        spec=client.V1PersistentVolumeSpec(
-            capacity={"storage": "1Gi"}, access_modes=["ReadWriteMany"], storage_class_name="",
-            host_path=client.V1HostPathVolumeSource(path=f"/tmp/{pv}"),
-            claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
-        ),
-    ))  # fmt: skip
+def bind_claim(
+    core: client.CoreV1Api, namespace: str, claim: str = "ckpts", volume: dict | None = None
+) -> str:
+    """A claim bound to a volume reserved for it, as a cluster admin would provide it: `volume`
+    (a PersistentVolume whose claimRef names the claim), else a hostPath volume of its own.
+    Returns the volume's name, for the caller to delete (volumes are cluster-scoped)."""
+    if volume is None:
+        volume = {
+            "metadata": {"name": f"{claim}-{namespace}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                "storageClassName": "", "hostPath": {"path": f"/tmp/{claim}-{namespace}"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        }  # fmt: skip
+    pv = volume["metadata"]["name"]
+    core.create_persistent_volume(volume)
     core.create_namespaced_persistent_volume_claim(namespace, client.V1PersistentVolumeClaim(
         metadata=client.V1ObjectMeta(name=claim),
         spec=client.V1PersistentVolumeClaimSpec(

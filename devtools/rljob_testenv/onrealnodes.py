@@ -1,5 +1,6 @@
-"""What a cluster with real nodes needs to run rljob as a user would: the operator installed by
-its Helm chart with the image built from the Dockerfile, and a shared folder for checkpoints.
+"""What a cluster with real nodes needs to run rljob as a user would: the nodes running this
+repository's images, the operator installed by its Helm chart with the image built from the
+Dockerfile, and a shared folder for checkpoints.
 
 The real-node tests and `make demo-real` both use these. The shared folder is a stand-in:
 a hostPath PersistentVolume, ReadWriteMany, works here only because every real node is a
@@ -19,6 +20,19 @@ from . import binaries, cluster, images
 OPERATOR_NAMESPACE = "rljob-system"
 RELEASE = "rljob"
 OPERATOR_DEPLOYMENT = "rljob-operator"
+
+
+def up(name: str, nodes: int, gpus_per_node: int, repo: Path, say=print) -> Path:
+    """A control plane with `nodes` real nodes (no kwok nodes) that hold the pause, operator and
+    trainer images, each built from `repo` where what it copies changed; its kubeconfig."""
+    binaries.install(say=say, real_nodes=True)
+    archives = (
+        images.pause_archive(say),
+        images.build(images.OPERATOR, repo, say),
+        images.build(images.TRAINER, repo, say),
+    )
+    real = cluster.RealNodes(nodes, gpus_per_node, archives)
+    return cluster.up(name, gpu_nodes=0, say=say, real=real)
 
 
 def helm(name: str, *args: str) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from chart_helpers import CHART
 from e2e_steps import CLAIM
-from kube_steps import wait_for
+from kube_steps import api_client, bind_claim, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
 from rljob_testenv import onrealnodes
@@ -36,16 +36,7 @@ def real_cluster() -> Iterator[str]:
     name = os.environ.get("RLJOB_REAL_CLUSTER") or f"real-{os.getpid()}"
     reuse = bool(os.environ.get("RLJOB_REAL_CLUSTER")) and cluster.exists(name)
     try:
-        binaries.install(say=say, real_nodes=True)
-        repo = Path(__file__).resolve().parents[3]
-        archives = (
-            images.pause_archive(say),
-            images.build(images.OPERATOR, repo, say),
-            images.build(images.TRAINER, repo, say),
-        )
-        cluster.up(
-            name, gpu_nodes=0, say=say, real=cluster.RealNodes(REAL_NODES, GPUS_PER_NODE, archives)
-        )
+        onrealnodes.up(name, REAL_NODES, GPUS_PER_NODE, Path(__file__).resolve().parents[3], say)
     except (binaries.BinariesError, cluster.ClusterError, realnodes.RealNodeError,
             images.ImageError) as exc:  # fmt: skip
         pytest.fail(f"the real nodes could not start: {exc}", pytrace=False)
@@ -56,14 +47,9 @@ def real_cluster() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def real_api(real_cluster: str):
-    from kubernetes import config
     from rljob_testenv import cluster
 
-    configuration = client.Configuration()
-    config.load_kube_config(
-        config_file=str(cluster.kubeconfig_path(real_cluster)), client_configuration=configuration
-    )
-    with client.ApiClient(configuration) as api:
+    with api_client(cluster.kubeconfig_path(real_cluster)) as api:
         yield api
 
 
@@ -110,30 +96,10 @@ def real_claim(real_core: client.CoreV1Api, jobs_namespace: str) -> Iterator[Pat
     that both nodes see, as an NFS or Lustre mount would be on a real cluster.
     """
     folder = Path(tempfile.mkdtemp(prefix="rljob-real-pv-"))
-    pv_name = f"ckpts-{uuid.uuid4().hex[:6]}"
-    real_core.create_persistent_volume(
-        onrealnodes.shared_folder_volume(pv_name, folder, jobs_namespace, CLAIM)
+    volume = onrealnodes.shared_folder_volume(
+        f"ckpts-{uuid.uuid4().hex[:6]}", folder, jobs_namespace, CLAIM
     )
-    real_core.create_namespaced_persistent_volume_claim(
-        jobs_namespace,
-        client.V1PersistentVolumeClaim(
-            metadata=client.V1ObjectMeta(name=CLAIM),
-            spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"],
-                storage_class_name="",
-                volume_name=pv_name,
-                resources=client.V1VolumeResourceRequirements(requests={"storage": "10Gi"}),
-            ),
-        ),
-    )
-    wait_for(
-        lambda: (
-            real_core.read_namespaced_persistent_volume_claim(CLAIM, jobs_namespace).status.phase
-            == "Bound"
-        ),
-        60,
-        "the checkpoint claim to bind",
-    )
+    pv_name = bind_claim(real_core, jobs_namespace, CLAIM, volume)
     yield folder
     # A test that failed left its job, whose pods hold the claim: remove them first, so that
     # one failure does not fail the next test's set-up as well.
