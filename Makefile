@@ -97,7 +97,7 @@ demo-real: venv host-deps node-binaries
 	$(BIN)/python hack/demo.py --real-nodes --cluster demo-real
 
 ## After editing crds/: the pod template's PodSpec (from the pinned Kubernetes release),
-## docs/api.md and the chart's copy; tests/unit/test_crd.py fails until they are current.
+## docs/api.md and the chart's copy; tests/unit/operator/test_crd.py fails until they are current.
 crd: venv
 	$(BIN)/python hack/gen_pod_template_schema.py
 	$(BIN)/python hack/gen_api_docs.py

@@ -14,16 +14,18 @@ from pathlib import Path
 
 import pytest
 
-CLUSTER_DIRS = ("cluster", "e2e", "real")
+TESTS = Path(__file__).resolve().parent
+CLUSTER_FOLDERS = ("cluster", "e2e")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests by their folder (the markers are registered in pyproject.toml)."""
+    """Mark the tests by their folder under tests/ (the markers are registered in
+    pyproject.toml): tests/unit/trainer/ is a unit test of the trainer, not a torchrun run."""
     for item in items:
-        folder = Path(item.path).parent.name
-        if folder in CLUSTER_DIRS:
+        folder = Path(item.path).resolve().relative_to(TESTS).parts[0]
+        if folder in CLUSTER_FOLDERS:
             item.add_marker(pytest.mark.cluster)
-        if folder in ("e2e", "real"):
+        if folder == "e2e":
             item.add_marker(pytest.mark.e2e)
         if folder == "trainer":
             item.add_marker(pytest.mark.trainer)
@@ -55,11 +57,9 @@ def kubeconfig(cluster_name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def api_client(kubeconfig: Path):
-    from kubernetes import client, config
+    import kube_steps
 
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    with client.ApiClient(configuration) as api:
+    with kube_steps.api_client(kubeconfig) as api:
         yield api
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from rljob_testenv import binaries, cluster, images, peers, stages
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_kubernetes_wrapper_pins_every_staging_module_to_the_matching_release():
