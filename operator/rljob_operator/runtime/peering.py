@@ -4,8 +4,9 @@ kopf coordinates the replicas: each writes a keep-alive (priority, lifetime, las
 into a peering object, and kopf pauses its own handlers while a live peer has a higher
 or the same priority. kopf does not tell its handlers when it pauses, and the work queue
 must stop with it, so this module watches the same objects and applies kopf's rule
-(`acts`) to them. The queue does not depend on kopf's handlers stopping: a replica that
-does not act hands out no work, whatever events reach it.
+(`acts`) to them: a kopf handler on the peering objects would itself be paused by that
+rule, and miss the very event that pauses it. The queue does not depend on kopf's handlers
+stopping: a replica that does not act hands out no work, whatever events reach it.
 """
 
 from __future__ import annotations
