@@ -104,7 +104,8 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     framework, victims, extra_args, api_client, core, namespace, rng, agents, claim,
     priority_classes, e2e_operator, ray_references,
 ):  # fmt: skip
-    """Preempted at the worker, then (in the same job, once it runs again) at the head."""
+    """Preempted at each rank of `victims` in turn, in one job: the worker, then the head once
+    the job runs again."""
     low, high = priority_classes
     want = ray_references(framework)
     pool = agents(3, gpus=1)  # one spare node: a preemptor keeps the one it took a while
@@ -113,11 +114,13 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     create_job(api_client, namespace,
                ray_job(JOB, framework, namespace, port, low, extra_args=extra_args))  # fmt: skip
     gangs: list = []
+    ats: list[int] = []
     resumed = 0
     for attempt, victim in enumerate(victims):
         gangs.append(running_gang(core, namespace, attempt, 2))
-        # Between periodic saves, with steps left after the last preemption.
+        # Past the first periodic save, with steps left after the last preemption.
         at = rng.randint(resumed + 1, resumed + 3) if resumed else rng.randint(EVERY + 1, 7)
+        ats.append(at)
         preempt(api_client, core, namespace, attempt, victim, checkpoints, at, high)
         resumed = status(api_client, namespace, JOB)["recoveries"][-1]["resumedFromStep"]
     job = wait_succeeded(api_client, namespace, JOB, timeout=300)
@@ -140,6 +143,7 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
         # it ends).
         newest = last(SAVED_ON_NOTICE, before)
         folder = f"{checkpoints}/global_step_{newest}"
+        assert newest >= ats[k]
         assert recovery["resumedFromStep"] == recovery["lastFinishedStep"] == newest
         assert recovery["lostSteps"] == 0
         head_after, worker_after = attempts[k + 1]
