@@ -29,13 +29,13 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
+from demo_stacks import AgentStack, RealNodeStack
 from rljob_operator.api.timestamps import unix_seconds
 from rljob_testenv import scenario
 from rljob_trainer.metrics import read_metrics
@@ -146,120 +146,6 @@ class Screen:
             print(line, flush=True)
 
 
-class AgentNodes:
-    """`make demo`: two node agents (devtools/rljob_nodeagent, stand-in kubelets that run each
-    pod's command as a local process) and the operator as a local process, which reads the
-    claim's folder in-process. Quick to start; docs/nodeagent.md says what it fakes."""
-
-    nodes = ("demo-node-0", "demo-node-1")
-    trainer_image: str | None = None  # the node agent runs the trainer from this venv
-
-    def __init__(self, out: Path) -> None:
-        self.out = out
-        self.agents: Any = None
-        self.operator: Any = None  # an OperatorProcess, once started
-
-    def up(self, cluster: Any, name: str, say: Callable[[str], None]) -> Path:
-        from rljob_testenv import binaries
-
-        binaries.install(say=say)
-        return cluster.up(name, gpu_nodes=0, say=say)
-
-    def start(self, kubeconfig: Path, name: str, say: Callable[[str], None]) -> Path:
-        """Start the nodes and the operator; return the host folder behind the claim."""
-        from rljob_nodeagent import claim_dir, spawn
-
-        root = self.out / "nodeagent"
-        self.agents = spawn(kubeconfig, list(self.nodes), root, gpus=GPUS_PER_NODE)
-        say(
-            f"node agents up: {', '.join(self.nodes)} ({GPUS_PER_NODE} GPUs each; pods run as "
-            f"local processes, logs in {root / 'logs'})"
-        )
-        folder = claim_dir(root, NAMESPACE, CLAIM)
-        self.start_operator(kubeconfig, folder)
-        say(f"operator up (log: {self.out / 'operator.log'})")
-        return folder
-
-    def start_operator(self, kubeconfig: Path, folder: Path) -> None:
-        from rljob_testenv.operator_process import OperatorProcess
-
-        self.operator = OperatorProcess(
-            kubeconfig, NAMESPACE, self.out / "operator.log",
-            RLJOB_CHECKPOINT_VOLUMES=f"{CLAIM}={folder}",
-        )  # fmt: skip
-        self.operator.start()
-
-    urgent_image = scenario.PLACEHOLDER_IMAGE  # a node agent runs no image
-
-    def logs(self) -> str:
-        return f"{self.out} (operator.log, nodeagent/logs/, reference.log)"
-
-    def stop(self, name: str) -> str:
-        """Stop what start started; say what was left."""
-        from rljob_nodeagent import live_processes
-
-        if self.agents is not None:
-            self.agents.stop()
-        if self.operator is not None:
-            self.operator.stop()
-        left = [p for node in self.nodes for p in live_processes(node)]
-        return f"operator and node agents stopped, {len(left)} pod processes left"
-
-
-class RealNodes:
-    """`make demo-real`: two real nodes (a kubelet and a containerd each, see docs/testenv.md)
-    running the trainer image in containers, and the operator installed by its Helm chart,
-    which finds resume targets through its inspector pod. The images are built with buildah
-    on first use (the trainer's takes about 8 minutes: torch from PyPI)."""
-
-    nodes = ("real-node-0", "real-node-1")
-
-    def __init__(self, out: Path) -> None:
-        from rljob_testenv import images
-
-        self.out = out
-        self.images = images
-        self.trainer_image = images.TRAINER.tag
-
-    def up(self, cluster: Any, name: str, say: Callable[[str], None]) -> Path:
-        from rljob_testenv import onrealnodes
-
-        return onrealnodes.up(name, len(self.nodes), GPUS_PER_NODE, REPO, say)
-
-    def start(self, kubeconfig: Path, name: str, say: Callable[[str], None]) -> Path:
-        from rljob_testenv import onrealnodes
-
-        say(f"real nodes up: {', '.join(self.nodes)} ({GPUS_PER_NODE} GPUs each)")
-        say(f"helm install {CHART.relative_to(REPO)} (image {self.images.OPERATOR.tag})")
-        onrealnodes.install_operator(name, CHART, [NAMESPACE])
-        say(f"operator running in {onrealnodes.OPERATOR_NAMESPACE}, installed by its chart")
-        return self.out / "checkpoints-volume"
-
-    @property
-    def urgent_image(self) -> str:
-        from rljob_testenv import nodeconfig
-
-        return nodeconfig.PAUSE_IMAGE  # on every node: the urgent pod really runs
-
-    def logs(self) -> str:
-        return f"{self.out} (operator.log, pods/, reference.log)"
-
-    def stop(self, name: str) -> str:
-        """Keep the operator's and the last gang's logs before the nodes go."""
-        from rljob_testenv import cluster, onrealnodes
-
-        if not cluster.exists(name):
-            return "no cluster was started"
-        (self.out / "operator.log").write_text(onrealnodes.operator_log(name))
-        pods = self.out / "pods"
-        pods.mkdir(exist_ok=True)
-        listed = cluster.kubectl(name, "get", "pods", "-n", NAMESPACE, "-o", "name", check=False)
-        for pod in listed.split():
-            log = cluster.kubectl(name, "logs", "-n", NAMESPACE, pod, check=False)
-            (pods / f"{pod.removeprefix('pod/')}.log").write_text(log)
-        return "operator and pod logs saved"
-
-
 class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         from kubernetes import client, config
@@ -272,7 +158,11 @@ class Demo:
         self.out = (args.out or REPO / "out" / f"demo-{stamp}").resolve()
         self.out.mkdir(parents=True, exist_ok=True)
         self.screen = Screen()
-        self.nodes = (RealNodes if args.real_nodes else AgentNodes)(self.out)
+        self.nodes = (
+            RealNodeStack(self.out, NAMESPACE, CLAIM, GPUS_PER_NODE, REPO)
+            if args.real_nodes
+            else AgentStack(self.out, NAMESPACE, CLAIM, GPUS_PER_NODE)
+        )
         self.client, self.config = client, config
         self.overrides = [f"runner.max_steps={args.steps}", *MODEL_SIZES[args.model_size]]
         self.seen: dict[tuple[int, int], dict[str, Any]] = {}  # (attempt, step) -> metrics
@@ -293,7 +183,7 @@ class Demo:
         if self.cluster.exists(self.name):
             say(f"cluster {self.name!r} is left from an earlier run: removing it")
             self.cluster.down(self.name, say=lambda m: None)
-        self.kubeconfig = self.nodes.up(self.cluster, self.name, say)
+        self.kubeconfig = self.nodes.up(self.name, say)
         self.cluster.install_crds(self.name, REPO / "crds")
         configuration = self.client.Configuration()
         self.config.load_kube_config(str(self.kubeconfig), client_configuration=configuration)
