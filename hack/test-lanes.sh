@@ -5,8 +5,8 @@
 # watches (about a quarter of one core), while the trainer's torchrun runs keep both cores
 # busy: side by side they take about as long as the slower of them alone. Each lane starts
 # its own control plane where it needs one (its cluster is named after its pytest process),
-# so no test sees the other lane's objects; every port a test listens on is one the kernel
-# handed out as free (rljob_testenv.ports), in either lane.
+# so no test sees the other lane's objects, and its own half of the test ports
+# (rljob_testenv.ports), so no two servers of the two lanes are handed the same port.
 #
 #   lane "cpu":           tests/trainer, rljob's own jobs on node agents, tests/e2e/real,
 #                         tests/unit   (shown at its end)
@@ -25,14 +25,17 @@ mkdir -p "$LOGS"
 # The cpu lane is named; the control-plane lane is everything else, so a new test file
 # always runs somewhere.
 CPU_LANE=(tests/trainer tests/e2e/test_rljob_recovery.py tests/e2e/real tests/unit)
-"$BIN/pytest" "${CPU_LANE[@]}" --junitxml="$LOGS/cpu.xml" "$@" >"$LOGS/cpu.log" 2>&1 &
+# Each lane hands out ports from its own half of rljob_testenv.ports' range.
+RLJOB_TEST_PORTS=20000-24999 "$BIN/pytest" "${CPU_LANE[@]}" --junitxml="$LOGS/cpu.xml" "$@" \
+  >"$LOGS/cpu.log" 2>&1 &
 cpu=$!
 # Ctrl-C or a CI time-out: let the other lane tear its cluster and processes down too.
 trap 'kill -INT "$cpu" 2>/dev/null; wait "$cpu"; exit 130' INT TERM
 echo "lane cpu (${CPU_LANE[*]}): pid $cpu, log $LOGS/cpu.log"
 echo "lane control-plane (the rest of tests/):"
 
-"$BIN/pytest" tests "${CPU_LANE[@]/#/--ignore=}" --junitxml="$LOGS/control-plane.xml" "$@"
+RLJOB_TEST_PORTS=25000-29999 "$BIN/pytest" tests "${CPU_LANE[@]/#/--ignore=}" \
+  --junitxml="$LOGS/control-plane.xml" "$@"
 control_plane=$?
 wait "$cpu"
 cpu_rc=$?
