@@ -217,7 +217,8 @@ def test_pods_refused_by_admission_fail_the_job_with_the_servers_message(
 
     failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
     assert failed["reason"] == "PodRejected" and words in failed["message"]
-    assert "PodRejected" in event_reasons(core, namespace)
+    # Events leave the pass on their own thread: the job's status can come first.
+    wait_for(lambda: "PodRejected" in event_reasons(core, namespace), what="the PodRejected Event")
     assert trainer_pods(core, namespace) == []
 
 
@@ -246,7 +247,8 @@ def test_a_template_that_sets_a_part_of_rljobs_fails_the_job_naming_the_field(
 
     failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
     assert failed["reason"] == "InvalidSpec" and failed["message"].startswith(field)
-    assert "InvalidSpec" in event_reasons(core, namespace)
+    # Events leave the pass on their own thread: the job's status can come first.
+    wait_for(lambda: "InvalidSpec" in event_reasons(core, namespace), what="the InvalidSpec Event")
     assert trainer_pods(core, namespace) == []
 
 
