@@ -152,9 +152,12 @@ def floor_system(
     )  # fmt: skip
 
 
-def rljob_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
+def rljob_system(
+    gang: str = "gang", nodes: dict[str, str] | None = None, gang_scheduling: str = "Auto"
+) -> System:
     spec = {
         "framework": "custom",
+        "gangScheduling": gang_scheduling,
         "command": ["sleep", "infinity"],
         "image": "busybox",
         "nnodes": 2,

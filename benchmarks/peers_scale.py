@@ -8,20 +8,30 @@ preemption recipe needs. Per system it prints the time until every gang runs, th
 pod of each of --burst gangs at once and times, per gang, the eviction request → the whole gang
 fresh (both pods created after its eviction) and Running, from a watch on the pods.
 
+The machine's cores are all busy during a burst, so what a recovery costs sets how fast the
+burst goes: per system it also prints, per recovery, the API server's requests from all
+clients and the CPU seconds of each process (the control plane's, rljob's operator, JobSet's
+manager, and this benchmark's own pod watch, in which the floor's controller runs), each less
+what as long a time at rest costs.
+
 PyTorchJob is left out: it never restarts a whole gang (see benchmarks/peers.py).
 
     .venv/bin/python benchmarks/peers_scale.py [--jobs 1000] [--nodes 250] [--burst 100]
+        [--only rljob floor] [--gang-scheduling Off]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -29,6 +39,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import peers  # noqa: E402
+from bench_cluster import (  # noqa: E402
+    apiserver_requests,
+    control_plane_pids,
+    process_cpu_seconds,
+)
 from floor import FloorController  # noqa: E402
 from kube_steps import bind_claim, wait_for  # noqa: E402
 from kubernetes import client, config  # noqa: E402
@@ -41,6 +56,48 @@ from rljob_testenv.peers import JobSetController  # noqa: E402
 
 KWOK_NODES = {"type": "kwok"}
 FRESH_TIMEOUT = 600.0
+SETTLE = 20.0  # seconds for the system to finish what its gangs' start asked of it
+IDLE_WINDOW = 10.0  # seconds of the cluster at rest, measured before each burst
+
+
+@dataclass
+class Usage:
+    """The cluster's work so far: the API server's requests from all clients and each
+    process's CPU seconds."""
+
+    at: float
+    requests: Counter[str]
+    cpu: dict[str, float]
+
+    @classmethod
+    def now(cls, cluster_name: str, processes: dict[str, int]) -> Usage:
+        cpu = {name: process_cpu_seconds(pid) for name, pid in processes.items()}
+        return cls(time.monotonic(), apiserver_requests(cluster_name), cpu)
+
+
+def burst_cost(idle: tuple[Usage, Usage], burst: tuple[Usage, Usage], recoveries: int) -> str:
+    """What one recovery cost the cluster: the burst's requests and CPU seconds, less what
+    the same length of time at rest costs, divided by the recoveries."""
+    rest_seconds, seconds = idle[1].at - idle[0].at, burst[1].at - burst[0].at
+    scale = seconds / rest_seconds
+
+    def per_recovery(during: float, at_rest: float) -> float:
+        return (during - at_rest * scale) / recoveries
+
+    calls = burst[1].requests - burst[0].requests
+    rest_calls = idle[1].requests - idle[0].requests
+    total = per_recovery(calls.total(), rest_calls.total())
+    top = sorted(((per_recovery(n, rest_calls[k]), k) for k, n in calls.items()), reverse=True)
+    cpu = {name: per_recovery(burst[1].cpu[name] - burst[0].cpu[name],
+                              idle[1].cpu[name] - idle[0].cpu[name])
+           for name in burst[0].cpu}  # fmt: skip
+    return (
+        f"  per recovery, all clients: {total:.1f} API requests ("
+        + ", ".join(f"{n:.1f} {k}" for n, k in top if n >= 0.5)
+        + f"); CPU seconds {sum(cpu.values()):.2f} ("
+        + ", ".join(f"{name} {v:.3f}" for name, v in sorted(cpu.items(), key=lambda i: -i[1]))
+        + ")"
+    )
 
 
 class Burst:
@@ -120,22 +177,32 @@ def run(args: argparse.Namespace, kubeconfig: Path, work: Path, name: str) -> No
     jobset.up()
     floor.start()
     burst = Burst(core, custom, namespace)
+    processes = {**control_plane_pids(name), "rljob operator": operator.proc.pid,
+                 "jobset manager": jobset.proc.pid,
+                 "benchmark (its pod watch, the floor)": os.getpid()}  # fmt: skip
     results = {}
     print(f"{args.jobs} gangs of 2 pods on {args.nodes} kwok nodes (kubelet-like stages); seconds "
           "from each eviction request (one run)", flush=True)  # fmt: skip
     try:
-        every = {"rljob": peers.rljob_system, "jobset": peers.jobset_system,
+        every = {"rljob": partial(peers.rljob_system, gang_scheduling=args.gang_scheduling),
+                 "jobset": peers.jobset_system,
                  "floor": partial(peers.floor_system, floor)}  # fmt: skip
-        makers = [make for name, make in every.items() if args.only in (None, name)]
+        makers = [make for name, make in every.items() if name in (args.only or every)]
         for index, make in enumerate(makers):
             systems = [make(f"g{i:04d}", KWOK_NODES) for i in range(args.jobs)]
             label = systems[0].name
             peers.say(f"{label}: creating {args.jobs} gangs")
             took = burst.create(systems)
-            peers.say(f"{label}: all {args.jobs} gangs Running after {took:.0f}s; evicting")
+            peers.say(f"{label}: all {args.jobs} gangs Running after {took:.0f}s; at rest")
+            time.sleep(SETTLE)
+            rest = Usage.now(name, processes)
+            time.sleep(IDLE_WINDOW)
+            idle = (rest, Usage.now(name, processes))
+            peers.say(f"{label}: evicting")
             fresh = burst.evict(systems[: args.burst])
             results[label] = fresh
             report(label, args.jobs, took, fresh)
+            print(burst_cost(idle, (idle[1], Usage.now(name, processes)), args.burst), flush=True)
             if label == "rljob":
                 print_rljob_stages(custom, namespace, burst.evicted_at)
             if index < len(makers) - 1:  # the last system's gangs go with the cluster
@@ -183,7 +250,10 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=250)
     parser.add_argument("--burst", type=int, default=100)
     parser.add_argument("--cluster", help="cluster name (started with kubelet-like stages)")
-    parser.add_argument("--only", choices=("rljob", "jobset", "floor"), help="one system alone")
+    parser.add_argument("--only", nargs="+", choices=("rljob", "jobset", "floor"),
+                        help="these systems alone")  # fmt: skip
+    parser.add_argument("--gang-scheduling", choices=("Auto", "Off"), default="Auto",
+                        help="rljob's spec.gangScheduling (Off: pod by pod)")  # fmt: skip
     args = parser.parse_args()
     binaries.install(say=peers.say, peers=True)
     name = args.cluster or f"burst-{uuid.uuid4().hex[:6]}"

@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 import yaml  # noqa: E402
+from bench_cluster import apiserver_requests, process_cpu_seconds  # noqa: E402
 from kube_steps import bind_claim  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from recovery_latency import job_manifest, percentile  # noqa: E402
@@ -51,7 +52,6 @@ NAMESPACE = "scale"
 PEERING_CRD = REPO / "charts" / "rljob-operator" / "crds" / "kopf.dev_kopfpeerings.yaml"
 PEERING = "rljob-scale"
 RESUMING = re.compile(r"^(\S+ \S+) INFO rljob_operator\.controller: resuming", re.M)
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def spread(values: list[float]) -> str:
@@ -126,14 +126,7 @@ class Bench:
         raise TimeoutError(f"not all {count} jobs Running within {timeout:.0f}s")
 
     def requests(self) -> Counter[str]:
-        """The API server's request counts so far, by verb and resource."""
-        counts: Counter[str] = Counter()
-        for line in cluster.kubectl(self.name, "get", "--raw", "/metrics").splitlines():
-            if line.startswith("apiserver_request_total{"):
-                labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-                what = "/".join(filter(None, (labels.get("resource"), labels.get("subresource"))))
-                counts[f"{labels.get('verb')} {what}"] += float(line.rsplit(" ", 1)[1])
-        return counts
+        return apiserver_requests(self.name)
 
     def requests_total(self) -> float:
         return sum(self.requests().values())
@@ -172,11 +165,6 @@ class Bench:
         created = [times[j][0] - evicted[f"{j}-a0-n0"] for j in jobs]
         running = [times[j][1] - evicted[f"{j}-a0-n0"] for j in jobs]
         return created, running
-
-
-def process_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def process_rss_mb(pid: int) -> float:
