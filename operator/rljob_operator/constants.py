@@ -14,6 +14,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 SCHEDULING_GROUP = "scheduling.k8s.io"
 SCHEDULING_VERSION = "v1alpha2"
 SCHEDULING_PLURALS = {"Workload": "workloads", "PodGroup": "podgroups"}
+# What a job owns across its attempts (its headless Service, the Ray launcher's ConfigMap, its
+# Workload): made with the first gang, and again by a later gang only where the cache lacks it.
+SHARED_KINDS = ("Service", "ConfigMap", "Workload")
 
 # Kueue: a job labeled with a LocalQueue has each attempt's pods admitted as one pod group.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

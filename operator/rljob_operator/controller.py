@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from . import constants as c
 from .kube import Kube, KubeError
 from .metrics import JOB_GOODPUT, PASSES, QUEUE_DEPTH, record_transition
 from .reconcile.lookup import CheckpointFinder
@@ -118,6 +119,15 @@ class Controller:
         if job:
             self.queue.add(job)
 
+    def shared_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        """A job's Service, ConfigMap or Workload: noted for its next gang, which creates
+        only what is missing. No pass: a running gang has what it needs."""
+        self.cache.on_shared(kind, event_type, obj)
+        if event_type == DELETED:
+            meta = obj["metadata"]
+            log.debug("%s %s/%s is gone: the job's next gang makes it again",
+                      kind, meta["namespace"], meta["name"])  # fmt: skip
+
     def node_event(self, event_type: str | None, node: dict[str, Any]) -> None:
         for job in self.cache.on_node(event_type, node):
             self.queue.add(job)
@@ -135,11 +145,18 @@ class Controller:
             changed |= self.cache.replace_jobs(jobs, revision, namespace)
             pods, revision = self.kube.list_pods(namespace)
             changed |= self.cache.replace_pods(pods, revision, namespace)
+            for kind in self._shared_kinds():
+                listed, revision = self.kube.list_shared(kind, namespace)
+                self.cache.replace_shared(kind, listed, revision, namespace)
         nodes, revision = self.kube.list_nodes()
         changed |= set(self.cache.replace_nodes(nodes, revision))
         log.debug("relist: %d jobs changed", len(changed))
         for key in sorted(changed):
             self.queue.add(key)
+
+    def _shared_kinds(self) -> list[str]:
+        """The kinds of shared children this cluster has: Workloads where the API is served."""
+        return [k for k in c.SHARED_KINDS if k != "Workload" or self.kube.serves_workload_api]
 
     def _relist_soon(self) -> None:
         """A second full list shortly, for what was deleted between a list and the watches."""

@@ -1,6 +1,7 @@
 """kopf handlers: thin doors into the controller.
 
-kopf's watch streams of the jobs, their pods, the nodes and (where Kueue is installed) its
+kopf's watch streams of the jobs, their pods, what they own across attempts (Services,
+ConfigMaps, the Workload API's Workloads), the nodes and (where Kueue is installed) its
 Workloads feed the controller's cache and work queue; none of the handlers decides anything
 itself, and none keeps state on the job. The periodic work (resync, "come back in N
 seconds") is the controller's own, in plain threads rather than kopf timers, because kopf
@@ -112,11 +113,36 @@ async def job_changed(type: str | None, event: dict[str, Any], memo: kopf.Memo, 
     memo.controller.job_event(type, job, needs_pass(type, job))
 
 
-@kopf.on.event(
-    "", "v1", "pods", labels={c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: kopf.PRESENT}
-)
+# What rljob made for a job: its pods and its shared children.
+OWNED = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: kopf.PRESENT}
+
+
+@kopf.on.event("", "v1", "pods", labels=OWNED)
 async def pod_changed(type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     memo.controller.pod_event(type, event["object"])
+
+
+@kopf.on.event("", "v1", "services", labels=OWNED)
+async def service_changed(
+    type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
+    memo.controller.shared_event("Service", type, event["object"])
+
+
+@kopf.on.event("", "v1", "configmaps", labels=OWNED)
+async def config_map_changed(
+    type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
+    memo.controller.shared_event("ConfigMap", type, event["object"])
+
+
+@kopf.on.event(c.SCHEDULING_GROUP, c.SCHEDULING_VERSION, "workloads", labels=OWNED)
+async def workload_changed(
+    type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
+    """The Workload API's Workloads (all-or-nothing gangs); kopf serves this where the API
+    server serves that API."""
+    memo.controller.shared_event("Workload", type, event["object"])
 
 
 @kopf.on.event("", "v1", "nodes")

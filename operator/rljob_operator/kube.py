@@ -130,6 +130,29 @@ class Kube:
             )
         return self._list("pods", self.core.list_namespaced_pod, namespace, label_selector=selector)
 
+    def list_shared(self, kind: str, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """rljob's Services, ConfigMaps or Workloads (the managed-by label)."""
+        selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
+        if kind == "Workload":
+            plural = c.SCHEDULING_PLURALS[kind]
+            group = (c.SCHEDULING_GROUP, c.SCHEDULING_VERSION)
+            if namespace is None:
+                call, scope = self.custom.list_cluster_custom_object, (*group,)
+            else:
+                call, scope = self.custom.list_namespaced_custom_object, (*group, namespace)
+            return self._list(plural, call, *scope, plural, label_selector=selector)
+        calls = {  # kind -> (in every namespace, in one)
+            "Service": (self.core.list_service_for_all_namespaces,
+                        self.core.list_namespaced_service),
+            "ConfigMap": (self.core.list_config_map_for_all_namespaces,
+                          self.core.list_namespaced_config_map),
+        }  # fmt: skip
+        every, one = calls[kind]
+        what = f"{kind.lower()}s"
+        if namespace is None:
+            return self._list(what, every, label_selector=selector)
+        return self._list(what, one, namespace, label_selector=selector)
+
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         return self._list("nodes", self.core.list_node)
 

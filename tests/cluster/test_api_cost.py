@@ -52,11 +52,11 @@ def test_a_recovery_reads_nothing_and_writes_each_pod_once_after_creating_it(
     with the Workload API, the new attempt's Workload and PodGroup, the old PodGroup's
     delete). The eviction deletes the evicted pod; rljob deletes it too only where its pass
     sees the eviction's DisruptionTarget condition before the deletion, a race the test does
-    not steer. Above them: each ended pod's finalizer released once, the job's Service created
-    again (a 409 that keeps it there), at most 5 status writes (the end, the fence, the new
+    not steer. Above them: each ended pod's finalizer released once, at most 5 status writes (the end, the fence, the new
     gang, its first pod running where it runs a pass before the other, all running) and 3
-    Events (Preempted, GangCreated, Running). No read, and no checkpoint request to a pod that
-    the same pass deletes."""
+    Events (Preempted, GangCreated, Running). No read, no checkpoint request to a pod that
+    the same pass deletes, and the job's Service and Workload, which are still there, are not
+    created again."""
     operator = counted_operator
     pods = start(api_client, core, namespace, job_body(nodes))
     wait_for(lambda: operator.log().count("relist: ") >= 2, what="the second list")
@@ -81,4 +81,26 @@ def test_a_recovery_reads_nothing_and_writes_each_pod_once_after_creating_it(
     assert spent[("delete", "pods")] == deleted.total(), (spent, deleted)
     assert spent[("patch", "rltrainingjobs/status")] <= 5, spent
     assert spent[("create", "events")] <= 3, spent
-    assert sum(spent.values()) <= 18, spent
+    assert not spent[("create", "services")] and not spent[("create", "workloads")], spent
+    assert sum(spent.values()) <= 16, spent
+
+
+def test_a_service_someone_deleted_is_made_again_by_the_next_gang(
+    api_client, core, namespace, nodes, counted_operator
+):
+    """The Service's watch tells the operator it went (the running gang keeps its addresses),
+    and the next gang's pass creates it with the pods."""
+    operator = counted_operator
+    pods = start(api_client, core, namespace, job_body(nodes))
+    core.delete_namespaced_service("grpo", namespace)
+    wait_for(lambda: f"Service {namespace}/grpo is gone" in operator.log(),
+             what="the operator to see the Service go")  # fmt: skip
+
+    core.create_namespaced_pod_eviction(pods[0].metadata.name, namespace, client.V1Eviction(
+        metadata=client.V1ObjectMeta(name=pods[0].metadata.name, namespace=namespace)))  # fmt: skip
+    resumed_gang(api_client, core, namespace)
+
+    service = core.read_namespaced_service("grpo", namespace)
+    assert service.spec.cluster_ip == "None"
+    assert service.metadata.owner_references[0].name == "grpo"
+    assert requests(operator)[("create", "services")] == 2  # the first gang's, and this one

@@ -174,8 +174,9 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         (("rljob.io",), ("rltrainingjobs/status",), ("patch",), ()),
         (("rljob.io",), ("rltrainingjobs/finalizers",), ("update",), ()),
         (("",), ("pods",), ("get", "list", "watch", "create", "patch", "delete"), ()),
-        (("",), ("services", "configmaps"), ("create",), ()),
-        (("scheduling.k8s.io",), ("workloads", "podgroups"), ("create",), ()),
+        (("",), ("services", "configmaps"), ("list", "watch", "create"), ()),
+        (("scheduling.k8s.io",), ("workloads",), ("list", "watch", "create"), ()),
+        (("scheduling.k8s.io",), ("podgroups",), ("create",), ()),
         (("scheduling.k8s.io",), ("podgroups",), ("delete",), ()),
         (("kueue.x-k8s.io",), ("workloads",), ("list", "watch"), ()),
         (("",), ("events",), ("create",), ()),
@@ -185,7 +186,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
     clusterwide = render("--set", "watchAllNamespaces=true")
     assert not rules(clusterwide, "Role")
     assert set(rules(clusterwide, "ClusterRole")) == {
-        *rules(namespaced, "Role")[:9],
+        *rules(namespaced, "Role")[:10],
         (("kopf.dev",), ("clusterkopfpeerings",), ("list", "watch"), ()),
         (("kopf.dev",), ("clusterkopfpeerings",), ("patch",), ("rljob-system-rljob-operator",)),
         *rules(namespaced, "ClusterRole")[:2],

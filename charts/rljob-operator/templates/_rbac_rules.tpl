@@ -24,15 +24,19 @@ The operator's permissions, derived from its code (docs/install.md explains each
   resources: [pods]
   verbs: [get, list, watch, create, patch, delete]
 # The gang's headless Service (rendezvous) and, for Ray jobs, the ConfigMap of the launcher
-# files its pods mount; the garbage collector removes them with the job.
+# files its pods mount; the garbage collector removes them with the job. Listed and watched
+# (rljob's own, by label), so that a later gang makes them again only where they went.
 - apiGroups: [""]
   resources: [services, configmaps]
-  verbs: [create]
-# All-or-nothing gangs where the cluster serves the Workload API: a Workload per job and a
-# PodGroup per attempt (the garbage collector removes them with the job); the last attempt's
-# PodGroup is deleted when the next one starts.
+  verbs: [list, watch, create]
+# All-or-nothing gangs where the cluster serves the Workload API: a Workload per job (listed
+# and watched, as the Service) and a PodGroup per attempt (the garbage collector removes them
+# with the job); the last attempt's PodGroup is deleted when the next one starts.
 - apiGroups: [scheduling.k8s.io]
-  resources: [workloads, podgroups]
+  resources: [workloads]
+  verbs: [list, watch, create]
+- apiGroups: [scheduling.k8s.io]
+  resources: [podgroups]
   verbs: [create]
 - apiGroups: [scheduling.k8s.io]
   resources: [podgroups]

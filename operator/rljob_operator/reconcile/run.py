@@ -71,6 +71,8 @@ def apply(
             # The next pass must see the new gang, though its watch events have not come:
             # a pod missing from the cache would look deleted.
             cache.on_pod(None, created)
+        elif created and obj["kind"] in c.SHARED_KINDS:
+            cache.on_shared(obj["kind"], None, created)
     if patch:
         cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
     request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
@@ -209,7 +211,8 @@ def reconcile(
     attempt = (job.get("status") or {}).get("attempt", 0)
     admission = cache.admission(namespace, attempt_name(name, attempt))
     moment = now or datetime.now(UTC)
-    snap = take_snapshot(job, pods, {}, moment, kube.serves_workload_api, admission, scheduler_wait)
+    snap = take_snapshot(job, pods, {}, moment, kube.serves_workload_api, admission, scheduler_wait,
+                         shared=cache.shared_of(namespace, name))  # fmt: skip
     snap = replace(snap, nodes=_nodes_of(kube, cache, snap.trainers))
     plan = plan_pass(snap, finder)
     plan_boost_write(plan, snap, finder, cache)

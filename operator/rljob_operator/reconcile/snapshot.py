@@ -1,7 +1,7 @@
 """What one pass reads, taken once at its start: the job, its spec parsed and checked, its pods
-split by role, their nodes, Kueue's admission, what the API server serves, and the time. Every
-decision of the pass reads this and nothing else, however often the pass decides again after a
-look at the checkpoints."""
+split by role, what it owns across attempts, their nodes, Kueue's admission, what the API
+server serves, and the time. Every decision of the pass reads this and nothing else, however
+often the pass decides again after a look at the checkpoints."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ class Snapshot:
     inspectors: Mapping[str, dict[str, Any]]  # by pod name
     nodes: Mapping[str, dict[str, Any] | None]  # the trainers' nodes; None: gone
     now: datetime
+    # (kind, name) of the job's Services, ConfigMaps and Workloads that exist (c.SHARED_KINDS)
+    shared: frozenset[tuple[str, str]] = frozenset()
     workload_api: bool = False  # the API server serves the Workload API (all-or-nothing gangs)
     admission: Admission | None = None  # why Kueue has not admitted the attempt, where it says
     scheduler_wait: float = SCHEDULER_WAIT_SECONDS  # how long a pod may go unseen by a scheduler
@@ -45,6 +47,7 @@ def take_snapshot(
     workload_api: bool = False,
     admission: Admission | None = None,
     scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
+    shared: frozenset[tuple[str, str]] = frozenset(),
 ) -> Snapshot:
     """`pods` are all of the job's pods, trainers and inspectors."""
     meta = job["metadata"]
@@ -67,6 +70,7 @@ def take_snapshot(
         inspectors={pod["metadata"]["name"]: pod for pod in roles[c.ROLE_INSPECTOR]},
         nodes=nodes,
         now=now,
+        shared=shared,
         workload_api=workload_api,
         admission=admission,
         scheduler_wait=scheduler_wait,

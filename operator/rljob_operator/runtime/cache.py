@@ -1,5 +1,6 @@
-"""The jobs, their pods, the nodes and Kueue's Workloads (why each waits, and its priority
-boost), as the watches last delivered them.
+"""The jobs, their pods, what they own across attempts (Services, ConfigMaps, Workloads:
+their names only), the nodes and Kueue's Workloads (why each waits, and its priority boost),
+as the watches last delivered them.
 
 kopf's watch streams feed it (handlers.py), and a full list replaces it at start-up and
 now and then (`replace`): a watch that reconnects delivers what exists, but never what was
@@ -115,6 +116,8 @@ class ClusterCache:
         self._jobs = Store()
         self._pods = Store()
         self._pods_by_job: dict[Key, set[Key]] = {}  # job -> its pods' keys
+        self._shared = {kind: Store() for kind in c.SHARED_KINDS}  # names and labels only
+        self._shared_by_job: dict[Key, set[tuple[str, str]]] = {}  # job -> (kind, name)
         self._nodes = Store()
         self._admissions: dict[Key, Admission] = {}  # Kueue pod group -> why not admitted
         self._boosts = Store()  # Kueue pod group -> its Workload's priority-boost annotations
@@ -180,6 +183,40 @@ class ClusterCache:
                 self._reindex(key, before.get(key))
             changed = [before.get(k) or self._pods.objects.get(k) for k in touched]
         return {job for job in map(_job_of, filter(None, changed)) if job}
+
+    # ------------------------------------------------------------------ shared children
+    def on_shared(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        """Take an event of a job's Service, ConfigMap or Workload (or our own create)."""
+        slim = _slim(obj)
+        with self._lock:
+            if self._shared[kind].apply(event_type, slim):
+                self._reindex_shared(kind, key_of(slim), slim)
+
+    def replace_shared(
+        self, kind: str, listed: list[dict[str, Any]], revision: str, namespace: str | None = None
+    ) -> None:
+        """Take a full list of one kind."""
+        with self._lock:
+            store = self._shared[kind]
+            before = dict(store.objects)
+            for key in store.replace(map(_slim, listed), revision, namespace):
+                self._reindex_shared(kind, key, store.objects.get(key) or before[key])
+
+    def _reindex_shared(self, kind: str, key: Key, obj: dict[str, Any]) -> None:
+        job = _job_of(obj)
+        if job is None:
+            return
+        if key in self._shared[kind].objects:
+            self._shared_by_job.setdefault(job, set()).add((kind, key[1]))
+        elif job in self._shared_by_job:
+            self._shared_by_job[job].discard((kind, key[1]))
+            if not self._shared_by_job[job]:
+                del self._shared_by_job[job]
+
+    def shared_of(self, namespace: str, job: str) -> frozenset[tuple[str, str]]:
+        """The (kind, name) of the job's Services, ConfigMaps and Workloads that exist."""
+        with self._lock:
+            return frozenset(self._shared_by_job.get((namespace, job), ()))
 
     # ------------------------------------------------------------------ Kueue
     def on_admission(self, event_type: str | None, workload: dict[str, Any]) -> Key | None:
@@ -256,6 +293,13 @@ class ClusterCache:
         """The named nodes; None for one the cache does not hold."""
         with self._lock:
             return {name: self._nodes.objects.get(("", name)) for name in sorted(names)}
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a shared child: who it is, and whose."""
+    meta = obj["metadata"]
+    return {"metadata": {k: meta[k] for k in ("namespace", "name", "resourceVersion", "labels")
+                         if k in meta}}  # fmt: skip
 
 
 def _job_of(pod: dict[str, Any]) -> Key | None:

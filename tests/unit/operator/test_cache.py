@@ -125,6 +125,32 @@ def test_a_full_list_of_pods_names_the_jobs_whose_pods_changed():
     assert cache.pods_of("ns", "a") == []
 
 
+def test_a_jobs_shared_children_are_known_by_kind_and_name_until_they_go():
+    cache = ClusterCache()
+    service, config_map = pod("a", "a", None, rv=2), pod("a-launcher", "a", None, rv=3)
+    cache.on_shared("Service", "ADDED", service)
+    cache.on_shared("ConfigMap", None, config_map)  # our own create
+    cache.on_shared("Service", "ADDED", pod("b", "b", None))
+    cache.on_shared("Workload", "ADDED", pod("a", "a", None, namespace="other"))
+    assert cache.shared_of("ns", "a") == {("Service", "a"), ("ConfigMap", "a-launcher")}
+    cache.on_shared("Service", DELETED, pod("a", "a", None, rv=4))
+    assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher")}
+    cache.on_shared("Service", None, service)  # a create of ours that returns late: no ghost
+    assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher")}
+    assert cache.shared_of("other", "a") == {("Workload", "a")}
+
+
+def test_a_full_list_of_shared_children_drops_those_deleted_while_the_watch_was_away():
+    cache = ClusterCache()
+    cache.on_shared("Service", "ADDED", pod("a", "a", None, rv=2))
+    cache.on_shared("Service", "ADDED", pod("b", "b", None, rv=2))
+    cache.on_shared("ConfigMap", "ADDED", pod("a-launcher", "a", None, rv=2))
+    cache.replace_shared("Service", [pod("b", "b", None, rv=2), pod("c", "c", None, rv=5)], "9")
+    assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher")}  # the other kind stays
+    assert cache.shared_of("ns", "b") == {("Service", "b")}
+    assert cache.shared_of("ns", "c") == {("Service", "c")}
+
+
 def kueue_workload(name: str, quota: tuple[str, str, str] | None) -> dict:
     """A Kueue Workload with its QuotaReserved condition (status, reason, message), if any."""
     conditions = []

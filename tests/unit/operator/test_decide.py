@@ -83,6 +83,21 @@ def test_the_next_attempt_gets_its_own_pod_group_and_the_last_ones_goes():
     } == {"grpo-a1"}
 
 
+def test_the_next_gang_makes_again_only_the_shared_children_that_went():
+    job = started(make_job(checkpoint={"resume": "never"}), phase=Phase.RUNNING)
+    pods = [make_pod(job, 0, 0, disruption="PreemptionByScheduler"),
+            make_pod(job, 0, 1, node="gpu-node-1")]  # fmt: skip
+    ended = with_status(job, decide(job, pods, NODES, NOW, workload_api=True).status)
+
+    kept = decide(ended, [], NODES, NOW, workload_api=True,
+                  shared=frozenset({("Service", "grpo"), ("Workload", "grpo")}))  # fmt: skip
+    service_gone = decide(ended, [], NODES, NOW, workload_api=True,
+                          shared=frozenset({("Workload", "grpo")}))  # fmt: skip
+
+    assert [o["kind"] for o in kept.create] == ["PodGroup", "Pod", "Pod"]
+    assert [o["kind"] for o in service_gone.create] == ["Service", "PodGroup", "Pod", "Pod"]
+
+
 @pytest.mark.parametrize(
     ("spec", "workload_api"),
     [({}, False), ({"gangScheduling": "Off"}, True), ({"nnodes": 1}, True)],
