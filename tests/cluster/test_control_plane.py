@@ -48,7 +48,11 @@ def test_scheduler_preempts_low_priority_pod_with_disruption_target(api_client, 
         )
         assert target.status == "True"
         assert target.reason == "PreemptionByScheduler"
-        assert read_pod(core, namespace, "victim").metadata.deletion_timestamp is not None
+        # The scheduler writes the condition, then deletes the pod in a request of its own.
+        wait_for(
+            lambda: read_pod(core, namespace, "victim").metadata.deletion_timestamp,
+            what="the scheduler to delete the victim",
+        )
 
         release(core, namespace, "victim")
         preemptor = wait_for(
