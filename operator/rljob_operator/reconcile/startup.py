@@ -100,9 +100,10 @@ def _create_gang(
         return
     scheduling = gang.desired_objects(spec, p.ref, attempt) if group else []
     launcher = desired_launcher_config_map(spec, p.ref)
-    shared = [desired_service(spec, p.ref), *([launcher] if launcher else []), *scheduling]
-    # What outlives an attempt is made again only where it went (a 409 costs a request too).
-    p.plan.create = [obj for obj in shared if (obj["kind"], obj["metadata"]["name"])
+    children = [desired_service(spec, p.ref), *([launcher] if launcher else []), *scheduling]
+    # What outlives an attempt (c.SHARED_KINDS) is made again only where it went: a create
+    # that finds it there costs a request too.
+    p.plan.create = [obj for obj in children if (obj["kind"], obj["metadata"]["name"])
                      not in p.snap.shared] + pods  # fmt: skip
     if status.get("podGroup") and status["podGroup"] != group:
         p.plan.delete_pod_groups = [status["podGroup"]]  # the last attempt's: its pods are gone
