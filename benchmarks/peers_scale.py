@@ -17,7 +17,7 @@ what as long a time at rest costs.
 PyTorchJob is left out: it never restarts a whole gang (see benchmarks/peers.py).
 
     .venv/bin/python benchmarks/peers_scale.py [--jobs 1000] [--nodes 250] [--burst 100]
-        [--only rljob floor] [--gang-scheduling Off]
+        [--only floor rljob] [--gang-scheduling Off]
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, kubeconfig: Path, work: Path, name: str) -> No
         every = {"rljob": partial(peers.rljob_system, gang_scheduling=args.gang_scheduling),
                  "jobset": peers.jobset_system,
                  "floor": partial(peers.floor_system, floor)}  # fmt: skip
-        makers = [make for name, make in every.items() if name in (args.only or every)]
+        makers = [every[name] for name in args.only or every]  # the last one's gangs stay
         for index, make in enumerate(makers):
             systems = [make(f"g{i:04d}", KWOK_NODES) for i in range(args.jobs)]
             label = systems[0].name
@@ -251,7 +251,7 @@ def main() -> int:
     parser.add_argument("--burst", type=int, default=100)
     parser.add_argument("--cluster", help="cluster name (started with kubelet-like stages)")
     parser.add_argument("--only", nargs="+", choices=("rljob", "jobset", "floor"),
-                        help="these systems alone")  # fmt: skip
+                        help="these systems alone, in this order")  # fmt: skip
     parser.add_argument("--gang-scheduling", choices=("Auto", "Off"), default="Auto",
                         help="rljob's spec.gangScheduling (Off: pod by pod)")  # fmt: skip
     args = parser.parse_args()
