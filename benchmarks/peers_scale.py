@@ -82,12 +82,13 @@ def burst_cost(idle: tuple[Usage, Usage], burst: tuple[Usage, Usage], recoveries
     scale = seconds / rest_seconds
 
     def per_recovery(during: float, at_rest: float) -> float:
-        return (during - at_rest * scale) / recoveries
+        """Never below 0: what the burst asked for less a noisy rest can come out negative."""
+        return max(0.0, during - at_rest * scale) / recoveries
 
     calls = burst[1].requests - burst[0].requests
     rest_calls = idle[1].requests - idle[0].requests
-    total = per_recovery(calls.total(), rest_calls.total())
     top = sorted(((per_recovery(n, rest_calls[k]), k) for k, n in calls.items()), reverse=True)
+    total = sum(n for n, _ in top)
     cpu = {name: per_recovery(burst[1].cpu[name] - burst[0].cpu[name],
                               idle[1].cpu[name] - idle[0].cpu[name])
            for name in burst[0].cpu}  # fmt: skip
