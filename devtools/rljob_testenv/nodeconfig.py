@@ -30,6 +30,11 @@ SERVICE_CIDR = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP = "10.0.0.1"
 # The most a test node's bridge subnets may number (10.200.0.0/16 to 10.249.0.0/16).
 MAX_NETWORKS = 50
+# Free disk below which a test node reports DiskPressure and evicts its pods. Absolute, not
+# the kubelet's default share of the disk: on a large shared disk, 2% is 5 GiB that the
+# disk check before a start did not count, and CI's nodes went under it mid-run.
+EVICTION_FREE_DISK = "1Gi"
+EVICTION_FREE_DISK_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,14 @@ def kubelet_config(node: NodePlan) -> dict:
         "nodeLeaseDurationSeconds": 12,
         # The host's disk is shared by every node: only evict when it is nearly full, and
         # never collect the images imported by the test environment (there is no registry).
-        "evictionHard": {"memory.available": "200Mi", "nodefs.available": "2%"},
+        # Every threshold is named: the kubelet disables the ones a config leaves out.
+        "evictionHard": {
+            "memory.available": "200Mi",
+            "nodefs.available": EVICTION_FREE_DISK,
+            "imagefs.available": EVICTION_FREE_DISK,
+            "nodefs.inodesFree": "1%",
+            "imagefs.inodesFree": "1%",
+        },
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "imageMinimumGCAge": "876000h",

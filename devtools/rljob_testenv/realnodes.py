@@ -108,8 +108,11 @@ def _free_network_index(cluster_root: Path) -> int:
 
 
 def _check_disk(cluster_dir: Path, images: list[Path], count: int) -> None:
-    """Each node keeps an image's compressed layers and their unpacked copy (about 3x)."""
-    need = sum(a.stat().st_size for a in images) * 3 * count + (2 << 30)
+    """Each node keeps an image's compressed layers and their unpacked copy (about 3x); the
+    jobs' checkpoints and logs take up to 2 GiB, and the kubelets evict below their threshold."""
+    work = 2 << 30
+    need = (sum(a.stat().st_size for a in images) * 3 * count + work
+            + nodeconfig.EVICTION_FREE_DISK_BYTES)  # fmt: skip
     free = shutil.disk_usage(cluster_dir).free
     if free < need:
         raise RealNodeError(

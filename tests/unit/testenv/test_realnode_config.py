@@ -5,9 +5,10 @@ from __future__ import annotations
 import ipaddress
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from rljob_testenv import cluster, nodeconfig
+from rljob_testenv import cluster, nodeconfig, realnodes
 from rljob_testenv.nodeconfig import NetworkPlan, NodePlan
 
 
@@ -57,6 +58,35 @@ def test_kubelet_config_fits_cgroup_v1_without_cap_sys_resource() -> None:
     assert config["cgroupRoot"] == node.cgroup_root
     assert config["clusterDNS"] == [node.network.gateway]
     assert config["containerRuntimeEndpoint"] == f"unix://{node.containerd_socket}"
+
+
+def test_a_test_node_evicts_only_below_a_fixed_free_disk_not_a_share_of_it() -> None:
+    """The kubelet drops every threshold a config leaves out, and a share of a large shared
+    disk is gigabytes the disk check before a start would not see."""
+    hard = nodeconfig.kubelet_config(_node())["evictionHard"]
+    for signal in ("nodefs.available", "imagefs.available"):
+        assert hard[signal] == nodeconfig.EVICTION_FREE_DISK == "1Gi"
+    assert nodeconfig.EVICTION_FREE_DISK_BYTES == 2**30
+    assert {"nodefs.inodesFree", "imagefs.inodesFree", "memory.available"} <= hard.keys()
+
+
+def test_the_disk_check_leaves_the_kubelets_eviction_threshold_free(tmp_path, monkeypatch):
+    """Free disk is a stand-in (the machine's is what it is); the images are real files."""
+    image = tmp_path / "image.tar"
+    with image.open("wb") as f:
+        f.truncate(100 << 20)
+    images_and_work = (100 << 20) * 3 * 2 + (2 << 30)
+
+    def free(bytes_free):
+        monkeypatch.setattr(
+            realnodes.shutil, "disk_usage", lambda _: SimpleNamespace(free=bytes_free)
+        )
+
+    free(images_and_work + nodeconfig.EVICTION_FREE_DISK_BYTES - 1)
+    with pytest.raises(realnodes.RealNodeError, match="2 real nodes need about 4 GiB free"):
+        realnodes._check_disk(tmp_path, [image], 2)
+    free(images_and_work + nodeconfig.EVICTION_FREE_DISK_BYTES)
+    realnodes._check_disk(tmp_path, [image], 2)
 
 
 def test_cni_config_gives_each_node_its_own_pod_range_and_state() -> None:
