@@ -1,6 +1,6 @@
 """Operator-side recovery latency on the local control plane.
 
-For each of N recoveries: evict one pod of a running 2-node gang through the
+For each of N recoveries: evict one pod of a running gang (2 nodes, or --nnodes) through the
 Eviction API, and measure from the eviction request to the moment the operator
 recorded the new gang's creation (status.recoveries[-1].gangCreatedAt), to the new
 pods' creation on the API server, and to both new pods Running. Three variants:
@@ -15,7 +15,7 @@ kwok plays the kubelet for the trainer pods, so this is the operator's and the
 control plane's share of a recovery, not a real node's: no image pull, no
 container start, no trainer start-up, no checkpoint load.
 
-    .venv/bin/python benchmarks/recovery_latency.py [--recoveries 20] [--cluster NAME]
+    .venv/bin/python benchmarks/recovery_latency.py [--recoveries 20] [--nnodes 2] [--cluster NAME]
 """
 
 from __future__ import annotations
@@ -58,10 +58,14 @@ def seed_checkpoint(volume: Path) -> None:
 
 
 def job_manifest(
-    name: str, nodes: list[str] | None = None, directory: str = "run", gang: str = "Auto"
+    name: str,
+    nodes: list[str] | None = None,
+    directory: str = "run",
+    gang: str = "Auto",
+    nnodes: int = 2,
 ) -> dict:
-    """A 2-pod benchmark job resuming from `directory` of the claim `ckpts`; on `nodes` only,
-    when given."""
+    """A benchmark job of `nnodes` pods resuming from `directory` of the claim `ckpts`; on
+    `nodes` only, when given."""
     template_spec: dict = {"terminationGracePeriodSeconds": 0}
     if nodes:
         on_nodes = {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
@@ -75,7 +79,7 @@ def job_manifest(
         "metadata": {"name": name},
         "spec": {
             "image": "rljob-trainer:bench",
-            "nnodes": 2,
+            "nnodes": nnodes,
             "resources": {"limits": {"nvidia.com/gpu": 1}},
             "checkpoint": {
                 "volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
@@ -88,13 +92,14 @@ def job_manifest(
 
 
 class Bench:
-    def __init__(self, kubeconfig: Path, namespace: str) -> None:
+    def __init__(self, kubeconfig: Path, namespace: str, nnodes: int = 2) -> None:
         configuration = client.Configuration()
         config.load_kube_config(str(kubeconfig), client_configuration=configuration)
         api = client.ApiClient(configuration)
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.namespace = namespace
+        self.nnodes = nnodes
 
     def job(self, name: str) -> dict:
         return self.custom.get_namespaced_custom_object(
@@ -136,7 +141,7 @@ class Bench:
     def one_recovery(self, name: str, attempt: int, use_inspector: bool) -> tuple[float, ...]:
         pods = self.wait("the gang to run", lambda: [
             p for p in self.gang(name, attempt) if p.status.phase == "Running"
-        ] if len(self.gang(name, attempt)) == 2 else None)  # fmt: skip
+        ] if len(self.gang(name, attempt)) == self.nnodes else None)  # fmt: skip
         victim = pods[0].metadata.name
         started = time.time()
         body = client.V1Eviction(
@@ -149,9 +154,9 @@ class Bench:
 
         def done() -> bool:
             gang = self.gang(name, new)
-            if "pods" not in seen and len(gang) == 2:
+            if "pods" not in seen and len(gang) == self.nnodes:
                 seen["pods"] = time.time()
-            if len(gang) == 2 and all(p.status.phase == "Running" for p in gang):
+            if len(gang) == self.nnodes and all(p.status.phase == "Running" for p in gang):
                 seen.setdefault("running", time.time())
             last = (self.job(name)["status"].get("recoveries") or [{}])[-1]
             if last.get("attempt") == new and last.get("gangCreatedAt"):
@@ -200,12 +205,14 @@ def run_variant(
         name = "bench-inspector" if use_inspector else f"bench-local-{gang.lower()}"
         try:
             bench.custom.create_namespaced_custom_object(
-                c.GROUP, c.VERSION, namespace, c.PLURAL, job_manifest(name, nodes, gang=gang)
-            )
+                c.GROUP, c.VERSION, namespace, c.PLURAL,
+                job_manifest(name, nodes, gang=gang, nnodes=bench.nnodes),
+            )  # fmt: skip
             if use_inspector:
                 bench.wait(
-                    "the first gang", lambda: len(bench.gang(name, 0)) == 2, inspector=(name, 0)
-                )
+                    "the first gang", lambda: len(bench.gang(name, 0)) == bench.nnodes,
+                    inspector=(name, 0),
+                )  # fmt: skip
             results = [bench.one_recovery(name, attempt, use_inspector) for attempt in range(count)]
         finally:
             bench.custom.delete_namespaced_custom_object(
@@ -219,6 +226,7 @@ def run_variant(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recoveries", type=int, default=20)
+    parser.add_argument("--nnodes", type=int, default=2, help="pods per gang")
     parser.add_argument("--cluster", help="use this running `rljob testenv` cluster")
     args = parser.parse_args()
     binaries.install(say=lambda m: print(m, file=sys.stderr))
@@ -226,13 +234,14 @@ def main() -> int:
     kubeconfig = cluster.up(name, gpu_nodes=0, say=lambda m: print(m, file=sys.stderr))
     try:
         cluster.install_crds(name, REPO / "crds")
-        nodes = cluster.add_gpu_nodes(name, 3, prefix=f"bench{uuid.uuid4().hex[:4]}")
+        nodes = cluster.add_gpu_nodes(name, args.nnodes + 1, prefix=f"bench{uuid.uuid4().hex[:4]}")
         namespace = f"bench-{uuid.uuid4().hex[:6]}"
         cluster.kubectl(name, "create", "namespace", namespace)
         claim = {"apiVersion": "v1", "kind": "List", "items": claim_manifests(namespace)}
         cluster.kubectl(name, "apply", "-f", "-", input=json.dumps(claim))
-        bench = Bench(kubeconfig, namespace)
-        print(f"{args.recoveries} recoveries per variant; seconds from the eviction request")
+        bench = Bench(kubeconfig, namespace, args.nnodes)
+        print(f"{args.recoveries} recoveries per variant, gangs of {args.nnodes} pods; seconds "
+              "from the eviction request")  # fmt: skip
         print(f"{'variant':<22} {'to gangCreatedAt':>28} {'new pods seen':>28} "
               f"{'new gang Running':>28}")  # fmt: skip
         variants = (("local", False, "Auto"), ("local, pod by pod", False, "Off"),

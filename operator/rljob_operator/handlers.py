@@ -20,7 +20,7 @@ from kubernetes import client, config
 
 from . import constants as c
 from .controller import RESYNC_SECONDS, WORKERS, Controller
-from .kube import CountingApiClient, Kube
+from .kube import REQUESTS_AT_ONCE, CountingApiClient, Kube
 from .reconcile.lookup import CheckpointFinder
 from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
 from .runtime.events import LANES
@@ -60,7 +60,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configuration = client.Configuration.get_default_copy()
     # One connection per thread that calls the API at once; the client's default (5 per core)
     # makes the rest open a new TLS connection per request under a burst, and throw it away.
-    configuration.connection_pool_maxsize = WORKERS + LANES + 4
+    configuration.connection_pool_maxsize = WORKERS + LANES + REQUESTS_AT_ONCE + 4
     api = CountingApiClient(configuration)
     controller = Controller(
         Kube(api),

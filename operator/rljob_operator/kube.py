@@ -11,9 +11,10 @@ import functools
 import json
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from kubernetes import client
@@ -83,6 +84,25 @@ class CountingApiClient(client.ApiClient):
         if log.isEnabledFor(logging.DEBUG):  # --verbose only: no parsing on the hot path else
             log.debug("request: %s %s %s", verb, resource, urlsplit(url).path)
         return super().call_api(method, url, *args, **kwargs)
+
+
+T = TypeVar("T")
+# Requests of one pass that depend on none of each other go out together; this many at a
+# time across every pass (each needs a connection of the client's pool).
+REQUESTS_AT_ONCE = 8
+_requests = ThreadPoolExecutor(REQUESTS_AT_ONCE, thread_name_prefix="rljob-request")
+
+
+def at_once(calls: Iterable[Callable[[], T]]) -> list[T]:
+    """Run independent requests together, so that a pass waits for the slowest of them rather
+    than for their sum (the pods of a large gang, say); their results in order. The first
+    error in that order is raised once every request has returned."""
+    calls = list(calls)
+    if len(calls) < 2:
+        return [call() for call in calls]
+    futures = [_requests.submit(call) for call in calls]
+    wait(futures)
+    return [future.result() for future in futures]
 
 
 def _data(response: Any) -> Any:

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
@@ -23,7 +24,7 @@ from rljob_contract.request import format_request
 from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import SpecError
-from ..kube import Kube, KubeError
+from ..kube import Kube, KubeError, at_once
 from ..launcher.identity import attempt_name
 from ..launcher.inspector import inspector_name
 from ..runtime.cache import ClusterCache
@@ -49,13 +50,15 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def apply(
     kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan, tell: PostEvent
 ) -> None:
-    """Fence, create, record, ask, delete, release, drop the old PodGroups, tell: in order.
+    """Fence, create, record, then ask, delete and drop the old PodGroups, release, tell.
 
     A new gang is created before its creation is recorded, so a pass that dies
     half-way creates the rest next time rather than mistaking the missing pods for
     deleted ones; an ended attempt is recorded before its pods are deleted, so the
-    end is counted exactly once. The pods and the job as the API server returns them go
-    into the cache, so that the next pass sees them before the watch brings them.
+    end is counted exactly once. Requests that need none of each other go out together
+    (`at_once`): the gang's pods, once what they name exists; the requests and deletes; the
+    releases. The pods and the job as the API server returns them go into the cache, so
+    that the next pass sees them before the watch brings them.
     """
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -65,29 +68,30 @@ def apply(
             or plan.delete_pod_groups)  # fmt: skip
     if plan.create or (acts and not patch):
         cache.on_job(None, kube.patch_status(namespace, name, {}, revision))
-    for obj in plan.create:
-        created = kube.create(obj)
-        if created and obj["kind"] == "Pod":
+    pods = [obj for obj in plan.create if obj["kind"] == "Pod"]
+    for obj in plan.create:  # what the pods name (their Service, PodGroup, ...) first
+        if obj["kind"] != "Pod" and (created := kube.create(obj)) and obj["kind"] in c.SHARED_KINDS:
+            cache.on_shared(obj["kind"], None, created)
+    for created in at_once(partial(kube.create, pod) for pod in pods):
+        if created:
             # The next pass must see the new gang, though its watch events have not come:
             # a pod missing from the cache would look deleted.
             cache.on_pod(None, created)
-        elif created and obj["kind"] in c.SHARED_KINDS:
-            cache.on_shared(obj["kind"], None, created)
     if patch:
         cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
     request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
-    for pod in plan.request_checkpoint:
-        kube.annotate_pod(namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
-    for pod in plan.delete:
-        kube.delete_pod(namespace, pod)
-    for pod in plan.force_delete:
-        kube.delete_pod(namespace, pod, grace_seconds=0)
-    for pod in plan.release:
-        released = kube.release_pod(namespace, pod)
-        if released:  # the next pass must not release it again before the watch brings this
-            cache.on_pod(None, released)
-    for group in plan.delete_pod_groups:
-        kube.delete_pod_group(namespace, group)
+    at_once([
+        *(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
+          for pod in plan.request_checkpoint),
+        *(partial(kube.delete_pod, namespace, pod) for pod in plan.delete),
+        *(partial(kube.delete_pod, namespace, pod, grace_seconds=0) for pod in plan.force_delete),
+        *(partial(kube.delete_pod_group, namespace, group) for group in plan.delete_pod_groups),
+    ])  # fmt: skip
+    # After the deletes: the pod a release returns goes into the cache, and one from before
+    # its delete would have the next pass delete it again.
+    for pod in at_once(partial(kube.release_pod, namespace, pod) for pod in plan.release):
+        if pod:  # the next pass must not release it again before the watch brings this
+            cache.on_pod(None, pod)
     if plan.annotate_workload:
         _annotate_workload(kube, cache, namespace, *plan.annotate_workload)
     for event in plan.events:
