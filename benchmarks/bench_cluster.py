@@ -37,11 +37,12 @@ class Bench:
 
 
 @contextmanager
-def bench_cluster(prefix: str, existing: str | None = None) -> Iterator[Bench]:
+def bench_cluster(prefix: str, existing: str | None = None, kwok_nodes: int = 0) -> Iterator[Bench]:
     """A local cluster (`existing`, or a new one that goes at the end) with rljob's CRDs and
-    a fresh namespace."""
+    a fresh namespace; its `kwok_nodes` end pods as a kubelet does (rljob_testenv.stages)."""
     name = existing or f"{prefix}-{uuid.uuid4().hex[:6]}"
-    kubeconfig = cluster.up(name, gpu_nodes=0, say=say)
+    kubeconfig = cluster.up(name, gpu_nodes=kwok_nodes, say=say,
+                            kubelet_like_pods=bool(kwok_nodes))  # fmt: skip
     namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
     try:
         with tempfile.TemporaryDirectory(prefix=f"rljob-{prefix}-") as tmp:

@@ -21,6 +21,10 @@ process), so that every system's pods take the same time to stop.
   recovery must (see the end, delete the rest of the gang, create the new one once the old
   one has stopped), on plain pods.
 
+With `--kwok` the gangs run on kwok nodes instead, whose stages end pods as a kubelet does (an
+evicted pod turns Failed with exit 143 at once, then goes): nothing stops on SIGTERM, so the
+recovery is the controllers' and the control plane's share alone.
+
 Beside the whole recovery it prints the old gang's own stop (from the eviction until every
 old pod has stopped or gone: SIGTERM, torchrun's exit) and the rest, which is the
 controller's own share, and rljob's times over the floor's (p50, p95, max).
@@ -28,7 +32,7 @@ controller's own share, and rljob's times over the floor's (p50, p95, max).
 After the rounds (every gang has lived through one eviction per round) it reports whether
 each job still runs: whether its preemptions stayed out of its failure budget.
 
-    .venv/bin/python benchmarks/peers.py [--rounds 10] [--cluster NAME]
+    .venv/bin/python benchmarks/peers.py [--rounds 10] [--kwok] [--cluster NAME]
 
 Builds JobSet and training-operator first if they are not cached (`rljob testenv install
 --peers`, a few minutes once).
@@ -43,6 +47,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +72,7 @@ BENCH_LABEL = "bench.rljob.io/system"
 GANG_LABEL = "bench.rljob.io/gang"
 GRACE_SECONDS = 5  # every system's pods: the same terminationGracePeriodSeconds
 NOT_RESTARTED_AFTER = 10.0  # seconds: a gang not fresh by then is reported as not restarted
+KWOK_NODES = 8  # with --kwok: room for every system's gang, one node each pod
 
 
 # What every pod runs: torchrun around a worker that sleeps, so that each system's pods take
@@ -382,26 +388,33 @@ def describe(values: list[float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10, help="evictions per system (>= 4)")
+    parser.add_argument(
+        "--kwok", action="store_true", help="kwok nodes that end pods as a kubelet does"
+    )
     parser.add_argument("--cluster", help="use this running `rljob testenv` cluster")
     args = parser.parse_args()
     binaries.install(say=say, peers=True)
     started: list[Any] = []
-    with bench_cluster("peers", args.cluster) as bench:
+    with bench_cluster("peers", args.cluster, kwok_nodes=KWOK_NODES if args.kwok else 0) as bench:
         kubeconfig, namespace, work = bench.kubeconfig, bench.namespace, bench.work
         try:
             core, custom = client.CoreV1Api(bench.api), client.CustomObjectsApi(bench.api)
             pv = bind_claim(core, namespace)
             root = work / "agents"
-            volume = claim_dir(root, namespace, "ckpts")
+            volume = work / "volume" if args.kwok else claim_dir(root, namespace, "ckpts")
             seed_checkpoint(volume)
 
             floor = FloorController(bench.api, namespace, f"{BENCH_LABEL}=floor").start()
             started.append(floor)
-            systems = [rljob_system(), jobset_system(), pytorchjob_system(), floor_system(floor)]
-            for system in systems:
-                pool = AgentPool(kubeconfig, root, [f"{system.name}-{i}" for i in range(2)],
-                                 labels={"pool": system.name}).start()  # fmt: skip
-                started.append(pool)
+            makers = (rljob_system, jobset_system, pytorchjob_system, partial(floor_system, floor))
+            if args.kwok:
+                systems = [make("gang", {"type": "kwok"}) for make in makers]
+            else:
+                systems = [make() for make in makers]
+                for system in systems:
+                    pool = AgentPool(kubeconfig, root, [f"{system.name}-{i}" for i in range(2)],
+                                     labels={"pool": system.name}).start()  # fmt: skip
+                    started.append(pool)
             say("starting rljob's operator, JobSet and training-operator")
             operator = OperatorProcess(kubeconfig, namespace, work / "rljob-operator.log",
                                        RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
@@ -423,7 +436,7 @@ def main() -> int:
                 say(f"round {index + 1}/{args.rounds}: " + ", ".join(
                     f"{s.name} {r.fresh:.2f}s" if (r := results[s.name][-1]).fresh is not None
                     else f"{s.name} not restarted" for s in systems))  # fmt: skip
-            print_report(results, systems, custom, namespace, args.rounds)
+            print_report(results, systems, custom, namespace, args.rounds, args.kwok)
             core.delete_persistent_volume(pv)
         finally:
             for thing in reversed(started):
@@ -431,9 +444,10 @@ def main() -> int:
     return 0
 
 
-def print_report(results, systems, custom, namespace, rounds) -> None:
+def print_report(results, systems, custom, namespace, rounds, kwok) -> None:
+    nodes = "kwok nodes that end pods as kubelets do" if kwok else "node agents as kubelets"
     print(f"\n{rounds} evictions per system, interleaved; seconds from the eviction request "
-          "(node agents as kubelets, the local control plane; one run)")  # fmt: skip
+          f"({nodes}, the local control plane; one run)")  # fmt: skip
     print(f"{'system':<11} {'whole gang fresh and Running':<40} {'evicted pod replaced':<40}")
     medians = {}
     for system in systems:
