@@ -260,10 +260,19 @@ class Kube:
                 f"create {obj['kind']} {namespace}/{obj['metadata']['name']}", exc
             ) from exc
 
-    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
-        """Delete, by default with the pod's own grace period, so that its trainer can save."""
+    def delete_pod(
+        self, namespace: str, name: str, grace_seconds: int | None = None
+    ) -> dict[str, Any] | None:
+        """Delete, by default with the pod's own grace period, so that its trainer can save;
+        the pod as the API server returned it (going, or as it was when it went), None if it
+        was gone already."""
         with _calling(f"delete pod {namespace}/{name}", gone_ok=True):
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_seconds)
+            answer = self.core.delete_namespaced_pod(
+                name, namespace, grace_period_seconds=grace_seconds, _preload_content=False
+            )
+            pod = _data(answer)
+            return pod if pod.get("kind") == "Pod" else None
+        return None
 
     def delete_pod_group(self, namespace: str, name: str) -> None:
         with _calling(f"delete PodGroup {namespace}/{name}", gone_ok=True):

@@ -2,9 +2,9 @@
 
 The caller takes a snapshot of the job, its pods and their nodes (from the watch cache:
 reconcile.snapshot), calls `decide`, and carries out the plan (reconcile.run.apply: fence,
-create, record, ask, delete, release, drop the old PodGroups, tell). Every decision reads
-the observed facts and the job's status, never in-memory state, so an operator restarted at
-any moment picks up where it was.
+create, record, then release, ask, delete and drop the old PodGroups together, tell). Every
+decision reads the observed facts and the job's status, never in-memory state, so an
+operator restarted at any moment picks up where it was.
 
 A restart is a number: it bumps `status.attempt`. Pods of other attempts are stale
 and are deleted; the next gang is created only once none of them runs (each is gone, or
@@ -30,6 +30,7 @@ from .plan import LookupPending, LookupResult, Pass, Plan
 from .pod_cleanup import (
     ends_recorded,
     no_grace_for_lost_nodes,
+    release_once_stopped,
     skip_pods_already_going,
     wake_when_tolerance_ends,
 )
@@ -52,6 +53,7 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     no_grace_for_lost_nodes(p.plan, pods, snap.nodes, snap.now, p.not_ready_tolerance)
     wake_when_tolerance_ends(p, pods, snap.nodes)
     skip_pods_already_going(p.plan, pods)
+    release_once_stopped(p.plan, pods)
     p.account(snap.job)
     return p.plan
 

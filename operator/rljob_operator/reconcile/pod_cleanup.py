@@ -1,6 +1,6 @@
 """How the plan's deletions meet the pods as they are: finalizers released once an end is
-recorded, no grace period for pods on a lost node, no second delete of a pod already going,
-and a wake-up when a NotReady node's tolerance runs out."""
+recorded and the pod has stopped, no grace period for pods on a lost node, no second delete of
+a pod already going, and a wake-up when a NotReady node's tolerance runs out."""
 
 from __future__ import annotations
 
@@ -23,6 +23,28 @@ def ends_recorded(p: Pass, pods: list[dict[str, Any]]) -> list[str]:
         if c.FINALIZER in (pod["metadata"].get("finalizers") or [])
         and (at_rest or pod["metadata"].get("labels", {}).get(c.LABEL_ATTEMPT) != attempt)
     ]
+
+
+def release_once_stopped(plan: Plan, pods: list[dict[str, Any]]) -> None:
+    """Keep the finalizer of a pod whose end is recorded until a pass sees it stopped: ended,
+    or deleted without a grace period (no kubelet will end it), or at rest and not deleted.
+
+    A release sent beside the pod's delete could be applied first and return the pod not yet
+    going; the next pass would delete it again. A release sent while the pod stops makes a
+    pass of its own, and the pass that sees the last old pod stop, which creates the next
+    gang, waits for it. The pass that sees the pod stopped releases it after its creates and
+    its status write."""
+    asked = set(plan.delete + plan.force_delete)
+
+    def stopping(pod: dict[str, Any]) -> bool:
+        meta = pod["metadata"]
+        if not meta.get("deletionTimestamp"):
+            return meta["name"] in asked
+        stopped = (pod.get("status") or {}).get("phase") in c.POD_ENDED_PHASES
+        return not stopped and meta.get("deletionGracePeriodSeconds") != 0
+
+    holding = {pod["metadata"]["name"] for pod in pods if stopping(pod)}
+    plan.release = [name for name in plan.release if name not in holding]
 
 
 def skip_pods_already_going(plan: Plan, pods: list[dict[str, Any]]) -> None:

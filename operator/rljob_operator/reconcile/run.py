@@ -50,14 +50,14 @@ def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def apply(
     kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan, tell: PostEvent
 ) -> None:
-    """Fence, create, record, then ask, delete and drop the old PodGroups, release, tell.
+    """Fence, create, record, then release, ask, delete and drop the old PodGroups, tell.
 
     A new gang is created before its creation is recorded, so a pass that dies
     half-way creates the rest next time rather than mistaking the missing pods for
     deleted ones; an ended attempt is recorded before its pods are deleted, so the
     end is counted exactly once. Requests that need none of each other go out together
-    (`at_once`): the gang's pods, once what they name exists; the requests and deletes; the
-    releases. The pods and the job as the API server returns them go into the cache, so
+    (`at_once`): the gang's pods, once what they name exists; the releases, requests and
+    deletes. The pods and the job as the API server returns them go into the cache, so
     that the next pass sees them before the watch brings them.
     """
     meta = job["metadata"]
@@ -66,12 +66,16 @@ def apply(
     patch = status_patch(job.get("status") or {}, plan.status)
     acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
             or plan.delete_pod_groups)  # fmt: skip
-    if plan.create or (acts and not patch):
-        cache.on_job(None, kube.patch_status(namespace, name, {}, revision))
+    fence = plan.create or (acts and not patch)
+    children = [obj for obj in plan.create if obj["kind"] != "Pod"]
     pods = [obj for obj in plan.create if obj["kind"] == "Pod"]
-    for obj in plan.create:  # what the pods name (their Service, PodGroup, ...) first
-        if obj["kind"] != "Pod" and (created := kube.create(obj)) and obj["kind"] in c.SHARED_KINDS:
-            cache.on_shared(obj["kind"], None, created)
+    # What the pods name (their Service, PodGroup, ...) is made beside the fence: none of it
+    # runs anything, so a stale pass leaves at most an unused PodGroup of an attempt that is
+    # not recorded, which that attempt takes over if it comes, and the job's deletion removes.
+    at_once([
+        *([partial(_fence, kube, cache, job)] if fence else []),
+        *([partial(_create_children, kube, cache, children)] if children else []),
+    ])  # fmt: skip
     for created in at_once(partial(kube.create, pod) for pod in pods):
         if created:
             # The next pass must see the new gang, though its watch events have not come:
@@ -80,17 +84,20 @@ def apply(
     if patch:
         cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
     request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
-    at_once([
-        *(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
-          for pod in plan.request_checkpoint),
+    answers = at_once([
+        *(partial(kube.release_pod, namespace, pod) for pod in plan.release),
         *(partial(kube.delete_pod, namespace, pod) for pod in plan.delete),
         *(partial(kube.delete_pod, namespace, pod, grace_seconds=0) for pod in plan.force_delete),
+        *(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
+          for pod in plan.request_checkpoint),
         *(partial(kube.delete_pod_group, namespace, group) for group in plan.delete_pod_groups),
     ])  # fmt: skip
-    # After the deletes: the pod a release returns goes into the cache, and one from before
-    # its delete would have the next pass delete it again.
-    for pod in at_once(partial(kube.release_pod, namespace, pod) for pod in plan.release):
-        if pod:  # the next pass must not release it again before the watch brings this
+    released = answers[: len(plan.release)]  # none that this pass deletes: decide sees to it
+    deleted = answers[len(released) : len(released) + len(plan.delete) + len(plan.force_delete)]
+    # The next pass must not release or delete a pod again before the watch brings this. A
+    # deleted pod without our finalizer may be gone already, and is left to the watch.
+    for pod in [*released, *(p for p in deleted if p and c.FINALIZER in _finalizers(p))]:
+        if pod:
             cache.on_pod(None, pod)
     if plan.annotate_workload:
         _annotate_workload(kube, cache, namespace, *plan.annotate_workload)
@@ -98,6 +105,24 @@ def apply(
         tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
         kube.delete_job(namespace, name)
+
+
+def _finalizers(obj: dict[str, Any]) -> list[str]:
+    return obj["metadata"].get("finalizers") or []
+
+
+def _fence(kube: Kube, cache: ClusterCache, job: dict[str, Any]) -> None:
+    """An empty status write that fails if the job changed since the pass read it."""
+    meta = job["metadata"]
+    cache.on_job(None, kube.patch_status(meta["namespace"], meta["name"], {},
+                                         meta.get("resourceVersion")))  # fmt: skip
+
+
+def _create_children(kube: Kube, cache: ClusterCache, children: list[dict[str, Any]]) -> None:
+    """Create what a gang's pods name, in the plan's order."""
+    for obj in children:
+        if (created := kube.create(obj)) and obj["kind"] in c.SHARED_KINDS:
+            cache.on_shared(obj["kind"], None, created)
 
 
 def _annotate_workload(
@@ -208,9 +233,10 @@ def reconcile(
     job = cache.job(namespace, name)
     pods = cache.pods_of(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
-        for pod in pods:  # the garbage collector removes them; let it
-            if c.FINALIZER in (pod["metadata"].get("finalizers") or []):
-                kube.release_pod(namespace, pod["metadata"]["name"])
+        held = [pod["metadata"]["name"] for pod in pods if c.FINALIZER in _finalizers(pod)]
+        for pod in at_once(partial(kube.release_pod, namespace, held_pod) for held_pod in held):
+            if pod:  # the garbage collector removes them; the next pass must not release again
+                cache.on_pod(None, pod)
         return None
     attempt = (job.get("status") or {}).get("attempt", 0)
     admission = cache.admission(namespace, attempt_name(name, attempt))

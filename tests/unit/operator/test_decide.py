@@ -612,15 +612,25 @@ def test_gang_pods_carry_the_finalizer_that_keeps_their_end_readable():
     )
 
 
-def test_finalizers_are_released_once_the_end_is_recorded():
+def test_finalizers_are_released_once_the_end_is_recorded_and_the_pod_has_stopped():
     job = started(make_job(), phase=Phase.RUNNING)
-    pods = [
-        make_pod(job, 0, 0, disruption="EvictionByEvictionAPI", deleting=True),
-        make_pod(job, 0, 1, node="gpu-node-1"),
-    ]
+    evicted = make_pod(job, 0, 0, disruption="EvictionByEvictionAPI", deleting=True)
+    pods = [evicted, make_pod(job, 0, 1, node="gpu-node-1")]
 
     ended = decide(job, pods, NODES, NOW)
-    assert sorted(ended.release) == ["grpo-a0-n0", "grpo-a0-n1"]  # attempt 1 is recorded with them
+    assert ended.status["attempt"] == 1  # the end of attempt 0 is recorded
+    assert ended.delete == ["grpo-a0-n1"]
+    # Neither has stopped. A release beside n1's delete could return it not yet going, and the
+    # next pass would delete it again; one while they stop would hold up the next gang's pass.
+    assert ended.release == []
+
+    recorded = with_status(job, ended.status)
+    n1_going = make_pod(job, 0, 1, node="gpu-node-1", deleting=True)
+    assert decide(recorded, [evicted, n1_going], NODES, NOW).release == []
+    n0_failed = make_pod(job, 0, 0, phase="Failed", exit_code=143, deleting=True)
+    assert decide(recorded, [n0_failed, n1_going], NODES, NOW).release == ["grpo-a0-n0"]
+    lost = dict(n1_going, metadata={**n1_going["metadata"], "deletionGracePeriodSeconds": 0})
+    assert decide(recorded, [lost], NODES, NOW).release == ["grpo-a0-n1"]  # no kubelet ends it
 
     running = started(make_job(), phase=Phase.RUNNING)
     assert decide(running, pods_of(running), NODES, NOW).release == []
