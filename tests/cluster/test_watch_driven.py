@@ -193,6 +193,45 @@ def test_the_fence_is_an_empty_status_write_that_conflicts_on_an_old_version_and
     )
 
 
+def test_a_stale_pass_that_would_create_a_gang_creates_no_pod_and_the_next_takes_its_podgroup(
+    api_client, core, namespace, crd, nodes
+):
+    """The fence goes out beside the PodGroup's create, which runs nothing: a pass on a job
+    that another writer has moved on fails before any pod exists, and leaves at most the
+    attempt's PodGroup, which the next pass creates the gang into. This controller has no
+    watch, so its cache stays at the job it listed."""
+    kube = Kube(api_client)
+    controller = Controller(kube, CheckpointFinder({}, "unused"), [namespace])
+    key = (namespace, "grpo")
+    create(api_client, namespace, test_recovery.job_body(nodes, checkpoint={"resume": "never"}))
+    custom = client.CustomObjectsApi(api_client)
+    try:
+        controller.relist()
+        custom.patch_namespaced_custom_object(
+            c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo", {"metadata": {"labels": {"x": "y"}}}
+        )
+
+        controller.process(key)
+
+        assert core.list_namespaced_pod(namespace).items == []
+        assert "attemptCreationTime" not in (get_job(api_client, namespace).get("status") or {})
+        assert controller.queue.get(timeout=0) == key  # asked to pass again at once
+        controller.queue.done(key)
+        controller.process(key)
+        pods = core.list_namespaced_pod(namespace).items
+        assert sorted(p.metadata.name for p in pods) == ["grpo-a0-n0", "grpo-a0-n1"]
+        if kube.serves_workload_api:
+            groups = custom.list_namespaced_custom_object(
+                c.SCHEDULING_GROUP, c.SCHEDULING_VERSION, namespace, "podgroups"
+            )["items"]
+            assert [g["metadata"]["name"] for g in groups] == ["grpo-a0"]
+            assert get_job(api_client, namespace)["status"]["podGroup"] == "grpo-a0"
+    finally:
+        custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo")
+        controller.relist()
+        controller.process(key)
+
+
 def test_a_pass_right_after_creating_the_gang_sees_it_before_any_watch_event(
     api_client, core, namespace, crd, nodes
 ):
