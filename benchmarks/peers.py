@@ -32,7 +32,10 @@ controller's own share, and rljob's times over the floor's (p50, p95, max).
 After the rounds (every gang has lived through one eviction per round) it reports whether
 each job still runs: whether its preemptions stayed out of its failure budget.
 
-    .venv/bin/python benchmarks/peers.py [--rounds 10] [--kwok] [--cluster NAME]
+With `--pod-by-pod` a second rljob job runs beside the first with `gangScheduling: Off`, its
+pods scheduled one by one as the floor's are: what the all-or-nothing PodGroup costs.
+
+    .venv/bin/python benchmarks/peers.py [--rounds 10] [--kwok] [--pod-by-pod] [--cluster NAME]
 
 Builds JobSet and training-operator first if they are not cached (`rljob testenv install
 --peers`, a few minutes once).
@@ -70,6 +73,7 @@ from urllib3.exceptions import ProtocolError  # noqa: E402
 
 BENCH_LABEL = "bench.rljob.io/system"
 GANG_LABEL = "bench.rljob.io/gang"
+POD_BY_POD = "rljob-pod-by-pod"  # the name of rljob's system with gangScheduling: Off
 GRACE_SECONDS = 5  # every system's pods: the same terminationGracePeriodSeconds
 NOT_RESTARTED_AFTER = 10.0  # seconds: a gang not fresh by then is reported as not restarted
 KWOK_NODES = 8  # with --kwok: room for every system's gang, one node each pod
@@ -159,7 +163,10 @@ def floor_system(
 
 
 def rljob_system(
-    gang: str = "gang", nodes: dict[str, str] | None = None, gang_scheduling: str = "Auto"
+    gang: str = "gang",
+    nodes: dict[str, str] | None = None,
+    gang_scheduling: str = "Auto",
+    name: str = "rljob",
 ) -> System:
     spec = {
         "framework": "custom",
@@ -172,10 +179,10 @@ def rljob_system(
             "directory": "run",
         },
         "template": {
-            "metadata": pod_metadata("rljob", gang),
+            "metadata": pod_metadata(name, gang),
             "spec": {
                 k: v
-                for k, v in pod_spec("trainer", nodes or {"pool": "rljob"}).items()
+                for k, v in pod_spec("trainer", nodes or {"pool": name}).items()
                 if k != "containers"
             },
         },
@@ -189,11 +196,17 @@ def rljob_system(
         )
 
     return System(
-        "rljob", gang, c.GROUP, c.VERSION, c.PLURAL,
+        name, gang, c.GROUP, c.VERSION, c.PLURAL,
         {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": gang}, "spec": spec},
         lambda pods: next(p["name"] for p in pods if p["labels"].get(c.LABEL_NODE_RANK) == "1"),
         standing,
     )  # fmt: skip
+
+
+def rljob_pod_by_pod_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
+    """rljob with `gangScheduling: Off`: its pods scheduled one by one, as the floor's are, so
+    that the same run shows what the all-or-nothing PodGroup costs a recovery."""
+    return rljob_system(f"{gang}-{POD_BY_POD}", nodes, "Off", POD_BY_POD)
 
 
 def jobset_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
@@ -342,6 +355,7 @@ class Round:
     fresh: float | None  # seconds to a whole fresh gang Running; None: the gang was not restarted
     replaced: float | None  # seconds until the first pod created after the eviction ran
     stopped: float | None = None  # seconds until every pod of the old gang had stopped or gone
+    created: float | None = None  # seconds until the watch showed both pods of the fresh gang
 
 
 def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespace: str) -> Round:
@@ -375,7 +389,9 @@ def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespa
     time.sleep(2)
     stops = [p.stopped_at for p in pods.of(system) if p.name in old]
     stopped = max(stops) - started if stops and None not in stops else None
-    return Round(started, fresh, replaced, stopped)
+    fresh_pods = [p.seen_at for p in pods.of(system) if p.seen_at >= started]
+    created = max(fresh_pods) - started if fresh is not None and fresh_pods else None
+    return Round(started, fresh, replaced, stopped, created)
 
 
 def describe(values: list[float]) -> str:
@@ -392,6 +408,8 @@ def main() -> int:
         "--kwok", action="store_true", help="kwok nodes that end pods as a kubelet does"
     )
     parser.add_argument("--cluster", help="use this running `rljob testenv` cluster")
+    parser.add_argument("--pod-by-pod", action="store_true",
+                        help=f"also rljob with gangScheduling: Off ({POD_BY_POD!r})")  # fmt: skip
     args = parser.parse_args()
     binaries.install(say=say, peers=True)
     started: list[Any] = []
@@ -406,7 +424,9 @@ def main() -> int:
 
             floor = FloorController(bench.api, namespace, f"{BENCH_LABEL}=floor").start()
             started.append(floor)
-            makers = (rljob_system, jobset_system, pytorchjob_system, partial(floor_system, floor))
+            makers = [rljob_system, jobset_system, pytorchjob_system, partial(floor_system, floor)]
+            if args.pod_by_pod:
+                makers.insert(1, rljob_pod_by_pod_system)
             if args.kwok:
                 systems = [make("gang", {"type": "kwok"}) for make in makers]
             else:
@@ -448,14 +468,14 @@ def print_report(results, systems, custom, namespace, rounds, kwok) -> None:
     nodes = "kwok nodes that end pods as kubelets do" if kwok else "node agents as kubelets"
     print(f"\n{rounds} evictions per system, interleaved; seconds from the eviction request "
           f"({nodes}, the local control plane; one run)")  # fmt: skip
-    print(f"{'system':<11} {'whole gang fresh and Running':<40} {'evicted pod replaced':<40}")
+    print(f"{'system':<17} {'whole gang fresh and Running':<40} {'evicted pod replaced':<40}")
     medians = {}
     for system in systems:
         fresh = [r.fresh for r in results[system.name] if r.fresh is not None]
         replaced = [r.replaced for r in results[system.name] if r.replaced is not None]
         missed = len(results[system.name]) - len(fresh)
         label = describe(fresh) + (f"  ({missed}x gang not restarted)" if missed else "")
-        print(f"{system.name:<11} {label:<40} {describe(replaced):<40}")
+        print(f"{system.name:<17} {label:<40} {describe(replaced):<40}")
         if fresh and not missed:
             medians[system.name] = statistics.median(fresh)
     print("\nthe old gang's own stop (every pod stopped or gone), and the rest of the recovery:")
@@ -463,15 +483,23 @@ def print_report(results, systems, custom, namespace, rounds, kwok) -> None:
         rounds_ = [r for r in results[system.name] if r.fresh is not None and r.stopped is not None]
         stops = [r.stopped for r in rounds_]
         share = [r.fresh - r.stopped for r in rounds_]
-        print(f"  {system.name:<11} stop {describe(stops):<36} after it {describe(share)}")
-    if "rljob" in results and "floor" in results:
-        print_over_floor(results["rljob"], results["floor"])
+        print(f"  {system.name:<17} stop {describe(stops):<36} after it {describe(share)}")
+    print("\nafter the stop: until both fresh pods were seen (the controller's share), and from\n"
+          "then until both ran (the scheduler's and the node's):")  # fmt: skip
+    for system in systems:
+        rounds_ = [r for r in results[system.name] if None not in (r.fresh, r.stopped, r.created)]
+        to_create = [r.created - r.stopped for r in rounds_]
+        to_run = [r.fresh - r.created for r in rounds_]
+        print(f"  {system.name:<17} created {describe(to_create):<33} ran {describe(to_run)}")
+    for rljob in ("rljob", POD_BY_POD):
+        if rljob in results and "floor" in results:
+            print_over_floor(rljob, results[rljob], results["floor"])
     print_rljob_timeline(results["rljob"], custom, namespace)
     print(f"\nafter {rounds} evictions in a row:")
     for system in systems:
         runs, what = system.still_runs(custom, namespace)
-        print(f"  {system.name:<11} {'still runs' if runs else 'STOPPED'}: {what}")
-    peers = {k: v for k, v in medians.items() if k not in ("rljob", "floor")}
+        print(f"  {system.name:<17} {'still runs' if runs else 'STOPPED'}: {what}")
+    peers = {k: v for k, v in medians.items() if k not in ("rljob", POD_BY_POD, "floor")}
     if "rljob" in medians and peers:
         best = min(peers, key=peers.get)
         print(f"\nrljob p50 vs the faster peer that restarts the gang ({best}): "
@@ -486,14 +514,14 @@ def over_floor(system: list[float], floor: list[float]) -> str:
     return "  ".join(f"{name} {mark(system) / mark(floor):.2f}x" for mark, name in marks)
 
 
-def print_over_floor(rljob: list[Round], floor: list[Round]) -> None:
+def print_over_floor(name: str, rljob: list[Round], floor: list[Round]) -> None:
     fresh = [r.fresh for r in rljob if r.fresh is not None]
     floor_fresh = [r.fresh for r in floor if r.fresh is not None]
-    print(f"rljob over the floor, whole gang fresh and Running: {over_floor(fresh, floor_fresh)}")
+    print(f"{name} over the floor, whole gang fresh and Running: {over_floor(fresh, floor_fresh)}")
     share = [r.fresh - r.stopped for r in rljob if r.fresh is not None and r.stopped is not None]
     floor_share = [r.fresh - r.stopped for r in floor
                    if r.fresh is not None and r.stopped is not None]  # fmt: skip
-    print(f"rljob over the floor, after the old gang stopped: {over_floor(share, floor_share)}")
+    print(f"{name} over the floor, after the old gang stopped: {over_floor(share, floor_share)}")
 
 
 def print_rljob_timeline(rounds: list[Round], custom, namespace: str) -> None:
