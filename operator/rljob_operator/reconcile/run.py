@@ -4,9 +4,10 @@ The pass reads the job, its pods and their nodes from the watch cache and calls 
 server only to act. A cache can lag behind, so every write is conditional on the job's
 resourceVersion as the pass saw it: the status write carries it, and a pass that creates
 or deletes without changing the status first writes an empty patch that carries it (a
-fence). A stale pass fails with a conflict before it acts, and is run again on the job
-as the API server has it. Children are created under fixed names, so a repeated create
-is a no-op; events go out last, once the status they describe is stored.
+fence). A stale pass fails with a conflict before it creates a pod or deletes anything, and
+is run again on the job as the API server has it. Children are created under fixed names,
+so a repeated create is a no-op; events go out last, once the status they describe is
+stored.
 """
 
 from __future__ import annotations
