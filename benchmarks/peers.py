@@ -76,7 +76,7 @@ GANG_LABEL = "bench.rljob.io/gang"
 POD_BY_POD = "rljob-pod-by-pod"  # the name of rljob's system with gangScheduling: Off
 GRACE_SECONDS = 5  # every system's pods: the same terminationGracePeriodSeconds
 NOT_RESTARTED_AFTER = 10.0  # seconds: a gang not fresh by then is reported as not restarted
-KWOK_NODES = 8  # with --kwok: room for every system's gang, one node each pod
+KWOK_NODES = 10  # with --kwok: room for every system's gang (--pod-by-pod too), one node each pod
 
 
 # What every pod runs: torchrun around a worker that sleeps, so that each system's pods take
