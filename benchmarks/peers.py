@@ -167,10 +167,12 @@ def rljob_system(
     nodes: dict[str, str] | None = None,
     gang_scheduling: str = "Auto",
     name: str = "rljob",
+    rendezvous_port: int = 29500,
 ) -> System:
     spec = {
         "framework": "custom",
         "gangScheduling": gang_scheduling,
+        "rendezvousPort": rendezvous_port,
         "command": ["sleep", "infinity"],
         "image": "busybox",
         "nnodes": 2,
@@ -205,8 +207,11 @@ def rljob_system(
 
 def rljob_pod_by_pod_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
     """rljob with `gangScheduling: Off`: its pods scheduled one by one, as the floor's are, so
-    that the same run shows what the all-or-nothing PodGroup costs a recovery."""
-    return rljob_system(f"{gang}-{POD_BY_POD}", nodes, "Off", POD_BY_POD)
+    that the same run shows what the all-or-nothing PodGroup costs a recovery. Its rendezvous
+    has a port of its own: on node agents every pod listens on this machine's 127.0.0.1, and
+    with both on one port, the first run on node agents saw this job's gang never come up again
+    in its fifth round."""
+    return rljob_system(f"{gang}-{POD_BY_POD}", nodes, "Off", POD_BY_POD, rendezvous_port=29501)
 
 
 def jobset_system(gang: str = "gang", nodes: dict[str, str] | None = None) -> System:
