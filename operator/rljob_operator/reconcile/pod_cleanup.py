@@ -13,6 +13,10 @@ from ..preemption.nodes import not_ready_seconds
 from .plan import Pass, Plan
 
 
+def holds_our_finalizer(pod: dict[str, Any]) -> bool:
+    return c.FINALIZER in (pod["metadata"].get("finalizers") or [])
+
+
 def ends_recorded(p: Pass, pods: list[dict[str, Any]]) -> list[str]:
     """Pods whose end no longer needs keeping: of another attempt, or of a job at rest."""
     at_rest = p.status.get("phase") in (*TERMINAL_PHASES, Phase.SUSPENDED)
@@ -20,7 +24,7 @@ def ends_recorded(p: Pass, pods: list[dict[str, Any]]) -> list[str]:
     return [
         pod["metadata"]["name"]
         for pod in pods
-        if c.FINALIZER in (pod["metadata"].get("finalizers") or [])
+        if holds_our_finalizer(pod)
         and (at_rest or pod["metadata"].get("labels", {}).get(c.LABEL_ATTEMPT) != attempt)
     ]
 

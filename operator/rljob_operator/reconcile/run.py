@@ -34,6 +34,7 @@ from .decide import decide, fail
 from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .observe import inspector_stuck
 from .plan import LookupPending, LookupResult, Plan
+from .pod_cleanup import holds_our_finalizer
 from .priority_boost import plan_boost, wants_boost, written_on
 from .snapshot import Snapshot, take_snapshot
 from .stuck import SCHEDULER_WAIT_SECONDS
@@ -97,7 +98,7 @@ def apply(
     deleted = answers[len(released) : len(released) + len(plan.delete) + len(plan.force_delete)]
     # The next pass must not release or delete a pod again before the watch brings this. A
     # deleted pod without our finalizer may be gone already, and is left to the watch.
-    for pod in [*released, *(p for p in deleted if p and c.FINALIZER in _finalizers(p))]:
+    for pod in [*released, *(p for p in deleted if p and holds_our_finalizer(p))]:
         if pod:
             cache.on_pod(None, pod)
     if plan.annotate_workload:
@@ -106,10 +107,6 @@ def apply(
         tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
         kube.delete_job(namespace, name)
-
-
-def _finalizers(obj: dict[str, Any]) -> list[str]:
-    return obj["metadata"].get("finalizers") or []
 
 
 def _fence(kube: Kube, cache: ClusterCache, job: dict[str, Any]) -> None:
@@ -234,7 +231,7 @@ def reconcile(
     job = cache.job(namespace, name)
     pods = cache.pods_of(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
-        held = [pod["metadata"]["name"] for pod in pods if c.FINALIZER in _finalizers(pod)]
+        held = [pod["metadata"]["name"] for pod in pods if holds_our_finalizer(pod)]
         for pod in at_once(partial(kube.release_pod, namespace, held_pod) for held_pod in held):
             if pod:  # the garbage collector removes them; the next pass must not release again
                 cache.on_pod(None, pod)
