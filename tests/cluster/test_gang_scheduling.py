@@ -2,11 +2,10 @@
 
 The control plane serves the Workload API with its gang scheduling (feature gates
 GenericWorkload and GangScheduling in testenv), and the real kube-scheduler places the
-pods on two kwok nodes of one GPU each. Job "early" is created while one node is cordoned,
-so one of its pods can be placed; job "urgent" has a higher priority that never preempts,
-so once the node is uncordoned the scheduler serves it first. Without gang scheduling, the
-second node is kept for "urgent" instead (a taint only it tolerates), so that each job gets
-one node whatever order the scheduler tries their pods in.
+pods on two kwok nodes of one GPU each. Without gang scheduling, job "early" gets one
+node and job "urgent" the other (a taint only "urgent" tolerates keeps it so, whatever
+order the scheduler tries their pods in). With it, both gangs are tried against one
+open node first, so that neither fits, and the second node is then opened to both.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from rljob_testenv import cluster
 from test_job_lifecycle import create_job, finish, get_job
 from test_recovery import job_body
 
-URGENT_CLASS = "rljob-test-urgent-no-preempt"
 URGENT_ONLY = "rljob.io/test-urgent-only"
 
 
@@ -37,18 +35,9 @@ def two_gpus(cluster_name, core):
         cluster.kubectl(cluster_name, "delete", "node", name, "--ignore-not-found", "--wait=false")
 
 
-@pytest.fixture
-def urgent_class(api_client):
-    scheduling = client.SchedulingV1Api(api_client)
-    scheduling.create_priority_class(client.V1PriorityClass(
-        metadata=client.V1ObjectMeta(name=URGENT_CLASS), value=1000, preemption_policy="Never"))  # fmt: skip
-    yield URGENT_CLASS
-    scheduling.delete_priority_class(URGENT_CLASS)
-
-
-def job(name, nodes, gang, priority_class=None):
+def job(name, nodes, gang):
     """The recovery tests' two-pod job on `nodes`, one GPU a pod, nothing to resume from."""
-    body = job_body(nodes, priority_class, resources={"limits": {"nvidia.com/gpu": 1}},
+    body = job_body(nodes, resources={"limits": {"nvidia.com/gpu": 1}},
                     checkpoint={"resume": "never"}, gangScheduling=gang)  # fmt: skip
     body["metadata"] = {"name": name}
     return body
@@ -90,36 +79,46 @@ def test_without_gang_scheduling_two_jobs_each_hold_half_a_gang_and_wait_forever
         assert unschedulable["status"] == "True" and "nvidia.com/gpu" in unschedulable["message"]
 
 
+def placed_whole_and_none(core, namespace):
+    """The names of the job with its whole gang placed and of the job with none, once so."""
+    counts = {name: len(bound(core, namespace, name)) for name in ("early", "late")}
+    if sorted(counts.values()) != [0, 2]:
+        return None
+    return sorted(counts, key=counts.get, reverse=True)
+
+
 def test_with_gang_scheduling_one_job_runs_whole_and_the_other_waits_with_no_pod_placed(
-    api_client, core, namespace, operator, two_gpus, urgent_class
+    api_client, core, namespace, operator, two_gpus
 ):
     create_job(api_client, namespace, job("early", two_gpus, "Auto"))
     # Its gang does not fit the one open node: nothing of it is placed.
     wait_for(lambda: get_job(api_client, namespace, "early").get("status", {}).get("podGroup"),
              30, "early's PodGroup")  # fmt: skip
-    create_job(api_client, namespace, job("urgent", two_gpus, "Auto", urgent_class))
+    create_job(api_client, namespace, job("late", two_gpus, "Auto"))
     wait_for(lambda: len(core.list_namespaced_pod(namespace).items) == 4, 30, "both gangs")
     wait_for(lambda: all(tried(p) for p in core.list_namespaced_pod(namespace).items), 30,
              "the scheduler to try both gangs against the one open node")  # fmt: skip
+    assert bound(core, namespace, "early") == [] and bound(core, namespace, "late") == []
     core.patch_node(two_gpus[1], {"spec": {"unschedulable": False}})
 
-    wait_for(lambda: len(bound(core, namespace, "urgent")) == 2, 60, "urgent's gang to be placed")
-    stays(lambda: bound(core, namespace, "early") == [], 5, "early to have no pod placed")
-    wait_for(lambda: get_job(api_client, namespace, "urgent")["status"].get("phase") == Phase.RUNNING,
-             30, "urgent to run")  # fmt: skip
+    # Which gang the scheduler takes first depends on its queue's backoff, not on the jobs.
+    first, second = wait_for(lambda: placed_whole_and_none(core, namespace), 60,
+                             "one gang placed whole and none of the other")  # fmt: skip
+    stays(lambda: bound(core, namespace, second) == [], 5, f"{second} to have no pod placed")
+    wait_for(lambda: get_job(api_client, namespace, first)["status"].get("phase") == Phase.RUNNING,
+             30, f"{first} to run")  # fmt: skip
     groups = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
         c.SCHEDULING_GROUP, c.SCHEDULING_VERSION, namespace, "podgroups"
     )["items"]
     assert {g["metadata"]["name"]: g["spec"]["schedulingPolicy"] for g in groups} == {
-        "early-a0": {"gang": {"minCount": 2}}, "urgent-a0": {"gang": {"minCount": 2}},
+        "early-a0": {"gang": {"minCount": 2}}, "late-a0": {"gang": {"minCount": 2}},
     }  # fmt: skip
 
-    for pod in bound(core, namespace, "urgent"):
+    for pod in bound(core, namespace, first):
         finish(core, namespace, pod.metadata.name, 0)
 
-    wait_for(
-        lambda: len(bound(core, namespace, "early")) == 2, 60, "early's gang, once urgent ended"
-    )
-    wait_for(lambda: get_job(api_client, namespace, "early")["status"].get("phase") == Phase.RUNNING,
-             30, "early to run")  # fmt: skip
-    assert get_job(api_client, namespace, "urgent")["status"]["phase"] == Phase.SUCCEEDED
+    wait_for(lambda: len(bound(core, namespace, second)) == 2, 60,
+             f"{second}'s gang, once {first} ended")  # fmt: skip
+    wait_for(lambda: get_job(api_client, namespace, second)["status"].get("phase") == Phase.RUNNING,
+             30, f"{second} to run")  # fmt: skip
+    assert get_job(api_client, namespace, first)["status"]["phase"] == Phase.SUCCEEDED
