@@ -49,7 +49,9 @@ NOTICE_FILE_NAME = "rljob-notice"
 # Ray imports these modules in every worker process it starts (its `preload_python_modules`).
 ENV_RAY_PRELOAD = "RAY_preload_python_modules"
 BRIDGE_MODULE = "rljob_ray_bridge"
-RETRY_SECONDS = 2.0
+# How often a node asks again whether the head listens, or the head whether every node
+# joined: each wait is on a recovery's critical path, and each question is one cheap call.
+RETRY_SECONDS = 0.25
 POLL_SECONDS = 0.2
 DEFAULT_GRACE_SECONDS = 30.0
 
