@@ -57,7 +57,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from bench_cluster import bench_cluster, say  # noqa: E402
+from bench_cluster import (  # noqa: E402
+    CONTROL_PLANE,
+    bench_cluster,
+    control_plane_pids,
+    process_cpu_seconds,
+    say,
+)
 from floor import RANK_LABEL, FloorController  # noqa: E402
 from kube_steps import bind_claim, wait_for  # noqa: E402
 from kubernetes import client, watch  # noqa: E402
@@ -76,6 +82,9 @@ GANG_LABEL = "bench.rljob.io/gang"
 POD_BY_POD = "rljob-pod-by-pod"  # the name of rljob's system with gangScheduling: Off
 GRACE_SECONDS = 5  # every system's pods: the same terminationGracePeriodSeconds
 NOT_RESTARTED_AFTER = 10.0  # seconds: a gang not fresh by then is reported as not restarted
+# Each system's own controller, where it is a process of its own (the floor's is this one).
+CONTROLLER = {"rljob": "rljob-operator", POD_BY_POD: "rljob-operator", "jobset": "jobset",
+              "pytorchjob": "training-operator"}  # fmt: skip
 KWOK_NODES = 10  # with --kwok: room for every system's gang (--pod-by-pod too), one node each pod
 
 
@@ -361,9 +370,20 @@ class Round:
     replaced: float | None  # seconds until the first pod created after the eviction ran
     stopped: float | None = None  # seconds until every pod of the old gang had stopped or gone
     created: float | None = None  # seconds until the watch showed both pods of the fresh gang
+    cpu: dict[str, float] = field(default_factory=dict)  # process -> CPU s, eviction to settled
 
 
-def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespace: str) -> Round:
+def cpu_seconds(processes: dict[str, int]) -> dict[str, float]:
+    return {name: process_cpu_seconds(pid) for name, pid in processes.items()}
+
+
+def one_eviction(
+    core: client.CoreV1Api,
+    pods: PodWatch,
+    system: System,
+    namespace: str,
+    processes: dict[str, int],
+) -> Round:
     def whole() -> list[PodSeen] | None:
         gang = pods.running(system)
         return gang if len(gang) == 2 else None
@@ -371,6 +391,7 @@ def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespa
     gang = wait_for(whole, 60, f"{system.name}'s gang to run", interval=0.02)
     old = {p.name for p in gang}
     victim = system.victim([{"name": p.name, "labels": p.labels} for p in gang])
+    cpu_before = cpu_seconds(processes)
     started = time.time()
     core.create_namespaced_pod_eviction(victim, namespace, client.V1Eviction(
         metadata=client.V1ObjectMeta(name=victim, namespace=namespace)))  # fmt: skip
@@ -391,12 +412,13 @@ def one_eviction(core: client.CoreV1Api, pods: PodWatch, system: System, namespa
     wait_for(lambda: len(pods.running(system)) == 2
              and all(p.gone or p.running_at for p in pods.of(system)), 60,
              f"{system.name} to settle", interval=0.02)  # fmt: skip
+    cpu = {name: used - cpu_before[name] for name, used in cpu_seconds(processes).items()}
     time.sleep(2)
     stops = [p.stopped_at for p in pods.of(system) if p.name in old]
     stopped = max(stops) - started if stops and None not in stops else None
     fresh_pods = [p.seen_at for p in pods.of(system) if p.seen_at >= started]
     created = max(fresh_pods) - started if fresh is not None and fresh_pods else None
-    return Round(started, fresh, replaced, stopped, created)
+    return Round(started, fresh, replaced, stopped, created, cpu)
 
 
 def describe(values: list[float]) -> str:
@@ -445,10 +467,13 @@ def main() -> int:
                                        RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
             operator.start()
             started.append(operator)
-            for peer in (JobSetController(kubeconfig, work),
-                         TrainingOperator(kubeconfig, work, namespace)):  # fmt: skip
+            peer_controllers = [JobSetController(kubeconfig, work),
+                                TrainingOperator(kubeconfig, work, namespace)]  # fmt: skip
+            for peer in peer_controllers:
                 peer.up()
                 started.append(peer)
+            processes = {**control_plane_pids(bench.name), CONTROLLER["rljob"]: operator.proc.pid,
+                         **{peer.name: peer.proc.pid for peer in peer_controllers}}  # fmt: skip
             pods = PodWatch(core, namespace)
             pods.start()
             for system in systems:
@@ -457,7 +482,8 @@ def main() -> int:
             for index in range(args.rounds):
                 turn = index % len(systems)
                 for system in systems[turn:] + systems[:turn]:
-                    results[system.name].append(one_eviction(core, pods, system, namespace))
+                    got = one_eviction(core, pods, system, namespace, processes)
+                    results[system.name].append(got)
                 say(f"round {index + 1}/{args.rounds}: " + ", ".join(
                     f"{s.name} {r.fresh:.2f}s" if (r := results[s.name][-1]).fresh is not None
                     else f"{s.name} not restarted" for s in systems))  # fmt: skip
@@ -496,6 +522,7 @@ def print_report(results, systems, custom, namespace, rounds, kwok) -> None:
         to_create = [r.created - r.stopped for r in rounds_]
         to_run = [r.fresh - r.created for r in rounds_]
         print(f"  {system.name:<17} created {describe(to_create):<33} ran {describe(to_run)}")
+    print_cpu(results, systems)
     for rljob in ("rljob", POD_BY_POD):
         if rljob in results and "floor" in results:
             print_over_floor(rljob, results[rljob], results["floor"])
@@ -509,6 +536,23 @@ def print_report(results, systems, custom, namespace, rounds, kwok) -> None:
         best = min(peers, key=peers.get)
         print(f"\nrljob p50 vs the faster peer that restarts the gang ({best}): "
               f"{peers[best] / medians['rljob']:.1f}x")  # fmt: skip
+
+
+def print_cpu(results: dict[str, list[Round]], systems: list[System]) -> None:
+    """The CPU seconds each recovery cost, from the eviction until the gang ran whole again:
+    on two cores the old gang's torchrun shares them with this work while it stops."""
+    print("\nCPU seconds per recovery (p50), eviction until the gang is whole again: the control\n"
+          "plane's processes, and the system's own controller where it is a process of its own\n"
+          "(the floor's runs in this one, beside the node agents):")  # fmt: skip
+    for system in systems:
+        rounds_ = [r for r in results[system.name] if r.cpu]
+        if not rounds_:
+            continue
+        names = sorted(rounds_[0].cpu, key=lambda n: -statistics.median(r.cpu[n] for r in rounds_))
+        plane = [sum(v for n, v in r.cpu.items() if n in CONTROL_PLANE) for r in rounds_]
+        parts = ", ".join(f"{n} {statistics.median(r.cpu[n] for r in rounds_):.2f}" for n in names
+                          if n in CONTROL_PLANE or n == CONTROLLER.get(system.name))  # fmt: skip
+        print(f"  {system.name:<17} control plane {statistics.median(plane):.2f} ({parts})")
 
 
 def over_floor(system: list[float], floor: list[float]) -> str:
