@@ -27,7 +27,10 @@ recovery is the controllers' and the control plane's share alone.
 
 Beside the whole recovery it prints the old gang's own stop (from the eviction until every
 old pod has stopped or gone: SIGTERM, torchrun's exit) and the rest, which is the
-controller's own share, and rljob's times over the floor's (p50, p95, max).
+controller's own share, and rljob's times over the floor's (p50, p95, max). It also prints
+each recovery's CPU seconds in the control plane's processes and in each system's own
+controller, from the eviction until the gang is whole again: on node agents the old gang's
+torchrun exits on the same cores.
 
 After the rounds (every gang has lived through one eviction per round) it reports whether
 each job still runs: whether its preemptions stayed out of its failure budget.
