@@ -73,6 +73,11 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def cpu_seconds(processes: dict[str, int]) -> dict[str, float]:
+    """Each named process's user and system CPU seconds so far."""
+    return {name: process_cpu_seconds(pid) for name, pid in processes.items()}
+
+
 def control_plane_pids(name: str) -> dict[str, int]:
     """The local cluster's control-plane processes (kwokctl runs them from the cluster's
     own folder), by binary name."""

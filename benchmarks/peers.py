@@ -64,7 +64,7 @@ from bench_cluster import (  # noqa: E402
     CONTROL_PLANE,
     bench_cluster,
     control_plane_pids,
-    process_cpu_seconds,
+    cpu_seconds,
     say,
 )
 from floor import RANK_LABEL, FloorController  # noqa: E402
@@ -374,10 +374,6 @@ class Round:
     stopped: float | None = None  # seconds until every pod of the old gang had stopped or gone
     created: float | None = None  # seconds until the watch showed both pods of the fresh gang
     cpu: dict[str, float] = field(default_factory=dict)  # process -> CPU s, eviction to settled
-
-
-def cpu_seconds(processes: dict[str, int]) -> dict[str, float]:
-    return {name: process_cpu_seconds(pid) for name, pid in processes.items()}
 
 
 def one_eviction(

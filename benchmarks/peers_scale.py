@@ -42,7 +42,7 @@ import peers  # noqa: E402
 from bench_cluster import (  # noqa: E402
     apiserver_requests,
     control_plane_pids,
-    process_cpu_seconds,
+    cpu_seconds,
 )
 from floor import FloorController  # noqa: E402
 from kube_steps import bind_claim, wait_for  # noqa: E402
@@ -71,8 +71,7 @@ class Usage:
 
     @classmethod
     def now(cls, cluster_name: str, processes: dict[str, int]) -> Usage:
-        cpu = {name: process_cpu_seconds(pid) for name, pid in processes.items()}
-        return cls(time.monotonic(), apiserver_requests(cluster_name), cpu)
+        return cls(time.monotonic(), apiserver_requests(cluster_name), cpu_seconds(processes))
 
 
 def burst_cost(idle: tuple[Usage, Usage], burst: tuple[Usage, Usage], recoveries: int) -> str:
