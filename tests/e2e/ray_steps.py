@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from e2e_steps import CLAIM, MOUNT, POOL_LABEL
 from kube_steps import free_port, wait_for
 from rljob_contract import progress
 from rljob_operator import constants as c
+from rljob_operator.launcher.ray_node import head_reachable
 
 DRIVER = Path(__file__).with_name("ray_trainer.py")
 RAY = Path(sys.executable).with_name("ray")
@@ -142,7 +142,9 @@ def local_ray_cluster(nnodes: int, log) -> Iterator[tuple[str, dict[str, str]]]:
                 start_new_session=True,
             ))  # fmt: skip
             if rank == 0:
-                wait_for(lambda: _listens(port), 60, "the reference Ray head", interval=0.1)
+                wait_for(
+                    lambda: head_reachable(address), 60, "the reference Ray head", interval=0.1
+                )
         yield address, env
     finally:
         for node in nodes:  # SIGKILL: SIGTERM would drain each node for 30 s
@@ -150,14 +152,6 @@ def local_ray_cluster(nnodes: int, log) -> Iterator[tuple[str, dict[str, str]]]:
                 os.killpg(node.pid, signal.SIGKILL)
             node.wait(30)
         shutil.rmtree(temp, ignore_errors=True)
-
-
-def _listens(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
 
 
 def run_reference(framework: str, root: Path, timeout: float = 300) -> Path:
