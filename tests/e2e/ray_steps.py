@@ -114,37 +114,48 @@ def ray_job(
 
 # --------------------------------------------------------------------------- the reference
 @contextmanager
-def local_ray_cluster(nnodes: int, log) -> Iterator[tuple[str, dict[str, str]]]:
+def local_ray_cluster(nnodes: int, logs: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """`ray start` for a head and nnodes-1 workers on this machine; yields the head address
-    and the environment its clients need, once the head listens (the driver's placement
-    group waits for the workers, as it does under rljob).
+    and the environment its clients need, once every node is alive in the head's GCS.
+
+    The GCS listens seconds before the head's raylet registers in it, and a worker's
+    `ray start` or a driver's `ray.init` gives up when it finds no head there in time (40 s,
+    60 s): so workers start once the head is registered, and the driver once all are. The
+    test asks the GCS itself (one cheap call), never `ray status` (a Python process of
+    about 3 s each, on the cores the nodes start on). Node n writes to `logs`/node-n.log.
 
     Each node runs `--block` in a session of its own, so that stopping it ends its Ray
     processes and no one else's (never `ray stop`, which would end every Ray on the host).
     The cluster and its clients get a home of their own, as the node agent gives each pod:
     Ray 2.60 turns token authentication on for every head started where `~/.ray/auth_token`
-    exists (any local `ray.init()` on the host writes one), and `ray status` then fails.
+    exists (any local `ray.init()` on the host writes one), and its clients then fail.
     """
+    from ray._raylet import GcsClient  # Ray's own GCS client, as `ray status` uses it
+
     port = free_port()
     address = f"127.0.0.1:{port}"
     nodes: list[subprocess.Popen] = []
     temp = Path(tempfile.mkdtemp(prefix="rjref-", dir="/tmp"))
-    common = ["--block", "--num-cpus=1", "--disable-usage-stats"]
     (temp / "home").mkdir()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(temp / "home")}
-    try:
-        for rank in range(nnodes):
-            role = (["--head", f"--port={port}", "--include-dashboard=false"] if rank == 0
-                    else [f"--address={address}"])  # fmt: skip
+
+    def start(rank: int, role: list[str]) -> None:
+        with (logs / f"node-{rank}.log").open("wb") as log:
             nodes.append(subprocess.Popen(
-                [str(RAY), "start", *role, f"--temp-dir={temp}/n{rank}", *common],
-                env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
+                [str(RAY), "start", *role, f"--temp-dir={temp}/n{rank}", "--block",
+                 "--num-cpus=1", "--disable-usage-stats"],
+                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             ))  # fmt: skip
-            if rank == 0:
-                wait_for(
-                    lambda: head_reachable(address), 60, "the reference Ray head", interval=0.1
-                )
+
+    try:
+        start(0, ["--head", f"--port={port}", "--include-dashboard=false"])
+        wait_for(lambda: head_reachable(address), 120, "the reference Ray head's GCS", 0.1)
+        gcs = GcsClient(address=address)
+        wait_for(lambda: _alive_nodes(gcs, nodes) == 1, 120, "the reference Ray head", 0.1)
+        for rank in range(1, nnodes):
+            start(rank, [f"--address={address}"])
+        wait_for(lambda: _alive_nodes(gcs, nodes) == nnodes, 120,
+                 f"{nnodes} reference Ray nodes", 0.1)  # fmt: skip
         yield address, env
     finally:
         for node in nodes:  # SIGKILL: SIGTERM would drain each node for 30 s
@@ -154,17 +165,33 @@ def local_ray_cluster(nnodes: int, log) -> Iterator[tuple[str, dict[str, str]]]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _alive_nodes(gcs: Any, nodes: list[subprocess.Popen]) -> int:
+    """How many Ray nodes the GCS holds alive; AssertionError once a node's `ray start` ended."""
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+    for rank, node in enumerate(nodes):
+        assert node.poll() is None, f"reference Ray node {rank} exited with {node.returncode}"
+    try:
+        shown = gcs.get_all_node_info(timeout=5)
+    except Exception:  # the GCS's RPC errors while the head starts: "not yet"
+        return 0
+    return sum(1 for info in shown.values() if info.state == GcsNodeInfo.GcsNodeState.ALIVE)
+
+
 def run_reference(framework: str, root: Path, timeout: float = 300) -> Path:
     """The uninterrupted run on a local two-node Ray cluster; its checkpoint directory."""
-    log = root.parent / f"reference-{framework}.log"
-    with log.open("wb") as out, local_ray_cluster(2, out) as (address, cluster_env):
-        env = {**cluster_env, "RAY_ADDRESS": address, "RLJOB_ATTEMPT": "0"}
+    logs = root.parent / f"reference-{framework}"
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "driver.log").open("wb") as out, local_ray_cluster(2, logs) as (address, env):
         done = subprocess.run(
             [sys.executable, str(DRIVER), framework, *overrides(framework, str(root)),
              "trainer.seconds_per_step=0" if framework == "verl" else "runner.seconds_per_step=0"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
+            env={**env, "RAY_ADDRESS": address, "RLJOB_ATTEMPT": "0"},
+            stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
         )  # fmt: skip
-    assert done.returncode == 0, f"the reference run failed:\n{log.read_text()[-3000:]}"
+    assert done.returncode == 0, "the reference run failed:\n" + "\n".join(
+        f"--- {log.name}\n{log.read_text()[-2000:]}" for log in sorted(logs.glob("*.log"))
+    )
     return root / checkpoint_subdir(framework)
 
 
