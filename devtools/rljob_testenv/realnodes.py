@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from . import binaries, nodeconfig, pki
+from . import binaries, imagestore, nodeconfig, pki
 from .nodeconfig import NetworkPlan, NodePlan
 from .processes import alive, kill_all
 
@@ -108,11 +108,11 @@ def _free_network_index(cluster_root: Path) -> int:
 
 
 def _check_disk(cluster_dir: Path, images: list[Path], count: int) -> None:
-    """Each node keeps an image's compressed layers and their unpacked copy (about 3x); the
-    jobs' checkpoints and logs take up to 2 GiB, and the kubelets evict below their threshold."""
+    """The nodes' image store keeps an image's layers and their unpacked copy (about 3x), which
+    the nodes share (imagestore); the jobs' checkpoints and logs take up to 2 GiB, and the
+    kubelets evict below their threshold."""
     work = 2 << 30
-    need = (sum(a.stat().st_size for a in images) * 3 * count + work
-            + nodeconfig.EVICTION_FREE_DISK_BYTES)  # fmt: skip
+    need = sum(a.stat().st_size for a in images) * 3 + work + nodeconfig.EVICTION_FREE_DISK_BYTES
     free = shutil.disk_usage(cluster_dir).free
     if free < need:
         raise RealNodeError(
@@ -372,6 +372,7 @@ def up(
     net = plans[0].network
     port = urlsplit(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]).port
     server = f"https://{net.gateway}:{port}"
+    store = imagestore.store_for(images, say)
     _setup_bridge(net)
     _start_coredns(cluster_dir, net)
     holders = {}
@@ -381,12 +382,8 @@ def up(
         _make_cgroups(node)
         _issue_node_certs(cluster_dir / "pki", node, server)
         _write_node_files(node)
+        imagestore.link_into(store, node.path("containerd", "root"))
         holders[node.name] = _start_runtime(node)
-    started = time.monotonic()
-    names = ", ".join(a.name for a in images)
-    say(f"  importing {names} into {len(plans)} containerds")
-    load_images(cluster, cluster_dir, images)
-    say(f"  images imported in {time.monotonic() - started:.0f}s")
     for node in plans:
         _start_kubelet(node, holders[node.name])
     return plans

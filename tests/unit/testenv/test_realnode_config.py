@@ -75,7 +75,7 @@ def test_the_disk_check_leaves_the_kubelets_eviction_threshold_free(tmp_path, mo
     image = tmp_path / "image.tar"
     with image.open("wb") as f:
         f.truncate(100 << 20)
-    images_and_work = (100 << 20) * 3 * 2 + (2 << 30)
+    images_and_work = (100 << 20) * 3 + (2 << 30)  # one store, which the nodes share
 
     def free(bytes_free):
         monkeypatch.setattr(
@@ -83,7 +83,7 @@ def test_the_disk_check_leaves_the_kubelets_eviction_threshold_free(tmp_path, mo
         )
 
     free(images_and_work + nodeconfig.EVICTION_FREE_DISK_BYTES - 1)
-    with pytest.raises(realnodes.RealNodeError, match="2 real nodes need about 4 GiB free"):
+    with pytest.raises(realnodes.RealNodeError, match="2 real nodes need about 3 GiB free"):
         realnodes._check_disk(tmp_path, [image], 2)
     free(images_and_work + nodeconfig.EVICTION_FREE_DISK_BYTES)
     realnodes._check_disk(tmp_path, [image], 2)
