@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kube_steps import bind_claim, gpu_pod, read_pod, wait_for
+from kube_steps import bind_claim, gpu_pod, read_pod, stays, wait_for
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
@@ -195,6 +195,11 @@ def test_eviction_resumes_from_the_newest_complete_checkpoint(
     api_client, core, namespace, nodes, recovering_operator
 ):
     pods = start(api_client, core, namespace, job_body(nodes))
+    # The first gang's running time is counted from the status that says it runs: evicted
+    # before the operator wrote it, the job would have spent no time Running (as it had not;
+    # the cpu lane of make test run 14 did that once).
+    wait_for(lambda: phase_is(api_client, namespace, Phase.RUNNING), what="the job to run")
+    stays(lambda: phase_is(api_client, namespace, Phase.RUNNING), 0.5, "the job running")
 
     core.create_namespaced_pod_eviction(pods[1].metadata.name, namespace, client.V1Eviction(
         metadata=client.V1ObjectMeta(name=pods[1].metadata.name, namespace=namespace)))  # fmt: skip
