@@ -372,7 +372,10 @@ def up(
     net = plans[0].network
     port = urlsplit(yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]).port
     server = f"https://{net.gateway}:{port}"
-    store = imagestore.store_for(images, say)
+    try:
+        store = imagestore.store_for(images, say)
+    except imagestore.ImageStoreError as exc:
+        raise RealNodeError(f"the nodes' image store could not be made: {exc}") from exc
     _setup_bridge(net)
     _start_coredns(cluster_dir, net)
     holders = {}

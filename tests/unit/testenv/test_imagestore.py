@@ -1,0 +1,45 @@
+"""The real nodes' image store, made by a real containerd from the pause image's archive
+(the small one) into a folder of the test's own."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from rljob_testenv import images, imagestore
+
+
+@pytest.fixture
+def stores(tmp_path, monkeypatch):
+    monkeypatch.setattr(imagestore, "stores_dir", lambda: tmp_path / "stores")
+    return tmp_path / "stores"
+
+
+def test_a_node_shares_the_stores_layers_and_owns_its_databases(stores, tmp_path):
+    store = imagestore.store_for([images.pause_archive()], say=lambda _: None)
+    root = tmp_path / "node" / "root"
+    imagestore.link_into(store, root)
+
+    shared = [p for sub in imagestore.SHARED_DIRS for p in (store / sub).rglob("*") if p.is_file()]
+    assert shared  # the blobs and the unpacked catatonit
+    for original in shared:
+        linked = root / original.relative_to(store)
+        assert os.stat(linked).st_ino == os.stat(original).st_ino
+    databases = list(store.rglob("*.db"))
+    assert {p.name for p in databases} == {"meta.db", "metadata.db"}
+    for original in databases:
+        copied = root / original.relative_to(store)
+        assert copied.read_bytes() == original.read_bytes()
+        assert os.stat(copied).st_ino != os.stat(original).st_ino
+    assert not (root / imagestore.OWN_ID).exists()
+    said: list[str] = []  # the next start of real nodes finds the store made
+    assert imagestore.store_for([images.pause_archive()], say=said.append) == store
+    assert said == []
+
+
+def test_an_archive_containerd_cannot_import_is_a_clear_error_and_leaves_no_store(stores, tmp_path):
+    broken = tmp_path / "broken-0123.tar"
+    broken.write_bytes(b"not a tar archive")
+    with pytest.raises(imagestore.ImageStoreError, match=r"ctr could not import broken-0123\.tar"):
+        imagestore.store_for([broken], say=lambda _: None)
+    assert [p.name for p in stores.iterdir()] == [imagestore.LOCK]
