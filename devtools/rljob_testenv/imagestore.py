@@ -116,9 +116,8 @@ def _import(containerd: Path, work: Path, sockets: Path, archives: list[Path]) -
             if daemon.poll() is not None or time.monotonic() > deadline:
                 raise ImageStoreError(f"containerd did not start:\n{_tail(work)}")
             time.sleep(0.1)
-        ctr = [str(binaries.require("ctr")), "--address", str(socket), "-n", NAMESPACE]
         for archive in archives:
-            done = subprocess.run([*ctr, "images", "import", str(archive)],
+            done = subprocess.run([*ctr(socket), "images", "import", str(archive)],
                                   capture_output=True, text=True, check=False)  # fmt: skip
             if done.returncode != 0:
                 raise ImageStoreError(f"ctr could not import {archive.name}: {done.stderr}")
@@ -126,6 +125,11 @@ def _import(containerd: Path, work: Path, sockets: Path, archives: list[Path]) -
         os.killpg(daemon.pid, signal.SIGTERM)
         daemon.wait(30)
         log.close()
+
+
+def ctr(socket: Path) -> list[str]:
+    """The ctr command line for the containerd at `socket`, in the namespace the kubelet uses."""
+    return [str(binaries.require("ctr")), "--address", str(socket), "-n", NAMESPACE]
 
 
 def _tail(work: Path) -> str:

@@ -334,8 +334,8 @@ def _start_kubelet(node: NodePlan, holder: int) -> None:
 
 
 def ctr(node: NodePlan) -> list[str]:
-    """The ctr command line for this node's containerd, in the namespace the kubelet uses."""
-    return [str(binaries.require("ctr")), "--address", str(node.containerd_socket), "-n", "k8s.io"]
+    """The ctr command line for this node's containerd."""
+    return imagestore.ctr(node.containerd_socket)
 
 
 def _mounted_in(pid: int, path: Path) -> bool:
