@@ -25,6 +25,9 @@ PROGRESS_FILE_NAMES = (PROGRESS_FILE_NAME, FRAMEWORK_PROGRESS_FILE_NAME)
 
 STEP = "step"  # the last finished step
 STEP_SECONDS = "step_seconds"  # the mean step time of the attempt that wrote it
+# Why rljob cannot save on notice in this run (the bridge's hooks found the framework other
+# than they expect, or its settings save nothing); absent or null where it can.
+SAVE_ON_NOTICE_UNAVAILABLE = "save_on_notice_unavailable"
 STATUS = "status"
 ATTEMPT = "attempt"
 TIME = "time"
@@ -36,10 +39,14 @@ CHECKPOINTED_ON_REQUEST = "checkpointed_on_request"  # saved this step on notice
 
 
 def progress_record(
-    step: int, attempt: int | None, status: str, step_seconds: float | None = None
+    step: int,
+    attempt: int | None,
+    status: str,
+    step_seconds: float | None = None,
+    save_on_notice_unavailable: str | None = None,
 ) -> dict[str, object]:
     now = time.time()
-    return {
+    record: dict[str, object] = {
         STEP: step,
         TIME: datetime.fromtimestamp(now, timezone.utc).isoformat(),
         UNIX_TIME: now,
@@ -47,6 +54,9 @@ def progress_record(
         STATUS: status,
         STEP_SECONDS: step_seconds,
     }
+    if save_on_notice_unavailable:
+        record[SAVE_ON_NOTICE_UNAVAILABLE] = save_on_notice_unavailable
+    return record
 
 
 def write_progress(directory: Path, record: dict[str, object], name: str = PROGRESS_FILE_NAME):

@@ -198,7 +198,8 @@ def test_a_save_on_notice_too_slow_for_the_grace_goes_back_to_the_last_periodic_
     before = attempts[0][0].log()
     assert not SAVED_ON_NOTICE.search(before)
     assert (
-        "rljob: no save on notice: the driver did not save within the grace period (4 s)" in before
+        "rljob: stopped on notice without a save: the driver did not save within the grace "
+        "period (4 s)" in before
     )
     periodic = recovery["resumedFromStep"]
     assert periodic == EVERY

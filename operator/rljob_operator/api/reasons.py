@@ -39,6 +39,10 @@ class ConditionType(StrEnum):
     CONTAINERS_NOT_STARTING = "ContainersNotStarting"
     # True from the third failed look at the checkpoint directory in a row.
     CHECKPOINT_LOOKUP_FAILED = "CheckpointLookupFailed"
+    # RLinf and verl: False where a preemption cannot be saved on notice (the job's command
+    # turns the framework's checkpoints off, or rljob's bridge found the framework other
+    # than it expects), with why; True again once that is mended.
+    SAVE_ON_NOTICE = "SaveOnNotice"
 
 
 CONDITION_FOR_PHASE = {
@@ -85,6 +89,9 @@ class Reason(StrEnum):
     QUEUE_INADMISSIBLE = "QueueInadmissible"  # Kueue cannot admit it: a queue that is not there
     NOT_SEEN_BY_SCHEDULER = "NotSeenByScheduler"  # no scheduler wrote PodScheduled: is it there?
     CONTAINERS_STARTED = "ContainersStarted"
+    PERIODIC_SAVES_OFF = "PeriodicSavesOff"
+    SAVE_ON_NOTICE_UNAVAILABLE = "SaveOnNoticeUnavailable"
+    SAVE_ON_NOTICE_AVAILABLE = "SaveOnNoticeAvailable"
     # Events only.
     FRESH_START = "FreshStart"
     RUNNING = "Running"
@@ -102,6 +109,7 @@ class Reason(StrEnum):
     NODE_TERMINATION = "NodeTermination"
     STOPPED_BY_KUEUE = "StoppedByKueue"
     CHECKPOINTED_ON_REQUEST = "CheckpointedOnRequest"
+    STOPPED_ON_NOTICE = "StoppedOnNotice"  # a Ray node told to go, without a save on notice
     RETRYABLE_EXIT_CODE = "RetryableExitCode"
     EXIT_CODE = "ExitCode"
     START_ERROR = "StartError"

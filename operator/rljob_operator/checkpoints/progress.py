@@ -12,16 +12,23 @@ from typing import Any
 from rljob_contract import progress, untrusted
 
 MAX_BYTES = 1024 * 1024  # the trainer writes a few hundred bytes
+MAX_REASON_CHARS = 1000  # of the bridge's word on why it cannot save on notice
 
 
 @dataclass(frozen=True)
 class Progress:
     step: int | None = None  # the last finished step
     step_seconds: float | None = None  # the mean step time of the attempt that wrote it
+    # Why rljob's bridge could not save on notice in the run that wrote it (RLinf, verl).
+    save_on_notice_unavailable: str | None = None
 
     def to_report(self) -> dict[str, Any]:
         """The keys `rljob ckpt latest --json` reports them under."""
-        return {"progress_step": self.step, "progress_step_seconds": self.step_seconds}
+        return {
+            "progress_step": self.step,
+            "progress_step_seconds": self.step_seconds,
+            "save_on_notice_unavailable": self.save_on_notice_unavailable,
+        }
 
 
 def read_progress(directory: str | os.PathLike[str]) -> Progress:
@@ -47,4 +54,9 @@ def read_progress(directory: str | os.PathLike[str]) -> Progress:
         and math.isfinite(seconds)
         and seconds > 0
     )
-    return Progress(step if good_step else None, float(seconds) if good_seconds else None)
+    why = data.get(progress.SAVE_ON_NOTICE_UNAVAILABLE)
+    return Progress(
+        step if good_step else None,
+        float(seconds) if good_seconds else None,
+        why[:MAX_REASON_CHARS] if isinstance(why, str) and why.strip() else None,
+    )

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
@@ -54,6 +55,7 @@ BRIDGE_MODULE = "rljob_ray_bridge"
 RETRY_SECONDS = 0.25
 POLL_SECONDS = 0.2
 DEFAULT_GRACE_SECONDS = 30.0
+STOPPED_WITHOUT_SAVE = f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save"
 
 
 class LaunchError(RuntimeError):
@@ -222,10 +224,19 @@ def bridge_environment(env: MutableMapping[str, str], launcher_dir: str, notice_
     env[contract.ENV_NOTICE_FILE] = str(notice_file)
 
 
-def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> tuple[str, int] | None:
-    """(status, step) of the bridge's progress record if this attempt wrote it: the bridge
-    runs in the framework's loop (a step has finished through it), and whether it saved on
-    notice."""
+@dataclass(frozen=True)
+class BridgeReport:
+    """The bridge's progress record of this attempt, as the head reads it."""
+
+    status: str
+    step: int  # the last finished step
+    unavailable: str | None = None  # why the framework cannot save on notice here
+
+
+def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> BridgeReport | None:
+    """The bridge's progress record if this attempt wrote it: the bridge runs in the
+    framework's loop (a step has finished through it), whether it saved on notice, and
+    whether it can."""
     if not checkpoint_dir:
         return None
     path = Path(checkpoint_dir) / progress.FRAMEWORK_PROGRESS_FILE_NAME
@@ -236,7 +247,10 @@ def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> tuple[str,
     if not isinstance(record, dict) or str(record.get(progress.ATTEMPT)) != str(attempt):
         return None
     status, step = record.get(progress.STATUS), record.get(progress.STEP)
-    return (status, step) if isinstance(status, str) and isinstance(step, int) else None
+    why = record.get(progress.SAVE_ON_NOTICE_UNAVAILABLE)
+    if not isinstance(status, str) or not isinstance(step, int):
+        return None
+    return BridgeReport(status, step, why if isinstance(why, str) and why else None)
 
 
 def _end_group(process: subprocess.Popen, wait: float) -> None:
@@ -259,35 +273,41 @@ def returncode(process: subprocess.Popen) -> int:
 
 
 def supervise_driver(
-    driver: subprocess.Popen, notice: Notice, report: Callable[[], tuple[str, int] | None]
+    driver: subprocess.Popen, notice: Notice, report: Callable[[], BridgeReport | None]
 ) -> tuple[int, str | None]:
-    """Wait for the driver. After a notice, end it once the bridge reports the save on notice,
-    or at once when no step of this attempt went through the bridge (nothing in the loop will
-    save), or when the grace period is nearly spent. (exit code, termination message)."""
+    """Wait for the driver. After a notice, end it once the bridge reports the save on notice.
+    A checkpoint request alone (a warning: the pod stays) never ends it otherwise; after
+    SIGTERM it ends at once when nothing in the loop will save (no step of this attempt went
+    through the bridge, or the bridge says why it cannot save), or when the grace period is
+    nearly spent. (exit code, termination message)."""
     margin = stop_margin(notice.grace)
     while driver.poll() is None:
         notice.poll_request()
         if notice.given_at is not None:
             seen = report()
-            if seen and seen[0] == progress.CHECKPOINTED_ON_REQUEST:
+            if seen and seen.status == progress.CHECKPOINTED_ON_REQUEST:
                 _end_group(driver, stop_wait(notice))
-                return contract.EXIT_CHECKPOINTED_ON_REQUEST, _saved_message(seen[1])
+                return contract.EXIT_CHECKPOINTED_ON_REQUEST, _saved_message(seen.step)
             why = None
-            if not notice.save:
+            if not notice.terminated:
+                pass  # a warning: the gang goes on until a save on notice or SIGTERM
+            elif not notice.save:
                 why = "spec.ray.saveOnNotice is false"
             elif seen is None:
                 why = "no step of this attempt has finished through rljob's bridge"
+            elif seen.unavailable:
+                why = seen.unavailable
             elif notice.seconds_left(margin) <= 0:
                 why = f"the driver did not save within {notice.limit()}"
             if why:
                 _end_group(driver, stop_wait(notice))
-                last = f"; the last finished step is {seen[1]}" if seen else ""
-                return returncode(driver), f"rljob: no save on notice: {why}{last}"
+                last = f"; the last finished step is {seen.step}" if seen else ""
+                return returncode(driver), f"{STOPPED_WITHOUT_SAVE}: {why}{last}"
         time.sleep(POLL_SECONDS)
     code = returncode(driver)
     seen = report() if notice.given_at is not None else None
-    if seen and seen[0] == progress.CHECKPOINTED_ON_REQUEST:
-        return contract.EXIT_CHECKPOINTED_ON_REQUEST, _saved_message(seen[1])
+    if seen and seen.status == progress.CHECKPOINTED_ON_REQUEST:
+        return contract.EXIT_CHECKPOINTED_ON_REQUEST, _saved_message(seen.step)
     return code, None
 
 
@@ -332,7 +352,9 @@ def run_head(flags: list[str], driver: list[str], notice: Notice) -> int:
 
 def run_worker(flags: list[str], notice: Notice) -> int:
     """`ray start --block`; after SIGTERM keep the raylet until the head is gone (it has
-    ended its driver, after the save) or the grace period is nearly spent."""
+    ended its driver, after the save) or the grace period is nearly spent. The checkpoint
+    request is read here too, since the framework's loop may run on this node (verl's
+    TaskRunner is a Ray worker anywhere in the gang)."""
     address = os.environ[ENV_HEAD_ADDRESS]
     wait_for_head(address, float(os.environ[ENV_JOIN_TIMEOUT]))
     raylet = subprocess.Popen(["ray", "start", f"--address={address}", "--block", *flags],
@@ -340,12 +362,14 @@ def run_worker(flags: list[str], notice: Notice) -> int:
     listen_for_notice(notice)
     margin = stop_margin(notice.grace) / 2  # the head stops first, and this node after it
     while raylet.poll() is None:
+        notice.poll_request()
         if notice.terminated and (
             not notice.save or notice.seconds_left(margin) <= 0 or not head_reachable(address)
         ):
             print("rljob: stopping this Ray node", flush=True)
             _end_group(raylet, max(1.0, margin - 1.0))
-            break
+            _report(f"{contract.STOPPED_ON_NOTICE_MESSAGE}: the pod was told to go (SIGTERM)")
+            return 128 + signal.SIGTERM  # never 0, whatever `ray start` made of its end
         time.sleep(POLL_SECONDS)
     return returncode(raylet)
 
@@ -362,7 +386,10 @@ def _stop(*_: object) -> None:
 def run_driver(command: list[str]) -> int:
     import rljob_ray_bridge
 
-    return rljob_ray_bridge.run_driver(command)
+    code = rljob_ray_bridge.run_driver(command)
+    if rljob_ray_bridge.LOOP.stopped_without_save:
+        _report(f"{STOPPED_WITHOUT_SAVE}: {rljob_ray_bridge.LOOP.stopped_without_save}")
+    return code
 
 
 def _report(message: str) -> None:

@@ -9,14 +9,24 @@ report the steps and save nothing on notice); each applies only once the framewo
 module is imported in that process, so a process that never runs a training loop pays for
 one entry in `sys.meta_path`.
 
+The bridge is a guest in the user's program (see HOOKS). Each hook patches the module that
+defines its name, right after that module runs, and only once it has checked that the name
+is there with the parameters the hook reads (by name, never by position). A hook that finds
+something else installs nothing, and a failure inside a hook falls back to the framework's
+own call: the framework then runs as it is, without rljob's save on notice, and the bridge
+says why in the progress record (`save_on_notice_unavailable`), which the head and the
+operator read. It never breaks the user's import or loop.
+
 The hooks use the frameworks' own save-and-stop paths; rljob writes nothing into their
 checkpoint folders:
 - RLinf: its runners call `rlinf.utils.runner_utils.check_progress(step, ...,
-  run_time_exceeded=run_timer.is_finished())` after every step, and when the run timer is
-  finished they save and return. After a notice the hook makes the run timer
-  (`rlinf.utils.timers.Timer`) finished, so RLinf saves this step and stops; the driver
-  then exits 75. A runner that passes `run_time_exceeded=False` itself gets it True, saves,
-  and is held at its next step, as verl is.
+  save_interval, ..., run_time_exceeded=run_timer.is_finished())` after every step, save
+  when it says so, and stop when their run timer is finished. After a notice the hook has
+  `check_progress` say "save" for this step (with the validation the user's settings ask
+  for, and no other), and the run timer (`rlinf.utils.timers.Timer`) say "finished", so
+  RLinf saves this step and stops; the driver then exits 75. A runner that does not stop
+  on its timer is held at its next `check_progress`, once the save is done. With
+  `runner.save_interval <= 0` RLinf saves nothing, so a notice neither saves nor stops it.
 - verl runs its loop in its TaskRunner, a Ray worker, with one of two trainers:
   - the V1 trainer (`trainer.use_v1=true`, verl 0.9's default): `PPOTrainer.fit` runs
     `step()` (rollout and update), then saves through `_save_checkpoint()` when its
@@ -24,13 +34,16 @@ checkpoint folders:
     `step()` just finished, where verl's own rule would have (unless that rule saves it
     anyway);
   - the legacy trainer (`trainer.use_v1=false`): `RayPPOTrainer.fit` calls
-    `should_save_ckpt_esi` after every actor update and saves when it returns True, which
-    verl's own rule does when MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP is near and
-    one step has finished. After a notice the hook sets that time a moment ahead before
-    verl's check.
-  Either way, at the step's `Tracking.log` the hook reports the save and holds the loop
-  until ray_node.py ends the driver. Both need `trainer.save_freq > 0` (checkpoints on),
-  and the last step saves and ends the run by verl's own rule.
+    `should_save_ckpt_esi` (defined in `verl.utils.checkpoint.checkpoint_manager`, which
+    the trainers import by name) after every actor update and saves when it returns True,
+    which verl's own rule does when MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP is near
+    and one step has finished. After a notice the hook sets that time a moment ahead
+    before verl's check.
+  Either way, at the training step's `Tracking.log` the hook reports the save and holds the
+  loop until ray_node.py ends the driver (a log without the step's `timing_s/step`, such as
+  the validation before training, is no step). Both need `trainer.save_freq > 0`
+  (verl's default, -1, saves nothing), and the last step saves and ends the run by verl's
+  own rule.
 Both hooks write the step each step finishes (and the step time) to rljob-progress.json
 beside the step folders, from which the operator counts the steps a restart lost.
 """
@@ -38,12 +51,16 @@ beside the step folders, from which the operator counts the steps a restart lost
 from __future__ import annotations
 
 import importlib.abc
+import importlib.metadata
+import inspect
 import os
 import runpy
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -51,14 +68,17 @@ from typing import Any
 import rljob_contract as contract
 from rljob_contract import progress
 
+RLINF, VERL = "rlinf", "verl"
 VERL_EXPIRATION = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 # How far ahead of now the hook puts verl's expiration time: inside verl's window (a step
 # plus a save) and still ahead of now when verl compares, a moment later.
 VERL_EXPIRATION_AHEAD_SECONDS = 1.0
+VERL_STEP_TIME = "timing_s/step"  # in the metrics of every training step verl logs
 
 
 class Loop:
-    """What the bridge knows in this process: the notice, the steps, a save on notice."""
+    """What the bridge knows in this process: the notice, the steps, a save on notice, and
+    why a framework's save on notice is unavailable here."""
 
     def __init__(
         self,
@@ -73,11 +93,31 @@ class Loop:
         self.step_ended: float | None = None
         self.step_seconds: list[float] = []
         self.saving_on_notice: int | None = None  # the step the framework saves on notice
+        self.unavailable: dict[str, list[str]] = {}  # framework -> why, in the order found
+        self.save_paths_seen: set[str] = set()  # frameworks whose save-on-notice hook ran
+        self.rlinf_save_interval: object = None  # as RLinf's check_progress was last given
+        self.timer_forced = False  # RLinf's run timer said "finished" for rljob's notice
+        self.framework = RLINF  # whose loop reported a step in this process
+        self.stopped_without_save: str | None = None  # why the run ended on notice, unsaved
 
     def notice(self) -> bool:
         return bool(self.notice_file) and os.path.exists(self.notice_file)  # type: ignore[arg-type]
 
-    def finished(self, step: int, seconds: float | None = None, measure: bool = False) -> None:
+    def can_save(self, framework: str) -> bool:
+        return not self.unavailable.get(framework)
+
+    def cannot_save(self, framework: str, why: str) -> None:
+        """Turn `framework`'s save on notice off in this process, saying why (once)."""
+        whys = self.unavailable.setdefault(framework, [])
+        if why not in whys:
+            whys.append(why)
+            print(f"rljob: save on notice unavailable: {why}; the framework runs as it is, and "
+                  "a preemption goes back to its last periodic save", file=sys.stderr,
+                  flush=True)  # fmt: skip
+
+    def finished(
+        self, step: int, framework: str, seconds: float | None = None, measure: bool = False
+    ) -> None:
         """Step `step` is done: record it for the operator, with its time when given, or
         when `measure`d from the end of the step before (the first one has no such end)."""
         now = time.monotonic()
@@ -86,13 +126,25 @@ class Loop:
         if seconds:
             self.step_seconds.append(seconds)
         self.step_ended = now
+        self.framework = framework
         self.write(step, progress.RUNNING)
+
+    def why_unavailable(self, framework: str) -> str | None:
+        whys = list(self.unavailable.get(framework, ()))
+        if framework == VERL and VERL not in self.save_paths_seen:
+            whys.append(
+                f"{version_of(VERL)}: the step ran through neither the V1 PPOTrainer.step nor "
+                "the legacy trainer's should_save_ckpt_esi, where rljob saves on notice"
+            )
+        return "; ".join(whys) or None
 
     def write(self, step: int, status: str) -> None:
         if self.checkpoint_dir is None:
             return
         mean = sum(self.step_seconds) / len(self.step_seconds) if self.step_seconds else None
-        record = progress.progress_record(step, self.attempt, status, mean)
+        record = progress.progress_record(
+            step, self.attempt, status, mean, self.why_unavailable(self.framework)
+        )
         progress.write_progress(self.checkpoint_dir, record, progress.FRAMEWORK_PROGRESS_FILE_NAME)
 
 
@@ -106,36 +158,17 @@ LOOP = Loop(
 )
 
 
-# --------------------------------------------------------------------------- RLinf
-def wrap_check_progress(
-    check_progress: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD
-):
-    """RLinf's check_progress(step, max_steps, val_check_interval, save_interval, ...,
-    run_time_exceeded=...), which also reports each step and, on notice, has RLinf save.
+def version_of(framework: str) -> str:
+    """'verl 0.9.1', as the installed distribution says; the bare name where none does."""
+    try:
+        return f"{framework} {importlib.metadata.version(framework)}"
+    except Exception:
+        return framework
 
-    The reasoning runners return once they saved; the next call, in a runner that goes on,
-    means the save is done: report it and hold the loop until the driver is ended.
-    """
 
-    def checked(step: int, *args: Any, **kwargs: Any):
-        if loop.saving_on_notice is not None:
-            report_saved(loop, hold)
-        loop.finished(step, measure=True)
-        save_interval = args[2] if len(args) > 2 else kwargs.get("save_interval", 0)
-        if not loop.notice() or not save_interval or save_interval <= 0:
-            return check_progress(step, *args, **kwargs)
-        if len(args) >= 5:  # run_time_exceeded given by position
-            args = (*args[:4], True, *args[5:])
-        else:
-            kwargs["run_time_exceeded"] = True
-        result = check_progress(step, *args, **kwargs)
-        _, save_model, is_train_end = result
-        if save_model and not is_train_end:
-            loop.saving_on_notice = step
-            print(f"rljob: notice: RLinf saves step {step} and stops", flush=True)
-        return result
-
-    return checked
+def failed(loop: Loop, framework: str, exc: BaseException) -> None:
+    """rljob's own code failed inside the framework's call: off, and the call goes on."""
+    loop.cannot_save(framework, f"{version_of(framework)}: rljob's bridge failed: {exc!r}")
 
 
 def report_saved(loop: Loop, hold: Callable[[], Any]) -> None:
@@ -146,21 +179,67 @@ def report_saved(loop: Loop, hold: Callable[[], Any]) -> None:
     hold()
 
 
-def patch_rlinf(module: ModuleType) -> None:
-    module.check_progress = wrap_check_progress(module.check_progress)
+def positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+# --------------------------------------------------------------------------- RLinf
+def wrap_check_progress(
+    check_progress: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD
+):
+    """RLinf's check_progress(step, max_steps, val_check_interval, save_interval, ...,
+    run_time_exceeded=...), which also reports each step and, on notice, has RLinf save.
+
+    The reasoning runners return once they saved; the next call, in a runner that goes on,
+    means the save is done: report it and hold the loop until the driver is ended.
+    """
+    signature = inspect.signature(check_progress)
+
+    def checked(*args: Any, **kwargs: Any):
+        if loop.saving_on_notice is not None:
+            report_saved(loop, hold)
+        try:
+            call = signature.bind(*args, **kwargs)
+            step, save_interval = call.arguments["step"], call.arguments["save_interval"]
+            loop.save_paths_seen.add(RLINF)
+            loop.rlinf_save_interval = save_interval
+            if not positive(save_interval):
+                loop.cannot_save(RLINF, f"runner.save_interval is {save_interval}: RLinf "
+                                        "saves no checkpoint")  # fmt: skip
+            if loop.timer_forced:  # rljob's notice, not RLinf's time limit: no forced validation
+                call.arguments["run_time_exceeded"] = False
+            loop.finished(step, RLINF, measure=True)
+            args, kwargs = call.args, call.kwargs
+        except Exception as exc:
+            failed(loop, RLINF, exc)
+            return check_progress(*args, **kwargs)
+        result = check_progress(*args, **kwargs)
+        if not loop.notice() or not loop.can_save(RLINF):
+            return result
+        run_val, _, is_train_end = result
+        if is_train_end:
+            return result  # RLinf saves the last step and ends the run itself
+        loop.saving_on_notice = step
+        print(f"rljob: notice: RLinf saves step {step} and stops", flush=True)
+        return run_val, True, is_train_end
+
+    return checked
 
 
 def wrap_timer_is_finished(is_finished: Callable[[Any], bool], loop: Loop = LOOP):
-    """RLinf's run timer, finished on notice as when its time limit is reached."""
+    """RLinf's run timer, finished on notice as when its time limit is reached, where RLinf
+    will save first (else a notice would end the run early, as if it had succeeded)."""
 
     def finished(self: Any) -> bool:
-        return loop.notice() or is_finished(self)
+        done = is_finished(self)
+        if done or not loop.notice() or not loop.can_save(RLINF):
+            return done
+        if loop.rlinf_save_interval is not None and not positive(loop.rlinf_save_interval):
+            return False  # saves are off (unknown before the first step's check_progress)
+        loop.timer_forced = True
+        return True
 
     return finished
-
-
-def patch_rlinf_timer(module: ModuleType) -> None:
-    module.Timer.is_finished = wrap_timer_is_finished(module.Timer.is_finished)
 
 
 # --------------------------------------------------------------------------- verl
@@ -168,7 +247,8 @@ def wrap_should_save_ckpt_esi(should_save: Callable[..., bool], loop: Loop = LOO
     """verl's should_save_ckpt_esi, with its expiration time set a moment ahead on notice."""
 
     def should_save_ckpt_esi(*args: Any, **kwargs: Any) -> bool:
-        if loop.notice() and loop.saving_on_notice is None:
+        loop.save_paths_seen.add(VERL)
+        if loop.notice() and loop.saving_on_notice is None and loop.can_save(VERL):
             os.environ[VERL_EXPIRATION] = str(time.time() + VERL_EXPIRATION_AHEAD_SECONDS)
             fired = should_save(*args, **kwargs)
             if fired:
@@ -180,34 +260,57 @@ def wrap_should_save_ckpt_esi(should_save: Callable[..., bool], loop: Loop = LOO
     return should_save_ckpt_esi
 
 
+def v1_saves_on_notice(trainer: Any, loop: Loop) -> bool:
+    """Whether the bridge must have verl's V1 trainer save the step it just finished."""
+    loop.save_paths_seen.add(VERL)
+    save_freq = trainer.config.trainer.save_freq
+    if not positive(save_freq):
+        loop.cannot_save(VERL, f"trainer.save_freq is {save_freq}: verl saves no checkpoint")
+    if not loop.notice() or loop.saving_on_notice is not None or not loop.can_save(VERL):
+        return False
+    step = trainer.global_steps
+    if step >= trainer.total_training_steps:
+        return False  # the last step: verl saves it and ends the run itself
+    loop.saving_on_notice = step
+    print(f"rljob: notice: verl saves step {step}", flush=True)
+    return step % save_freq != 0  # else verl's periodic save of this step comes next
+
+
 def wrap_v1_step(step: Callable[..., Any], loop: Loop = LOOP):
     """verl's V1 PPOTrainer.step (one step's rollout and update). On notice, once the step is
     done, verl's own `_save_checkpoint` saves it, unless verl's save rule is about to."""
 
     def stepped(self: Any, *args: Any, **kwargs: Any) -> Any:
         batch = step(self, *args, **kwargs)
-        if not loop.notice() or loop.saving_on_notice is not None:
+        try:
+            save = v1_saves_on_notice(self, loop)
+        except Exception as exc:
+            failed(loop, VERL, exc)
             return batch
-        save_freq = self.config.trainer.save_freq
-        if save_freq <= 0 or self.global_steps >= self.total_training_steps:
-            return batch  # checkpoints off, or the last step: verl ends the run itself
-        loop.saving_on_notice = self.global_steps
-        print(f"rljob: notice: verl saves step {self.global_steps}", flush=True)
-        if self.global_steps % save_freq != 0:
-            self._save_checkpoint()  # else verl's periodic save of this step comes next
+        if save:
+            self._save_checkpoint()
         return batch
 
     return stepped
 
 
 def wrap_tracking_log(log: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD):
-    """verl's Tracking.log, called at the end of every step with the step: report it, and
-    after a save on notice, report that and hold the loop until the driver is ended."""
+    """verl's Tracking.log, called at the end of every training step with the step: report
+    it, and after a save on notice, report that and hold the loop until the driver is ended."""
+    signature = inspect.signature(log)
 
-    def logged(self: Any, data: Any, step: int, *args: Any, **kwargs: Any) -> Any:
-        result = log(self, data, step, *args, **kwargs)
-        seconds = data.get("timing_s/step") if isinstance(data, dict) else None
-        loop.finished(step, seconds if isinstance(seconds, int | float) else None)
+    def logged(*args: Any, **kwargs: Any) -> Any:
+        result = log(*args, **kwargs)
+        try:
+            call = signature.bind(*args, **kwargs)
+            data, step = call.arguments["data"], call.arguments["step"]
+            if not isinstance(data, dict) or VERL_STEP_TIME not in data:
+                return result  # not a training step's metrics: the validation before training
+            seconds = data[VERL_STEP_TIME]
+            loop.finished(step, VERL, seconds if positive(seconds) else None)
+        except Exception as exc:
+            failed(loop, VERL, exc)
+            return result
         if loop.saving_on_notice is not None:
             loop.saving_on_notice = step
             report_saved(loop, hold)
@@ -216,72 +319,103 @@ def wrap_tracking_log(log: Callable[..., Any], loop: Loop = LOOP, hold: Callable
     return logged
 
 
-def patch_verl_trainer(module: ModuleType) -> None:
-    module.should_save_ckpt_esi = wrap_should_save_ckpt_esi(module.should_save_ckpt_esi)
+@dataclass(frozen=True)
+class Hook:
+    """One name the bridge wraps: where it is defined, what the wrapper reads of its calls."""
+
+    framework: str
+    module: str  # the module that defines the name, which is patched before any import of it
+    name: str  # inside the module: "check_progress", "PPOTrainer.step"
+    wrap: Callable[..., Callable[..., Any]]  # (the framework's function, the loop) -> wrapper
+    reads: tuple[str, ...] = ()  # the parameters the wrapper reads, by name
+    needed: bool = True  # without it rljob cannot save on notice (else: it stops later)
+
+    def apply(self, module: ModuleType, loop: Loop) -> None:
+        """Wrap the name in `module` if it is as the hook expects; never raises."""
+        try:
+            *path, attribute = self.name.split(".")
+            owner: Any = module
+            for part in path:
+                owner = getattr(owner, part)
+            original = getattr(owner, attribute)
+            missing = [p for p in self.reads if p not in inspect.signature(original).parameters]
+            if missing:
+                raise LookupError(f"has no parameter {', '.join(missing)}")
+            setattr(owner, attribute, self.wrap(original, loop))
+        except AttributeError:
+            self.unavailable(loop, "not found")
+        except Exception as exc:
+            self.unavailable(loop, str(exc) or repr(exc))
+
+    def unavailable(self, loop: Loop, why: str) -> None:
+        what = f"{version_of(self.framework)}: {self.module}.{self.name} {why}"
+        if self.needed:
+            loop.cannot_save(self.framework, what)
+        else:
+            print(f"rljob: {what}; saves on notice may stop later", file=sys.stderr, flush=True)
 
 
-def patch_verl_v1_trainer(module: ModuleType) -> None:
-    module.PPOTrainer.step = wrap_v1_step(module.PPOTrainer.step)
-
-
-def patch_verl_tracking(module: ModuleType) -> None:
-    module.Tracking.log = wrap_tracking_log(module.Tracking.log)
-
-
-PATCHES: dict[str, Callable[[ModuleType], None]] = {
-    "rlinf.utils.runner_utils": patch_rlinf,
-    "rlinf.utils.timers": patch_rlinf_timer,
-    "verl.trainer.ppo.ray_trainer": patch_verl_trainer,
-    "verl.trainer.ppo.v1.trainer_base": patch_verl_v1_trainer,
-    "verl.utils.tracking": patch_verl_tracking,
-}
+HOOKS: tuple[Hook, ...] = (
+    Hook(RLINF, "rlinf.utils.runner_utils", "check_progress", wrap_check_progress,
+         ("step", "save_interval", "run_time_exceeded")),
+    Hook(RLINF, "rlinf.utils.timers", "Timer.is_finished", wrap_timer_is_finished, needed=False),
+    Hook(VERL, "verl.utils.checkpoint.checkpoint_manager", "should_save_ckpt_esi",
+         wrap_should_save_ckpt_esi),
+    Hook(VERL, "verl.trainer.ppo.v1.trainer_base", "PPOTrainer.step", wrap_v1_step),
+    Hook(VERL, "verl.utils.tracking", "Tracking.log", wrap_tracking_log, ("data", "step")),
+)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- import hook
 class PatchOnImport(importlib.abc.MetaPathFinder):
-    """Applies `patches[name]` to module `name` right after it executes, before anything
-    imports a name from it."""
+    """Applies the hooks of module `name` right after it executes, before anything imports a
+    name from it. Anything unexpected leaves the import to Python, unpatched."""
 
-    def __init__(self, patches: dict[str, Callable[[ModuleType], None]]) -> None:
-        self.patches = patches
+    def __init__(self, hooks: tuple[Hook, ...], loop: Loop) -> None:
+        self.hooks, self.loop = hooks, loop
 
     def find_spec(self, name: str, path: Any = None, target: Any = None):
-        patch = self.patches.get(name)
-        if patch is None:
+        hooks = [hook for hook in self.hooks if hook.module == name]
+        if not hooks:
             return None
-        spec = None
-        for finder in (f for f in sys.meta_path if f is not self):
-            find = getattr(finder, "find_spec", None)
-            spec = find(name, path, target) if find else None
-            if spec is not None:
-                break
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run = spec.loader.exec_module
+        try:
+            spec = None
+            for finder in (f for f in sys.meta_path if f is not self):
+                find = getattr(finder, "find_spec", None)
+                spec = find(name, path, target) if find else None
+                if spec is not None:
+                    break
+            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            run = spec.loader.exec_module
+        except Exception:
+            return None
 
         def exec_module(module: ModuleType) -> None:
             run(module)
-            patch(module)
+            for hook in hooks:
+                hook.apply(module, self.loop)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
-def install(patches: dict[str, Callable[[ModuleType], None]] = PATCHES) -> None:
+def install(hooks: tuple[Hook, ...] = HOOKS, loop: Loop = LOOP) -> None:
     """Hook the frameworks' modules in this process (once; those imported already now)."""
     if any(isinstance(f, PatchOnImport) for f in sys.meta_path):
         return
-    for name, patch in patches.items():
-        if name in sys.modules:
-            patch(sys.modules[name])
-    sys.meta_path.insert(0, PatchOnImport(patches))
+    for hook in hooks:
+        if hook.module in sys.modules:
+            hook.apply(sys.modules[hook.module], loop)
+    sys.meta_path.insert(0, PatchOnImport(hooks, loop))
 
 
 # --------------------------------------------------------------------------- the driver
 def run_driver(argv: list[str], loop: Loop = LOOP) -> int:
     """Run `[-u] (-m MODULE | SCRIPT) ARGS...` here, as Python would, with the hooks on.
 
-    Exits 75 when the framework saved on notice and stopped (RLinf returns normally then).
+    Exits 75 when the framework saved on notice and stopped (RLinf returns normally then),
+    and never 0 when a notice stopped it without a save (`loop.stopped_without_save`).
     """
     install()
     rest = list(argv)
@@ -304,6 +438,10 @@ def run_driver(argv: list[str], loop: Loop = LOOP) -> int:
     if loop.saving_on_notice is not None and code in (0, None):
         loop.write(loop.saving_on_notice, progress.CHECKPOINTED_ON_REQUEST)
         return contract.EXIT_CHECKPOINTED_ON_REQUEST
+    if loop.timer_forced and code in (0, None):  # stopped by rljob's notice, before any save
+        why = loop.why_unavailable(RLINF)
+        loop.stopped_without_save = why or "RLinf stopped on its run timer without a save"
+        return 128 + signal.SIGTERM  # not 0: RLinf did not finish its steps
     if code is None or isinstance(code, int):
         return code or 0
     print(code, file=sys.stderr)

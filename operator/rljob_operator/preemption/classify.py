@@ -101,6 +101,8 @@ def _exit(f: PodFacts, policy: RestartPolicy):
             Reason.CHECKPOINTED_ON_REQUEST,
             "the trainer saved and stopped as asked",
         )
+    if f.termination_message.startswith(contract.STOPPED_ON_NOTICE_MESSAGE):
+        return Outcome.DISRUPTED, Reason.STOPPED_ON_NOTICE, _last_line(f.termination_message)
     if code in SIGNAL_EXIT_CODES and f.node_termination:
         return (
             Outcome.DISRUPTED,

@@ -15,7 +15,8 @@ back-off), startup (resume target and the new gang), lookup_backoff and lookup_w
 look that fails, one that cannot start), recovery (the record of each new gang),
 suspicion (a checkpoint the trainer crashed on), progress (an attempt under way), stuck
 (pods that cannot be placed or started), finish (success, suspension, TTL), pod_cleanup
-(how deletions meet the pods).
+(how deletions meet the pods), save_on_notice (whether an RLinf or verl job can be saved on
+notice).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .pod_cleanup import (
     wake_when_tolerance_ends,
 )
 from .progress import progress, request_checkpoint
+from .save_on_notice import report_save_on_notice
 from .snapshot import Snapshot
 from .startup import start_attempt
 
@@ -73,6 +75,8 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
     if spec.suspend:
         suspend(p, trainer_pods)
         return
+    if spec.launcher == "ray":
+        report_save_on_notice(p, spec, lookup if isinstance(lookup, LookupResult) else None)
 
     seen = observe(spec, p.status, trainer_pods, p.snap.nodes, p.now, p.snap.admission)
     if spec.launcher == "ray":

@@ -32,6 +32,8 @@ class LookupResult:
     detail: str = ""  # what was rejected, or why nothing was found
     failure: str | None = None  # the look itself failed: nothing is known about the folders
     step_seconds: float | None = None  # the trainer's step time, from progress.json, if any
+    # Why rljob's bridge could not save on notice in the run that wrote the progress record.
+    save_on_notice_unavailable: str | None = None
 
 
 @dataclass(frozen=True)

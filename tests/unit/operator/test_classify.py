@@ -69,6 +69,21 @@ def test_termination_message_of_a_trainer_stopped_on_request_is_a_disruption_wha
     assert (end.outcome, end.reason) == (Outcome.DISRUPTED, "CheckpointedOnRequest")
 
 
+def test_a_ray_node_stopped_on_notice_without_a_save_is_a_disruption_on_a_healthy_node():
+    """The head ended its driver after SIGTERM, with nothing in the loop to save: exit 143 on a
+    node that is not going away (the scheduler preempted the pod) is no trainer failure."""
+    pod = make_pod(JOB, 0, 0, phase="Failed", exit_code=143)
+    pod["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = (
+        "rljob: stopped on notice without a save: no step of this attempt has finished "
+        "through rljob's bridge\n"
+    )
+
+    end = classify(pod, make_node(), POLICY, NOW)
+
+    assert (end.outcome, end.reason) == (Outcome.DISRUPTED, "StoppedOnNotice")
+    assert "no step of this attempt has finished" in end.message
+
+
 def test_failure_message_names_the_exit_code():
     pod = make_pod(JOB, 0, 0, phase="Failed", exit_code=3)
     assert "exited with code 3" in classify(pod, make_node(), POLICY, NOW).message

@@ -658,8 +658,11 @@ def test_pods_on_a_deleted_node_are_deleted_without_grace():
 
 
 # ------------------------------------------------------------------ a Ray gang (verl, RLinf)
-def ray_job(**spec):
-    return make_job(framework="verl", command=["python3", "-m", "verl.trainer.main_ppo"], **spec)
+VERL_MAIN = ["python3", "-m", "verl.trainer.main_ppo"]
+
+
+def ray_job(command=(*VERL_MAIN, "trainer.save_freq=4"), **spec):
+    return make_job(framework="verl", command=list(command), **spec)
 
 
 def ready(pod):
@@ -1000,3 +1003,67 @@ def test_a_pod_a_scheduler_has_tried_gated_or_bound_is_not_unseen(seen_by):
 
     reasons = [x["reason"] for x in plan.status["conditions"] if x["type"] == "PodsUnschedulable"]
     assert "NotSeenByScheduler" not in reasons
+
+
+# ------------------------------------------------------------------ save on notice (RLinf, verl)
+def save_on_notice(plan):
+    return next((c for c in plan.status["conditions"] if c["type"] == "SaveOnNotice"), None)
+
+
+@pytest.mark.parametrize(
+    ("framework", "command", "said"),
+    [
+        ("verl", VERL_MAIN, "the command does not set trainer.save_freq, and verl's default (-1)"),
+        ("verl", [*VERL_MAIN, "trainer.save_freq=-1"], "trainer.save_freq=-1"),
+        ("verl", [*VERL_MAIN, "trainer.save_freq=10", "++trainer.save_freq=0"], "trainer.save_freq=0"),
+        ("rlinf", ["python3", "main_grpo.py", "runner.save_interval=0"], "runner.save_interval=0"),
+    ],
+)  # fmt: skip
+def test_a_command_that_turns_the_frameworks_checkpoints_off_is_warned_at_admission(
+    framework, command, said
+):
+    job = make_job(framework=framework, command=command, checkpoint={"resume": "never"})
+
+    plan = decide(job, [], NODES, NOW)
+
+    condition = save_on_notice(plan)
+    assert (condition["status"], condition["reason"]) == ("False", "PeriodicSavesOff")
+    assert condition["message"].startswith(f"{said} saves no checkpoint: a preemption loses all")
+    warned = [e for e in plan.events if e.reason == "PeriodicSavesOff"]
+    assert len(warned) == 1 and warned[0].type == "Warning"
+    again = decide(with_status(job, plan.status), [], NODES, NOW)
+    assert not [e for e in again.events if e.reason == "PeriodicSavesOff"]  # said once
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [*VERL_MAIN, "trainer.save_freq=10"],
+        [*VERL_MAIN, "--config-name=my_grpo"],  # the user's config may set it: the bridge reads it
+    ],
+)
+def test_a_command_that_saves_or_may_save_gets_no_warning(command):
+    plan = decide(make_job(framework="verl", command=command, checkpoint={"resume": "never"}),
+                  [], NODES, NOW)  # fmt: skip
+
+    assert save_on_notice(plan) is None
+
+
+def test_the_bridges_word_from_the_last_attempt_becomes_the_condition_and_an_event():
+    job = with_status(ray_job(), {"attempt": 1, "phase": Phase.RESTARTING})
+    why = "verl 0.10.2: verl.trainer.ppo.v1.trainer_base.PPOTrainer.step not found"
+    found = LookupResult(ResumeTarget("/checkpoints/global_step_8", 8), 9,
+                         save_on_notice_unavailable=why)  # fmt: skip
+
+    plan = decide(job, [], NODES, NOW, found)
+
+    condition = save_on_notice(plan)
+    assert (condition["status"], condition["reason"]) == ("False", "SaveOnNoticeUnavailable")
+    assert condition["message"].startswith(why) and "last periodic save" in condition["message"]
+    assert [e.type for e in plan.events if e.reason == "SaveOnNoticeUnavailable"] == ["Warning"]
+    # A later attempt whose bridge hooked the loop: True again.
+    later = with_status(job, {**plan.status, "attempt": 2, "attemptCreationTime": None})
+    mended = decide(later, [], NODES, NOW, LookupResult(ResumeTarget("/c/global_step_12", 12), 12))
+    assert (save_on_notice(mended)["status"], save_on_notice(mended)["reason"]) == (
+        "True", "SaveOnNoticeAvailable"
+    )  # fmt: skip

@@ -251,20 +251,25 @@ def test_the_driver_run_through_the_bridge_stops_after_rlinfs_save_with_75(
 
 
 # --------------------------------------------------------------------------- the head
-def driver(tmp_path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+def driver(tmp_path: Path, seconds: float = 120) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"],
                             start_new_session=True)  # fmt: skip
+
+
+def running(step: int, unavailable: str | None = None) -> ray_node.BridgeReport:
+    return ray_node.BridgeReport(progress.RUNNING, step, unavailable)
 
 
 def test_the_head_ends_the_driver_once_the_bridge_reports_the_save(tmp_path):
     notice = ray_node.Notice(tmp_path / "notice", 30, None)
-    reports = iter([(progress.RUNNING, 13), (progress.RUNNING, 13)])
+    reports = iter([running(13), running(13)])
     process = driver(tmp_path)
     notice.give("SIGTERM")
     assert (tmp_path / "notice").read_text() == "SIGTERM\n"
     code, message = ray_node.supervise_driver(
-        process, notice, lambda: next(reports, (progress.CHECKPOINTED_ON_REQUEST, 14))
-    )
+        process, notice,
+        lambda: next(reports, ray_node.BridgeReport(progress.CHECKPOINTED_ON_REQUEST, 14)),
+    )  # fmt: skip
     assert code == contract.EXIT_CHECKPOINTED_ON_REQUEST and process.poll() is not None
     assert message.startswith(contract.CHECKPOINTED_ON_REQUEST_MESSAGE) and "step 14" in message
 
@@ -276,14 +281,15 @@ def test_the_head_ends_a_driver_without_the_bridge_at_once(tmp_path):
     began = time.monotonic()
     code, message = ray_node.supervise_driver(process, notice, lambda: None)
     assert time.monotonic() - began < 10 and code == 128 + 15
-    assert "no save on notice: no step of this attempt has finished" in message
+    assert message.startswith(f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save: no step "
+                              "of this attempt has finished")  # fmt: skip
 
 
 def test_the_head_ends_the_driver_when_the_grace_period_is_nearly_spent(tmp_path):
     notice = ray_node.Notice(tmp_path / "notice", 2, None)
     process = driver(tmp_path)
     notice.give("SIGTERM")
-    code, message = ray_node.supervise_driver(process, notice, lambda: (progress.RUNNING, 13))
+    code, message = ray_node.supervise_driver(process, notice, lambda: running(13))
     assert process.poll() is not None and code != contract.EXIT_CHECKPOINTED_ON_REQUEST
     assert "did not save within the grace period (2 s); the last finished step is 13" in message
 
@@ -298,7 +304,7 @@ def test_the_head_ends_the_driver_before_the_node_goes_when_that_is_sooner(tmp_p
     goes = datetime.now(UTC) + timedelta(seconds=3)
     request.write_text(format_request(datetime.now(UTC), goes))
     began = time.monotonic()
-    _, message = ray_node.supervise_driver(process, notice, lambda: (progress.RUNNING, 13))
+    _, message = ray_node.supervise_driver(process, notice, lambda: running(13))
     assert time.monotonic() - began < 30 and process.poll() is not None
     assert "did not save within the time left before the node goes" in message
 
@@ -340,6 +346,147 @@ def test_with_save_on_notice_off_the_head_ends_the_driver_at_once(tmp_path):
     notice = ray_node.Notice(tmp_path / "notice", 30, None, save=False)
     process = driver(tmp_path)
     notice.give("SIGTERM")
-    code, message = ray_node.supervise_driver(process, notice, lambda: (progress.RUNNING, 13))
+    code, message = ray_node.supervise_driver(process, notice, lambda: running(13))
     assert process.poll() is not None and code == 128 + 15
     assert "spec.ray.saveOnNotice is false; the last finished step is 13" in message
+
+
+# --------------------------------------------------------------------------- another version
+def shadowed(tmp_path: Path, package: str, module: str, old: str, new: str) -> Path:
+    """A copy of the installed `package` with `old` replaced by `new` in `module`'s source,
+    as another version of the framework would have it; to be put ahead on PYTHONPATH."""
+    import importlib.util
+    import shutil
+
+    installed = Path(importlib.util.find_spec(package).origin).parent
+    root = tmp_path / "shadow"
+    shutil.copytree(installed, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    source = root / package / (module.replace(".", "/").removeprefix(f"{package}/") + ".py")
+    text = source.read_text()
+    assert old in text
+    source.write_text(text.replace(old, new))
+    return root
+
+
+def run_with(tmp_path: Path, launcher: Path, shadow: Path, argv: list[str], notice: bool):
+    env = bridge_env(tmp_path, launcher, notice)
+    env["PYTHONPATH"] = f"{launcher}:{shadow}"
+    env[contract.ENV_TERMINATION_LOG] = str(tmp_path / "termination-log")
+    return subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True,
+                          timeout=180, cwd=tmp_path)  # fmt: skip
+
+
+def test_verl_without_the_name_the_bridge_hooks_runs_as_it_is_and_the_record_says_why(tmp_path):
+    """verl's V1 PPOTrainer.step renamed, as another version may have it: the user's imports
+    work, no hook is installed on it, and each step's record names what is missing."""
+    launcher = mounted_launcher(tmp_path / "launcher")
+    shadow = shadowed(tmp_path, "verl", "verl.trainer.ppo.v1.trainer_base",
+                      "    def step(self, metrics", "    def run_step(self, metrics")  # fmt: skip
+    code = textwrap.dedent("""
+        import rljob_ray_bridge  # preloaded, as in every Ray worker
+        from verl.trainer.ppo.v1 import PPOTrainerSync
+        from verl.utils.tracking import Tracking
+        assert hasattr(PPOTrainerSync, "run_step") and not hasattr(PPOTrainerSync, "step")
+        tracking = Tracking(project_name="rljob", experiment_name="unit", default_backend=[])
+        tracking.log(data={"val/score": 1.0}, step=0)  # the validation before training
+        tracking.log(data={"timing_s/step": 2.0}, step=1)
+        print("trained")
+    """)
+    done = run_with(tmp_path, launcher, shadow, ["-c", code], notice=True)
+    assert done.returncode == 0 and done.stdout.split() == ["trained"], done.stderr
+    assert "verl.trainer.ppo.v1.trainer_base.PPOTrainer.step not found" in done.stderr
+    written = json.loads((tmp_path / "ckpt" / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())
+    assert written[progress.STEP] == 1  # the validation's log is no step
+    why = written[progress.SAVE_ON_NOTICE_UNAVAILABLE]
+    assert why.startswith(f"{bridge.version_of('verl')}: ") and "PPOTrainer.step not found" in why
+
+
+def test_rlinf_without_the_parameter_the_bridge_reads_trains_to_its_end_on_notice(tmp_path):
+    """check_progress's `save_interval` renamed: no hook on it, RLinf saves and stops by its own
+    rules only, and a notice changes nothing: the run ends as it would without rljob."""
+    launcher = mounted_launcher(tmp_path / "launcher")
+    shadow = shadowed(tmp_path, "rlinf", "rlinf.utils.runner_utils", "save_interval",
+                      "checkpoint_interval")  # fmt: skip
+    script = tmp_path / "main_grpo.py"
+    script.write_text(RLINF_DRIVER)
+    done = run_with(tmp_path, launcher, shadow,
+                    [str(launcher / "ray_node.py"), "driver", "--", str(script)], notice=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("saved")] == [
+        "saved 10", "saved 20"
+    ]  # fmt: skip
+    assert "rlinf.utils.runner_utils.check_progress has no parameter save_interval" in done.stderr
+
+
+def test_a_notice_never_ends_rlinf_as_a_success_when_it_saves_nothing(tmp_path):
+    """runner.save_interval -1: RLinf saves nothing, so the notice cannot be a save. The
+    driver stops with a disruption's message, never 0 after step 1 of 20."""
+    launcher = mounted_launcher(tmp_path / "launcher")
+    script = tmp_path / "main_grpo.py"
+    script.write_text(RLINF_DRIVER.replace("(step, 20, 0, 10, 1.0,", "(step, 20, 0, -1, 1.0,"))
+    done = run_with(tmp_path, launcher, tmp_path,
+                    [str(launcher / "ray_node.py"), "driver", "--", str(script)], notice=True)  # fmt: skip
+    assert done.returncode == 128 + 15, done.stderr
+    said = (tmp_path / "termination-log").read_text()
+    assert said.startswith(contract.STOPPED_ON_NOTICE_MESSAGE)
+    assert "runner.save_interval is -1: RLinf saves no checkpoint" in said
+    written = json.loads((tmp_path / "ckpt" / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())
+    assert written[progress.STEP] == 1 and written[progress.STATUS] == progress.RUNNING
+
+
+def test_rlinfs_save_on_notice_runs_only_the_validation_its_settings_ask_for(loop):
+    """Validation every 5 steps: the save on notice at step 13 runs none (RLinf's own time
+    limit, which the bridge used to stand for, forces one)."""
+    from rlinf.utils.runner_utils import check_progress
+    from rlinf.utils.timers import Timer
+
+    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    timer_finished = bridge.wrap_timer_is_finished(Timer.is_finished, loop)
+    timer = Timer(None)
+    timer.start_time()
+    assert checked(12, 20, 5, 10, 1.0, run_time_exceeded=timer_finished(timer)) == (
+        False, False, False
+    )  # fmt: skip
+    give_notice(loop)
+    exceeded = timer_finished(timer)
+    assert exceeded is True
+    assert checked(13, 20, 5, 10, 1.0, run_time_exceeded=exceeded) == (False, True, False)
+    assert loop.saving_on_notice == 13
+
+
+def test_a_hook_that_finds_its_name_missing_installs_nothing_and_says_why(tmp_path):
+    import types
+
+    loop = bridge.Loop(str(tmp_path / "notice"), str(tmp_path / "ckpt"), "1")
+    module = types.ModuleType("verl.trainer.ppo.v1.trainer_base")
+    module.PPOTrainer = type("PPOTrainer", (), {})
+    hook = next(h for h in bridge.HOOKS if h.name == "PPOTrainer.step")
+    hook.apply(module, loop)
+    assert not hasattr(module.PPOTrainer, "step") and not loop.can_save(bridge.VERL)
+    assert loop.why_unavailable(bridge.VERL).startswith(f"{bridge.version_of('verl')}: ")
+    assert loop.can_save(bridge.RLINF)  # the other framework's save on notice is untouched
+
+
+# --------------------------------------------------------------------------- warnings
+def test_a_checkpoint_request_alone_never_ends_the_driver(tmp_path):
+    """A warning (a spot notice, a node's termination taint) on a gang whose loop has not
+    reported a step yet: the driver runs on, to its own end, and nothing is counted."""
+    request = tmp_path / "checkpoint-request"
+    request.write_text("2026-12-04T10:00:00Z")
+    notice = ray_node.Notice(tmp_path / "notice", 30, str(request))
+    process = driver(tmp_path, seconds=3)
+    code, message = ray_node.supervise_driver(process, notice, lambda: None)
+    assert notice.given_at is not None and not notice.terminated
+    assert (code, message) == (0, None)
+
+
+def test_after_sigterm_the_head_ends_a_driver_that_cannot_save_at_once_and_says_why(tmp_path):
+    notice = ray_node.Notice(tmp_path / "notice", 300, None)
+    process = driver(tmp_path)
+    notice.give("SIGTERM")
+    began = time.monotonic()
+    why = "trainer.save_freq is -1: verl saves no checkpoint"
+    code, message = ray_node.supervise_driver(process, notice, lambda: running(3, why))
+    assert time.monotonic() - began < 10 and code == 128 + 15  # not the grace of 300 s
+    assert message == (f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save: {why}; the last "
+                       "finished step is 3")  # fmt: skip

@@ -1,0 +1,92 @@
+"""Whether a preemption of an RLinf or verl job can be saved on notice: the SaveOnNotice
+condition, and a Warning Event each time it turns False.
+
+Two sources say it cannot:
+- the job's command, at every pass: verl saves no checkpoint unless `trainer.save_freq > 0`
+  (its default is -1), RLinf none with `runner.save_interval <= 0`. A preemption then loses
+  everything the attempt did, and the bridge has no save to ask for;
+- rljob's bridge, in the progress record the last attempt wrote (read at each look at the
+  checkpoints): a hook that found the framework other than it expects (another version),
+  or a setting it read at run time. The framework then ran as it is, and preemptions go
+  back to its last periodic save.
+"""
+
+from __future__ import annotations
+
+from ..api.reasons import ConditionType, EventType, Reason
+from ..api.spec import JobSpec
+from ..api.status import find_condition
+from .plan import LookupResult, Pass
+
+# framework -> (the override that sets its save interval, its default where the framework's
+# own configuration has one that a command without a config of its own gets)
+SAVE_INTERVAL_SETTINGS: dict[str, tuple[str, int | None]] = {
+    "verl": ("trainer.save_freq", -1),
+    "rlinf": ("runner.save_interval", None),  # RLinf's runs name a config of their own
+}
+# Hydra's flags for a configuration of the user's own, which may set the interval.
+CONFIG_FLAGS = ("--config-name", "--config-path", "--config-dir", "-cn", "-cp", "-cd")
+
+
+def override(command: tuple[str, ...], key: str) -> str | None:
+    """The value `key=VALUE` (or `+key=`, `++key=`) sets in a Hydra command line, if any."""
+    value = None
+    for arg in command:
+        name, sep, given = arg.lstrip("+").partition("=")
+        if sep and name == key:
+            value = given  # the last one wins, as in Hydra
+    return value
+
+
+def periodic_saves_off(spec: JobSpec) -> str | None:
+    """Why the job's command saves no checkpoint, where it says so (or leaves verl's default)."""
+    if spec.framework not in SAVE_INTERVAL_SETTINGS:
+        return None
+    key, default = SAVE_INTERVAL_SETTINGS[spec.framework]
+    command = spec.entry_command
+    value = override(command, key)
+    if value is None:
+        own_config = any(arg.split("=")[0] in CONFIG_FLAGS for arg in command)
+        if default is None or own_config:
+            return None  # set where rljob cannot see it: the bridge reads it at run time
+        return f"the command does not set {key}, and {spec.framework}'s default ({default})"
+    try:
+        every = int(value)
+    except ValueError:
+        return None
+    return f"{key}={value}" if every <= 0 else None
+
+
+def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
+    """Set SaveOnNotice from the command and from what the last attempt's bridge said."""
+    current = find_condition(p.status["conditions"], ConditionType.SAVE_ON_NOTICE)
+    off = periodic_saves_off(spec)
+    said = lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
+    if off:
+        key = SAVE_INTERVAL_SETTINGS[spec.framework][0]
+        reason = Reason.PERIODIC_SAVES_OFF
+        message = (f"{off} saves no checkpoint: a preemption loses all the progress of the "
+                   f"attempt, and rljob has no save to ask for; set {key} to a number of "
+                   "steps")  # fmt: skip
+    elif said:
+        reason = Reason.SAVE_ON_NOTICE_UNAVAILABLE
+        message = (f"{said}. The framework runs as it is; a preemption goes back to its last "
+                   "periodic save")  # fmt: skip
+    elif (
+        current is not None
+        and current.get("status") == "False"
+        and (
+            current.get("reason") == Reason.PERIODIC_SAVES_OFF
+            or (lookup is not None and lookup.last_finished_step is not None)
+        )
+    ):
+        p.condition(ConditionType.SAVE_ON_NOTICE, True, Reason.SAVE_ON_NOTICE_AVAILABLE,
+                    "the command saves checkpoints, and nothing said since that rljob "
+                    "cannot save on notice")  # fmt: skip
+        return
+    else:
+        return
+    before = (current or {}).get("status"), (current or {}).get("message")
+    p.condition(ConditionType.SAVE_ON_NOTICE, False, reason, message)
+    if before != ("False", message):
+        p.event(EventType.WARNING, reason, message)
