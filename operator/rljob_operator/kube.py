@@ -260,6 +260,12 @@ class Kube:
                 f"create {obj['kind']} {namespace}/{obj['metadata']['name']}", exc
             ) from exc
 
+    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with _calling(f"get ConfigMap {namespace}/{name}", gone_ok=True):
+            return _data(self.core.read_namespaced_config_map(name, namespace,
+                                                              _preload_content=False))  # fmt: skip
+        return None
+
     def delete_pod(
         self, namespace: str, name: str, grace_seconds: int | None = None
     ) -> dict[str, Any] | None:

@@ -253,6 +253,37 @@ def test_a_template_that_sets_a_part_of_rljobs_fails_the_job_naming_the_field(
     assert trainer_pods(core, namespace) == []
 
 
+@pytest.mark.parametrize("labelled", [True, False], ids=["with-the-jobs-label", "unlabelled"])
+def test_a_configmap_planted_under_the_launchers_name_makes_the_ray_job_refuse_to_start(
+    api_client, core, namespace, operator, labelled
+):
+    """Whoever creates the launcher's ConfigMap first would put the code that every Ray
+    process of the job imports: the job fails, naming it, and no pod mounts it. With the job's
+    labels the planted one is in the operator's cache; without, its create finds it."""
+    from rljob_operator.launcher.ray import launcher_config_map_name
+
+    name = launcher_config_map_name("grpo")
+    labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: "grpo"} if labelled else {}
+    planted = {"metadata": {"name": name, "labels": labels},
+               "data": {"rljob_ray_bridge.py": "import os  # someone else's code"}}  # fmt: skip
+    core.create_namespaced_config_map(namespace, planted)
+    body = copy.deepcopy(JOB)
+    del body["spec"]["nprocPerNode"]  # Ray places one worker per GPU
+    body["spec"]["framework"] = "verl"
+    body["spec"]["command"] = ["python3", "-m", "verl.trainer.main_ppo", "trainer.save_freq=2"]
+    create_job(api_client, namespace, body)
+
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.FAILED), 30, "the job to fail")
+
+    failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "ForeignChild"
+    assert failed["message"].startswith(f"ConfigMap {name} exists and is not the job's own")
+    wait_for(lambda: "ForeignChild" in event_reasons(core, namespace), what="the Event")
+    assert trainer_pods(core, namespace) == []
+    kept = core.read_namespaced_config_map(name, namespace)
+    assert kept.data == planted["data"]  # not rljob's to delete
+
+
 def test_a_spec_over_256_kib_runs_and_the_operator_keeps_no_state_on_the_job(
     api_client, core, namespace, operator
 ):

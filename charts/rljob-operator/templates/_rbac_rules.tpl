@@ -25,10 +25,15 @@ The operator's permissions, derived from its code (docs/install.md explains each
   verbs: [get, list, watch, create, patch, delete]
 # The gang's headless Service (rendezvous) and, for Ray jobs, the ConfigMap of the launcher
 # files its pods mount; the garbage collector removes them with the job. Listed and watched
-# (rljob's own, by label), so that a later gang makes them again only where they went.
+# (rljob's own, by label), so that a later gang makes them again only where they went. A
+# ConfigMap found under the launcher's name on create is read, to refuse one that is not the
+# job's own.
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [list, watch, create]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get]
 # All-or-nothing gangs where the cluster serves the Workload API: a Workload per job (listed
 # and watched, as the Service) and a PodGroup per attempt (the garbage collector removes them
 # with the job); the last attempt's PodGroup is deleted when the next one starts.

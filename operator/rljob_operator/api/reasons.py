@@ -78,6 +78,7 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     INVALID_RESUME_TARGET = "InvalidResumeTarget"
     POD_REJECTED = "PodRejected"
+    FOREIGN_CHILD = "ForeignChild"  # a ConfigMap under the launcher's name is not the job's
     DISRUPTION_BUDGET_EXHAUSTED = "DisruptionBudgetExhausted"
     FAILURE_BUDGET_EXHAUSTED = "FailureBudgetExhausted"
     CHECKPOINT_LOOKUP_FAILED = "CheckpointLookupFailed"

@@ -28,7 +28,7 @@ from ..api.spec import SpecError
 from ..kube import Kube, KubeError, at_once
 from ..launcher.identity import attempt_name
 from ..launcher.inspector import inspector_name
-from ..runtime.cache import ClusterCache
+from ..runtime.cache import ClusterCache, controller_uid
 from ..runtime.events import PostEvent
 from .decide import decide, fail
 from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
@@ -116,10 +116,37 @@ def _fence(kube: Kube, cache: ClusterCache, job: dict[str, Any]) -> None:
                                          meta.get("resourceVersion")))  # fmt: skip
 
 
+class ForeignChild(Exception):
+    """An object under a name the job's own child must have is not the job's: its pods would
+    mount or run what someone else put there."""
+
+
+def not_ours(found: dict[str, Any], wanted: dict[str, Any]) -> str | None:
+    """Why a ConfigMap found under the name of the job's own is not it (another controller,
+    or other contents); None where it is."""
+    owners = {o.get("uid") for o in wanted["metadata"]["ownerReferences"]}
+    if controller_uid(found) not in owners:
+        return "its controller is not the job"
+    if (found.get("data") or {}) != wanted.get("data") or found.get("binaryData"):
+        return "its contents are not what rljob ships"
+    return None
+
+
 def _create_children(kube: Kube, cache: ClusterCache, children: list[dict[str, Any]]) -> None:
-    """Create what a gang's pods name, in the plan's order."""
+    """Create what a gang's pods name, in the plan's order. A ConfigMap that is there already
+    is read and must be the job's own (ForeignChild otherwise), before any pod mounts it."""
     for obj in children:
-        if (created := kube.create(obj)) and obj["kind"] in c.SHARED_KINDS:
+        created = kube.create(obj)
+        meta = obj["metadata"]
+        if created is None and obj["kind"] == "ConfigMap":
+            found = kube.get_config_map(meta["namespace"], meta["name"])
+            why = not_ours(found, obj) if found else None
+            if why:
+                raise ForeignChild(f"ConfigMap {meta['name']} exists and is not the job's own "
+                                   f"({why}); rljob will not mount it into the job's pods. "
+                                   "Delete it, then the job, and create the job again")  # fmt: skip
+            created = found
+        if created and obj["kind"] in c.SHARED_KINDS:
             cache.on_shared(obj["kind"], None, created)
 
 
@@ -239,12 +266,16 @@ def reconcile(
     attempt = (job.get("status") or {}).get("attempt", 0)
     admission = cache.admission(namespace, attempt_name(name, attempt))
     moment = now or datetime.now(UTC)
+    shared = cache.shared_of(namespace, name, job["metadata"].get("uid") or None)
     snap = take_snapshot(job, pods, {}, moment, kube.serves_workload_api, admission, scheduler_wait,
-                         shared=cache.shared_of(namespace, name))  # fmt: skip
+                         shared=shared)  # fmt: skip
     snap = replace(snap, nodes=_nodes_of(kube, cache, snap.trainers))
     plan = plan_pass(snap, finder)
     plan_boost_write(plan, snap, finder, cache)
     try:
+        apply(kube, cache, job, plan, tell)
+    except ForeignChild as exc:
+        plan = fail(snap, Reason.FOREIGN_CHILD, str(exc))
         apply(kube, cache, job, plan, tell)
     except KubeError as exc:
         refused = exc.status in (400, 422) or exc.refused_by_admission

@@ -213,10 +213,20 @@ class ClusterCache:
             if not self._shared_by_job[job]:
                 del self._shared_by_job[job]
 
-    def shared_of(self, namespace: str, job: str) -> frozenset[tuple[str, str]]:
-        """The (kind, name) of the job's Services, ConfigMaps and Workloads that exist."""
+    def shared_of(
+        self, namespace: str, job: str, uid: str | None = None
+    ) -> frozenset[tuple[str, str]]:
+        """The (kind, name) of the job's Services, ConfigMaps and Workloads that exist; with
+        `uid`, only those the job with that uid controls. One that only carries the job's
+        label is left out, so that the pass creates it, and finds on its create who owns it."""
         with self._lock:
-            return frozenset(self._shared_by_job.get((namespace, job), ()))
+            found = self._shared_by_job.get((namespace, job), ())
+            if uid is None:
+                return frozenset(found)
+            return frozenset(
+                (kind, name) for kind, name in found
+                if controller_uid(self._shared[kind].objects[(namespace, name)]) == uid
+            )  # fmt: skip
 
     # ------------------------------------------------------------------ Kueue
     def on_admission(self, event_type: str | None, workload: dict[str, Any]) -> Key | None:
@@ -296,10 +306,20 @@ class ClusterCache:
 
 
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the cache keeps of a shared child: who it is, and whose."""
+    """What the cache keeps of a shared child: who it is, and whose (its label, and the uid of
+    its controller, which only the owner's own creates can know ahead)."""
     meta = obj["metadata"]
-    return {"metadata": {k: meta[k] for k in ("namespace", "name", "resourceVersion", "labels")
-                         if k in meta}}  # fmt: skip
+    kept = {k: meta[k] for k in ("namespace", "name", "resourceVersion", "labels") if k in meta}
+    controller = controller_uid(obj)
+    if controller:
+        kept["ownerReferences"] = [{"uid": controller, "controller": True}]
+    return {"metadata": kept}
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    """The uid of the object's controller (its owner reference marked controller), if any."""
+    owners = obj["metadata"].get("ownerReferences") or []
+    return next((o.get("uid") for o in owners if o.get("controller")), None)
 
 
 def _job_of(pod: dict[str, Any]) -> Key | None:

@@ -178,3 +178,16 @@ def test_kueue_says_why_a_pod_group_waits_and_wakes_its_job_only_when_that_chang
 
     assert cache.on_admission("ADDED", kueue_workload("other-a0", inadmissible)) is None  # no job
     assert cache.on_admission("ADDED", kueue_workload("pod-1234", inadmissible)) is None
+
+
+def test_with_the_jobs_uid_only_the_shared_children_it_controls_count():
+    """A ConfigMap that carries the job's label but was made by someone else is left out: the
+    pass creates the job's own, and its create finds who owns the one there."""
+    cache = ClusterCache()
+    ours, planted = pod("a-launcher", "a", None, rv=2), pod("a", "a", None, rv=3)
+    ours["metadata"]["ownerReferences"] = [{"uid": "uid-a", "controller": True, "name": "a"}]
+    planted["metadata"]["ownerReferences"] = [{"uid": "uid-b", "controller": True, "name": "b"}]
+    cache.on_shared("ConfigMap", "ADDED", ours)
+    cache.on_shared("Service", "ADDED", planted)
+    assert cache.shared_of("ns", "a", "uid-a") == {("ConfigMap", "a-launcher")}
+    assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher"), ("Service", "a")}
