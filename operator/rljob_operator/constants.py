@@ -14,9 +14,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 SCHEDULING_GROUP = "scheduling.k8s.io"
 SCHEDULING_VERSION = "v1alpha2"
 SCHEDULING_PLURALS = {"Workload": "workloads", "PodGroup": "podgroups"}
-# What a job owns across its attempts (its headless Service, the Ray launcher's ConfigMap, its
-# Workload): made with the first gang, and again by a later gang only where the cache lacks it.
-SHARED_KINDS = ("Service", "ConfigMap", "Workload")
+# What a job owns across its attempts (its headless Service, the Ray launcher's ConfigMap and
+# NetworkPolicy, its Workload): made with the first gang, and again by a later gang only where
+# the cache lacks it.
+SHARED_KINDS = ("Service", "ConfigMap", "NetworkPolicy", "Workload")
 
 # Kueue: a job labeled with a LocalQueue has each attempt's pods admitted as one pod group.
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

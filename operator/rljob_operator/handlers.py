@@ -136,6 +136,13 @@ async def config_map_changed(
     memo.controller.shared_event("ConfigMap", type, event["object"])
 
 
+@kopf.on.event("networking.k8s.io", "v1", "networkpolicies", labels=OWNED)
+async def network_policy_changed(
+    type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
+    memo.controller.shared_event("NetworkPolicy", type, event["object"])
+
+
 @kopf.on.event(c.SCHEDULING_GROUP, c.SCHEDULING_VERSION, "workloads", labels=OWNED)
 async def workload_changed(
     type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any

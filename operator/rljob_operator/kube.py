@@ -125,6 +125,7 @@ class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.networking = client.NetworkingV1Api(api)
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         with _calling(f"get {c.KIND} {namespace}/{name}", gone_ok=True):
@@ -151,7 +152,7 @@ class Kube:
         return self._list("pods", self.core.list_namespaced_pod, namespace, label_selector=selector)
 
     def list_shared(self, kind: str, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
-        """rljob's Services, ConfigMaps or Workloads (the managed-by label)."""
+        """rljob's Services, ConfigMaps, NetworkPolicies or Workloads (the managed-by label)."""
         selector = f"{c.LABEL_MANAGED_BY}={c.MANAGED_BY}"
         if kind == "Workload":
             plural = c.SCHEDULING_PLURALS[kind]
@@ -166,6 +167,8 @@ class Kube:
                         self.core.list_namespaced_service),
             "ConfigMap": (self.core.list_config_map_for_all_namespaces,
                           self.core.list_namespaced_config_map),
+            "NetworkPolicy": (self.networking.list_network_policy_for_all_namespaces,
+                              self.networking.list_namespaced_network_policy),
         }  # fmt: skip
         every, one = calls[kind]
         what = f"{kind.lower()}s"
@@ -235,7 +238,8 @@ class Kube:
             )
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        """Create a Pod, Service, ConfigMap, Workload or PodGroup; the object as stored, or
+        """Create a Pod, Service, ConfigMap, NetworkPolicy, Workload or PodGroup; the object as
+        stored, or
         None when one of that name exists already."""
         namespace = obj["metadata"]["namespace"]
         try:
@@ -251,6 +255,7 @@ class Kube:
                 "Pod": self.core.create_namespaced_pod,
                 "Service": self.core.create_namespaced_service,
                 "ConfigMap": self.core.create_namespaced_config_map,
+                "NetworkPolicy": self.networking.create_namespaced_network_policy,
             }[obj["kind"]]
             return _data(create(namespace, obj, _preload_content=False))
         except ApiException as exc:

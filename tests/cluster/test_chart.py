@@ -176,6 +176,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         (("",), ("pods",), ("get", "list", "watch", "create", "patch", "delete"), ()),
         (("",), ("services", "configmaps"), ("list", "watch", "create"), ()),
         (("",), ("configmaps",), ("get",), ()),  # one found on create: is it the job's own?
+        (("networking.k8s.io",), ("networkpolicies",), ("list", "watch", "create"), ()),
         (("scheduling.k8s.io",), ("workloads",), ("list", "watch", "create"), ()),
         (("scheduling.k8s.io",), ("podgroups",), ("create",), ()),
         (("scheduling.k8s.io",), ("podgroups",), ("delete",), ()),
@@ -187,7 +188,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
     clusterwide = render("--set", "watchAllNamespaces=true")
     assert not rules(clusterwide, "Role")
     assert set(rules(clusterwide, "ClusterRole")) == {
-        *rules(namespaced, "Role")[:11],
+        *rules(namespaced, "Role")[:12],
         (("kopf.dev",), ("clusterkopfpeerings",), ("list", "watch"), ()),
         (("kopf.dev",), ("clusterkopfpeerings",), ("patch",), ("rljob-system-rljob-operator",)),
         *rules(namespaced, "ClusterRole")[:2],

@@ -253,6 +253,19 @@ def test_a_template_that_sets_a_part_of_rljobs_fails_the_job_naming_the_field(
     assert trainer_pods(core, namespace) == []
 
 
+def ray_job_body(name="grpo"):
+    body = copy.deepcopy(JOB)
+    body["metadata"]["name"] = name
+    del body["spec"]["nprocPerNode"]  # Ray places one worker per GPU
+    body["spec"]["framework"] = "verl"
+    body["spec"]["command"] = ["python3", "-m", "verl.trainer.main_ppo", "trainer.save_freq=2"]
+    return body
+
+
+def selects(selector, labels):
+    return selector["matchLabels"].items() <= (labels or {}).items()
+
+
 @pytest.mark.parametrize("labelled", [True, False], ids=["with-the-jobs-label", "unlabelled"])
 def test_a_configmap_planted_under_the_launchers_name_makes_the_ray_job_refuse_to_start(
     api_client, core, namespace, operator, labelled
@@ -267,11 +280,7 @@ def test_a_configmap_planted_under_the_launchers_name_makes_the_ray_job_refuse_t
     planted = {"metadata": {"name": name, "labels": labels},
                "data": {"rljob_ray_bridge.py": "import os  # someone else's code"}}  # fmt: skip
     core.create_namespaced_config_map(namespace, planted)
-    body = copy.deepcopy(JOB)
-    del body["spec"]["nprocPerNode"]  # Ray places one worker per GPU
-    body["spec"]["framework"] = "verl"
-    body["spec"]["command"] = ["python3", "-m", "verl.trainer.main_ppo", "trainer.save_freq=2"]
-    create_job(api_client, namespace, body)
+    create_job(api_client, namespace, ray_job_body())
 
     job = wait_for(lambda: phase_is(api_client, namespace, Phase.FAILED), 30, "the job to fail")
 
@@ -282,6 +291,37 @@ def test_a_configmap_planted_under_the_launchers_name_makes_the_ray_job_refuse_t
     assert trainer_pods(core, namespace) == []
     kept = core.read_namespaced_config_map(name, namespace)
     assert kept.data == planted["data"]  # not rljob's to delete
+
+
+def test_a_ray_gangs_networkpolicy_admits_its_own_pods_and_no_other(
+    api_client, core, namespace, operator
+):
+    """This control plane runs no network plugin that enforces NetworkPolicy (docs/testenv.md):
+    the test asserts what the API server stores, and what its selectors take in: every pod of
+    the gang, and as peers only those, not the pods of another Ray job beside it."""
+    create_job(api_client, namespace, ray_job_body("grpo"))
+    create_job(api_client, namespace, ray_job_body("other"))
+    networking = client.NetworkingV1Api(api_client)
+
+    def policies():
+        found = networking.list_namespaced_network_policy(namespace).items
+        return found if len(found) == 2 else None
+
+    stored = {p.metadata.name: api_client.sanitize_for_serialization(p)
+              for p in wait_for(policies, 30, "a NetworkPolicy per job")}  # fmt: skip
+    pods = wait_for(lambda: (lambda ps: ps if len(ps) == 4 else None)(trainer_pods(core, namespace)),
+                    30, "both gangs")  # fmt: skip
+    policy = stored["grpo-ray-gang"]
+    assert policy["metadata"]["ownerReferences"][0]["name"] == "grpo"
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert "ports" not in rule  # every port of the gang, to the gang
+    (peer,) = rule["from"]
+    ours = [p for p in pods if selects(policy["spec"]["podSelector"], p.metadata.labels)]
+    admitted = [p for p in pods if selects(peer["podSelector"], p.metadata.labels)]
+    assert [p.metadata.name for p in ours] == [p.metadata.name for p in admitted]
+    assert {p.metadata.labels[c.LABEL_JOB] for p in ours} == {"grpo"} and len(ours) == 2
+    assert "namespaceSelector" not in peer  # the job's namespace only
 
 
 def test_a_spec_over_256_kib_runs_and_the_operator_keeps_no_state_on_the_job(

@@ -34,6 +34,10 @@ The operator's permissions, derived from its code (docs/install.md explains each
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get]
+# Ray gangs: a NetworkPolicy per job that admits the gang's ports from its own pods only.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch, create]
 # All-or-nothing gangs where the cluster serves the Workload API: a Workload per job (listed
 # and watched, as the Service) and a PodGroup per attempt (the garbage collector removes them
 # with the job); the last attempt's PodGroup is deleted when the next one starts.

@@ -41,6 +41,13 @@ class Launcher(Protocol):
         """A ConfigMap the pods mount, if the launcher ships files into them."""
         ...
 
+    def network_policy(
+        self, job: str, namespace: str, metadata: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """A NetworkPolicy that closes the gang's ports to all but its own pods, where they
+        would otherwise let anyone run code in them."""
+        ...
+
 
 LAUNCHERS: dict[str, Launcher] = {"torchrun": torchrun, "ray": ray}
 

@@ -236,6 +236,12 @@ def desired_launcher_config_map(spec: JobSpec, job: JobRef) -> dict[str, Any] | 
     return launcher_of(spec).config_map(job.name, job.namespace, metadata)
 
 
+def desired_network_policy(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
+    """The gang's NetworkPolicy, where its launcher has one (launcher.ray)."""
+    metadata = {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
+    return launcher_of(spec).network_policy(job.name, job.namespace, metadata)
+
+
 def desired_service(spec: JobSpec, job: JobRef) -> dict[str, Any]:
     """Headless, and publishing not-ready addresses so rendezvous resolves before readiness."""
     return {

@@ -19,6 +19,7 @@ from typing import Any
 
 import rljob_contract
 
+from .. import constants as c
 from ..api.spec import JobSpec
 from . import ray_node, rljob_ray_bridge
 
@@ -66,6 +67,24 @@ def config_map(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, 
         "kind": "ConfigMap",
         "metadata": {"name": launcher_config_map_name(job), "namespace": namespace, **metadata},
         "data": {config_map_key(path): text for path, text in launcher_files().items()},
+    }
+
+
+def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """Ray's ports answer the job's own pods only. Whoever reaches a head's dashboard or GCS
+    can submit a Ray job, that is run code inside the training pods, and Ray listens on every
+    address of the pod. Ingress only: the pods still reach DNS, storage and the internet.
+    `kubectl port-forward` reaches the pod from inside it, so the dashboard stays at hand."""
+    own = {"matchLabels": {c.LABEL_JOB: job, c.LABEL_MANAGED_BY: c.MANAGED_BY}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{job}-ray-gang", "namespace": namespace, **metadata},
+        "spec": {
+            "podSelector": own,
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": own}]}],
+        },
     }
 
 

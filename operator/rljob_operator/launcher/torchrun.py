@@ -68,3 +68,7 @@ def service_ports(spec: JobSpec) -> dict[str, int]:
 
 def config_map(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
     return None
+
+
+def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
+    return None

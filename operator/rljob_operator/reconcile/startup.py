@@ -18,6 +18,7 @@ from ..launcher.pods import (
     Placement,
     ResumeTarget,
     desired_launcher_config_map,
+    desired_network_policy,
     desired_pods,
     desired_service,
 )
@@ -100,7 +101,8 @@ def _create_gang(
         return
     scheduling = gang.desired_objects(spec, p.ref, attempt) if group else []
     launcher = desired_launcher_config_map(spec, p.ref)
-    children = [desired_service(spec, p.ref), *([launcher] if launcher else []), *scheduling]
+    policy = desired_network_policy(spec, p.ref)
+    children = [desired_service(spec, p.ref), *(o for o in (launcher, policy) if o), *scheduling]
     # What outlives an attempt (c.SHARED_KINDS) is made again only where it went: a create
     # that finds it there costs a request too.
     p.plan.create = [obj for obj in children if (obj["kind"], obj["metadata"]["name"])

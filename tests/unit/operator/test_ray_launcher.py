@@ -14,6 +14,7 @@ from rljob_operator.launcher import ray, ray_node
 from rljob_operator.launcher.pods import (
     ResumeTarget,
     desired_launcher_config_map,
+    desired_network_policy,
     desired_pods,
     desired_service,
 )
@@ -127,6 +128,24 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
     assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_contract/__init__.py",
             "rljob_contract/progress.py"} <= set(ray.launcher_files())  # fmt: skip
     assert desired_launcher_config_map(parse_spec(make_job()["spec"]), ref) is None  # torchrun
+
+
+def test_a_ray_gangs_ports_admit_only_the_jobs_own_pods():
+    """Ray's dashboard and GCS run whatever job they are sent: the NetworkPolicy selects every
+    pod of the job and admits ingress from those pods alone; torchrun gangs get none."""
+    job = make_job(**VERL)
+    ref = job_ref(job)
+    policy = desired_network_policy(parse_spec(job["spec"]), ref)
+    own = {"matchLabels": {"rljob.io/job-name": ref.name,
+                           "app.kubernetes.io/managed-by": "rljob-operator"}}  # fmt: skip
+    assert policy["spec"] == {
+        "podSelector": own, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": own}]}]
+    }  # fmt: skip
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == ref.uid
+    for pod in render():  # the selector takes in every pod of the gang
+        labels = pod["metadata"]["labels"]
+        assert own["matchLabels"].items() <= labels.items()
+    assert desired_network_policy(parse_spec(make_job()["spec"]), ref) is None  # torchrun
 
 
 def test_no_ray_pod_carries_the_launcher_source_in_its_command():
