@@ -207,6 +207,24 @@ def test_verl_tracker_ahead_or_at_a_deleted_folder_is_not_trusted(tmp_path, trac
     assert find_latest(tmp_path).step == 150
 
 
+def test_verls_async_save_without_a_tracker_resumes_from_the_newest_complete_folder(tmp_path):
+    """verl's issue #7952: with async_save the trainer never writes the run's tracker, and
+    verl's own resume_mode=auto then starts again from step 0. rljob does not read the tracker
+    to name a folder: it takes the newest complete one, and passes over the one still being
+    written (no data.pt yet, as verl writes it after the actor's shards)."""
+    build_verl_fsdp(tmp_path, 100)
+    build_verl_fsdp(tmp_path, 150)
+    build_verl_fsdp(tmp_path, 200, "no_data_pt")
+    before = snapshot(tmp_path)
+    assert not (tmp_path / "latest_checkpointed_iteration.txt").exists()
+
+    result = find_latest(tmp_path)
+
+    assert (result.step, result.layout) == (150, "verl-fsdp")
+    assert result.rejected[0].step == 200 and "data.pt" in result.rejected[0].verdict.reason
+    assert snapshot(tmp_path) == before  # read only
+
+
 def test_verl_folders_emptied_by_retention_are_skipped(tmp_path):
     build_verl_fsdp(tmp_path, 100, "only_data_pt_left")
     build_verl_fsdp(tmp_path, 150)
