@@ -25,6 +25,7 @@ PROGRESS_FILE_NAMES = (PROGRESS_FILE_NAME, FRAMEWORK_PROGRESS_FILE_NAME)
 
 STEP = "step"  # the last finished step
 STEP_SECONDS = "step_seconds"  # the mean step time of the attempt that wrote it
+SAVE_SECONDS = "save_seconds"  # RLinf, verl: a save's mean time, as rljob's bridge measured it
 # Why rljob cannot save on notice in this run (the bridge's hooks found the framework other
 # than they expect, or its settings save nothing); absent or null where it can.
 SAVE_ON_NOTICE_UNAVAILABLE = "save_on_notice_unavailable"
@@ -44,6 +45,7 @@ def progress_record(
     status: str,
     step_seconds: float | None = None,
     save_on_notice_unavailable: str | None = None,
+    save_seconds: float | None = None,
 ) -> dict[str, object]:
     now = time.time()
     record: dict[str, object] = {
@@ -56,6 +58,8 @@ def progress_record(
     }
     if save_on_notice_unavailable:
         record[SAVE_ON_NOTICE_UNAVAILABLE] = save_on_notice_unavailable
+    if save_seconds:
+        record[SAVE_SECONDS] = save_seconds
     return record
 
 

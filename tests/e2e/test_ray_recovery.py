@@ -169,6 +169,52 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     assert_nothing_left(pool, port, api_client, core, namespace, JOB)
 
 
+@pytest.mark.parametrize(
+    ("framework", "when"), [("verl", "model-load"), ("rlinf", "mid-run")]
+)  # fmt: skip
+def test_an_early_warning_on_the_workers_node_is_no_failure_and_loses_no_step(
+    framework, when, api_client, core, namespace, rng, agents, claim, priority_classes,
+    e2e_operator, ray_references,
+):  # fmt: skip
+    """The worker's node gets a termination taint (a spot notice): rljob asks every pod of the
+    gang to save, and nothing is stopped yet. Whether the warning comes while the driver is
+    still setting up (no step has run: the head used to end the driver at once, exit 143 on a
+    healthy node, a failure) or in the middle of the run, the framework saves the step it
+    finishes through its own path, the gang comes back on the spare node from that save, and
+    no failure is counted."""
+    low, _ = priority_classes
+    want = ray_references(framework)
+    pool = agents(3, gpus=1)  # one spare node, for the gang off the tainted one
+    port = free_port()
+    checkpoints = claim / JOB / checkpoint_subdir(framework)
+    create_job(api_client, namespace, ray_job(JOB, framework, namespace, port, low))
+    worker = running_gang(core, namespace, 0, 2)[WORKER]
+    if when == "mid-run":
+        at = rng.randint(EVERY + 1, 7)
+        wait_for(lambda: reported(checkpoints) >= (0, at), 180, f"the loop's step {at}")
+    taint = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+    core.patch_node(worker.spec.node_name, {"spec": {"taints": [taint]}})
+    running_gang(core, namespace, 1, 2, timeout=300)
+    job = wait_succeeded(api_client, namespace, JOB, timeout=300)
+
+    st = job["status"]
+    assert (st["preemptions"], st["failures"]) == (1, 0)
+    (recovery,) = st["recoveries"]
+    assert (recovery["kind"], recovery["reason"]) == ("Disruption", "CheckpointedOnRequest")
+    assert recovery["lostSteps"] == 0
+    saved = recovery["resumedFromStep"]
+    assert saved == recovery["lastFinishedStep"] >= 1
+    before = attempts_of(pool.records(), JOB)[0][0].log()
+    assert last(SAVED_ON_NOTICE, before) == saved
+    assert_same_state(final_state(framework, checkpoints), want)
+    REPORTS.append(
+        f"{framework}-shaped Ray job, the worker's node tainted ({when}): saved step {saved} on "
+        "the checkpoint request, resumed from it on the spare node, 0 steps lost, 0 failures; "
+        "final state equal to an uninterrupted run"
+    )
+    assert_nothing_left(pool, port, api_client, core, namespace, JOB)
+
+
 @pytest.mark.parametrize("framework", ["verl", "rlinf"])
 def test_a_save_on_notice_too_slow_for_the_grace_goes_back_to_the_last_periodic_save(
     framework, api_client, core, namespace, rng, agents, claim, priority_classes, e2e_operator,

@@ -231,6 +231,9 @@ class BridgeReport:
     status: str
     step: int  # the last finished step
     unavailable: str | None = None  # why the framework cannot save on notice here
+    step_seconds: float | None = None  # a step's mean time, without its save
+    save_seconds: float | None = None  # a save's mean time, where the bridge measured one
+    finished_at: float | None = None  # when the last step finished (Unix time)
 
 
 def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> BridgeReport | None:
@@ -250,7 +253,31 @@ def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> BridgeRepo
     why = record.get(progress.SAVE_ON_NOTICE_UNAVAILABLE)
     if not isinstance(status, str) or not isinstance(step, int):
         return None
-    return BridgeReport(status, step, why if isinstance(why, str) and why else None)
+    step_seconds, save_seconds, finished_at = (
+        _positive(record.get(key))
+        for key in (progress.STEP_SECONDS, progress.SAVE_SECONDS, progress.UNIX_TIME)
+    )
+    why = why if isinstance(why, str) and why else None
+    return BridgeReport(status, step, why, step_seconds, save_seconds, finished_at)
+
+
+def _positive(value: object) -> float | None:
+    good = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return float(value) if good else None  # type: ignore[arg-type]
+
+
+def save_cannot_fit(seen: BridgeReport, seconds_left: float, now: float) -> str | None:
+    """Why the rest of the step and a save cannot end within `seconds_left`, from the bridge's
+    measured times (`now`: Unix time); None where they can, or where they are not known."""
+    if seen.step_seconds is None or seen.save_seconds is None or seen.finished_at is None:
+        return None
+    rest = max(0.0, seen.step_seconds - (now - seen.finished_at))
+    needed = rest + seen.save_seconds
+    if needed <= seconds_left:
+        return None
+    return (f"the rest of the step and a save need about {needed:.0f} s (a step takes "
+            f"{seen.step_seconds:.0f} s, a save {seen.save_seconds:.0f} s), more than the "
+            f"{max(0.0, seconds_left):.0f} s left")  # fmt: skip
 
 
 def _end_group(process: subprocess.Popen, wait: float) -> None:
@@ -281,6 +308,7 @@ def supervise_driver(
     through the bridge, or the bridge says why it cannot save), or when the grace period is
     nearly spent. (exit code, termination message)."""
     margin = stop_margin(notice.grace)
+    judged = False  # whether a save can still fit was asked, once, at SIGTERM
     while driver.poll() is None:
         notice.poll_request()
         if notice.given_at is not None:
@@ -299,6 +327,9 @@ def supervise_driver(
                 why = seen.unavailable
             elif notice.seconds_left(margin) <= 0:
                 why = f"the driver did not save within {notice.limit()}"
+            elif not judged and not notice.requested:  # a save asked for earlier is under way
+                judged = True
+                why = save_cannot_fit(seen, notice.seconds_left(margin), time.time())
             if why:
                 _end_group(driver, stop_wait(notice))
                 last = f"; the last finished step is {seen.step}" if seen else ""

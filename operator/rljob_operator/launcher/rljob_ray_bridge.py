@@ -74,6 +74,7 @@ VERL_EXPIRATION = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 # plus a save) and still ahead of now when verl compares, a moment later.
 VERL_EXPIRATION_AHEAD_SECONDS = 1.0
 VERL_STEP_TIME = "timing_s/step"  # in the metrics of every training step verl logs
+VERL_SAVE_TIME = "timing_s/save_checkpoint"  # and of each step that saved (part of the step's)
 
 
 class Loop:
@@ -91,7 +92,10 @@ class Loop:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.attempt = int(attempt) if attempt and attempt.isdigit() else None
         self.step_ended: float | None = None
-        self.step_seconds: list[float] = []
+        self.step_seconds: list[float] = []  # the steps' own times, without their saves
+        self.save_seconds: list[float] = []  # the saves' times, where the framework says them
+        self.with_save: list[float] = []  # RLinf: the times between steps that held a save
+        self.saved_last_step = False  # RLinf: the step before this one saved
         self.saving_on_notice: int | None = None  # the step the framework saves on notice
         self.unavailable: dict[str, list[str]] = {}  # framework -> why, in the order found
         self.save_paths_seen: set[str] = set()  # frameworks whose save-on-notice hook ran
@@ -116,18 +120,39 @@ class Loop:
                   flush=True)  # fmt: skip
 
     def finished(
-        self, step: int, framework: str, seconds: float | None = None, measure: bool = False
+        self,
+        step: int,
+        framework: str,
+        seconds: float | None = None,
+        measure: bool = False,
+        save_seconds: float | None = None,
     ) -> None:
-        """Step `step` is done: record it for the operator, with its time when given, or
-        when `measure`d from the end of the step before (the first one has no such end)."""
+        """Step `step` is done: record it for the operator, with its time when given (and the
+        part of it its save took), or when `measure`d from the end of the step before (the
+        first one has no such end; one after a save holds that save)."""
         now = time.monotonic()
         if seconds is None and measure and self.step_ended is not None:
             seconds = now - self.step_ended
+            if self.saved_last_step:
+                self.with_save.append(seconds)
+                seconds = None
+        if save_seconds:
+            self.save_seconds.append(save_seconds)
+            seconds = seconds - save_seconds if seconds and seconds > save_seconds else seconds
         if seconds:
             self.step_seconds.append(seconds)
         self.step_ended = now
         self.framework = framework
         self.write(step, progress.RUNNING)
+
+    def mean_save_seconds(self) -> float | None:
+        """A save's time: as the framework timed it (verl), else what the steps that held a
+        save took more than the others (RLinf)."""
+        if self.save_seconds:
+            return mean(self.save_seconds)
+        steps, with_save = mean(self.step_seconds), mean(self.with_save)
+        extra = with_save - steps if steps is not None and with_save is not None else None
+        return extra if extra is not None and extra > 0 else None
 
     def why_unavailable(self, framework: str) -> str | None:
         whys = list(self.unavailable.get(framework, ()))
@@ -141,10 +166,10 @@ class Loop:
     def write(self, step: int, status: str) -> None:
         if self.checkpoint_dir is None:
             return
-        mean = sum(self.step_seconds) / len(self.step_seconds) if self.step_seconds else None
         record = progress.progress_record(
-            step, self.attempt, status, mean, self.why_unavailable(self.framework)
-        )
+            step, self.attempt, status, mean(self.step_seconds),
+            self.why_unavailable(self.framework), self.mean_save_seconds(),
+        )  # fmt: skip
         progress.write_progress(self.checkpoint_dir, record, progress.FRAMEWORK_PROGRESS_FILE_NAME)
 
 
@@ -177,6 +202,10 @@ def report_saved(loop: Loop, hold: Callable[[], Any]) -> None:
     print(f"rljob: saved step {loop.saving_on_notice} on notice; waiting to be stopped",
           flush=True)  # fmt: skip
     hold()
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def positive(value: object) -> bool:
@@ -214,12 +243,14 @@ def wrap_check_progress(
             failed(loop, RLINF, exc)
             return check_progress(*args, **kwargs)
         result = check_progress(*args, **kwargs)
+        loop.saved_last_step = bool(result[1])
         if not loop.notice() or not loop.can_save(RLINF):
             return result
         run_val, _, is_train_end = result
         if is_train_end:
             return result  # RLinf saves the last step and ends the run itself
         loop.saving_on_notice = step
+        loop.saved_last_step = True
         print(f"rljob: notice: RLinf saves step {step} and stops", flush=True)
         return run_val, True, is_train_end
 
@@ -306,8 +337,9 @@ def wrap_tracking_log(log: Callable[..., Any], loop: Loop = LOOP, hold: Callable
             data, step = call.arguments["data"], call.arguments["step"]
             if not isinstance(data, dict) or VERL_STEP_TIME not in data:
                 return result  # not a training step's metrics: the validation before training
-            seconds = data[VERL_STEP_TIME]
-            loop.finished(step, VERL, seconds if positive(seconds) else None)
+            seconds, save = data[VERL_STEP_TIME], data.get(VERL_SAVE_TIME)
+            loop.finished(step, VERL, seconds if positive(seconds) else None,
+                          save_seconds=save if positive(save) else None)  # fmt: skip
         except Exception as exc:
             failed(loop, VERL, exc)
             return result

@@ -490,3 +490,58 @@ def test_after_sigterm_the_head_ends_a_driver_that_cannot_save_at_once_and_says_
     assert time.monotonic() - began < 10 and code == 128 + 15  # not the grace of 300 s
     assert message == (f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save: {why}; the last "
                        "finished step is 3")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- a save that cannot fit
+def test_verls_step_and_save_times_are_recorded_apart(loop):
+    log = bridge.wrap_tracking_log(Tracking.log, loop, hold=hold)
+    tracking = Tracking(project_name="rljob", experiment_name="unit", default_backend=[])
+    log(tracking, {"timing_s/step": 10.0}, 1)
+    log(tracking, {"timing_s/step": 50.0, "timing_s/save_checkpoint": 40.0}, 2)  # saved
+    written = record(loop)
+    assert (written[progress.STEP_SECONDS], written[progress.SAVE_SECONDS]) == (10.0, 40.0)
+
+
+def test_rlinfs_save_time_is_what_the_steps_after_a_save_took_more(loop, monkeypatch):
+    from rlinf.utils.runner_utils import check_progress
+
+    clock = iter([0.0, 2.0, 4.0, 11.0, 13.0])  # steps of 2 s; step 3 saved for 5 s after it
+    monkeypatch.setattr(bridge.time, "monotonic", lambda: next(clock))
+    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    for step in range(1, 6):
+        checked(step, 20, 0, 3, 1.0, run_time_exceeded=False)
+    written = record(loop)
+    assert (written[progress.STEP_SECONDS], written[progress.SAVE_SECONDS]) == (2.0, 5.0)
+
+
+@pytest.mark.parametrize(
+    ("step", "save", "ago", "left", "fits"),
+    [
+        (60, 30, 10, 100, True),  # 50 s of step and 30 s of save in 100 s
+        (60, 30, 10, 70, False),
+        (60, 30, 90, 40, True),  # the step should be done: only the save is left
+        (None, 30, 10, 1, True),  # nothing known: the head waits, as before
+    ],
+)  # fmt: skip
+def test_the_head_judges_from_the_measured_times_whether_a_save_can_fit(step, save, ago, left, fits):
+    now = 1_000_000.0
+    seen = ray_node.BridgeReport(progress.RUNNING, 7, None, step, save, now - ago)
+    why = ray_node.save_cannot_fit(seen, left, now)
+    assert (why is None) == fits
+    if not fits:
+        assert why.startswith("the rest of the step and a save need about")
+
+
+def test_after_sigterm_the_head_stops_holding_a_gang_whose_save_cannot_fit(tmp_path):
+    """Steps of 2 minutes, saves of 1, a grace of 30 s: the head says so at once and stops
+    the gang, instead of holding its nodes for the whole grace and falling back anyway."""
+    notice = ray_node.Notice(tmp_path / "notice", 30, None)
+    process = driver(tmp_path)
+    seen = ray_node.BridgeReport(progress.RUNNING, 7, None, 120.0, 60.0, time.time() - 5)
+    notice.give("SIGTERM")
+    began = time.monotonic()
+    code, message = ray_node.supervise_driver(process, notice, lambda: seen)
+    assert time.monotonic() - began < 10 and code == 128 + 15
+    assert message.startswith(f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save: the rest of "
+                              "the step and a save need about 175 s")  # fmt: skip
+    assert message.endswith("; the last finished step is 7")
