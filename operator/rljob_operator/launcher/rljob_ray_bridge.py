@@ -39,9 +39,11 @@ checkpoint folders:
     which verl's own rule does when MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP is near
     and one step has finished. After a notice the hook sets that time a moment ahead
     before verl's check.
-  Either way, at the training step's `Tracking.log` the hook reports the save and holds the
-  loop until ray_node.py ends the driver (a log without the step's `timing_s/step`, such as
-  the validation before training, is no step). Both need `trainer.save_freq > 0`
+  Either way, right after verl's `_save_checkpoint` returns the hook reports the save and
+  holds the loop until ray_node.py ends the driver (where a trainer overrides
+  `_save_checkpoint`, at the step's `Tracking.log`). `Tracking.log` reports every training
+  step (a log without the step's `timing_s/step`, such as the validation before training, is
+  no step). Both need `trainer.save_freq > 0`
   (verl's default, -1, saves nothing), and the last step saves and ends the run by verl's
   own rule.
 Both hooks write the step each step finishes (and the step time) to rljob-progress.json
@@ -307,9 +309,11 @@ def v1_saves_on_notice(trainer: Any, loop: Loop) -> bool:
     return step % save_freq != 0  # else verl's periodic save of this step comes next
 
 
-def wrap_v1_step(step: Callable[..., Any], loop: Loop = LOOP):
+def wrap_v1_step(step: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD):
     """verl's V1 PPOTrainer.step (one step's rollout and update). On notice, once the step is
-    done, verl's own `_save_checkpoint` saves it, unless verl's save rule is about to."""
+    done, verl's own `_save_checkpoint` saves it, unless verl's save rule is about to; the
+    save is reported, and the loop held, as soon as it returns (no validation or logging of
+    the step first)."""
 
     def stepped(self: Any, *args: Any, **kwargs: Any) -> Any:
         batch = step(self, *args, **kwargs)
@@ -320,9 +324,28 @@ def wrap_v1_step(step: Callable[..., Any], loop: Loop = LOOP):
             return batch
         if save:
             self._save_checkpoint()
+            report_saved(loop, hold)
         return batch
 
     return stepped
+
+
+def wrap_save_checkpoint(
+    save: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD
+):
+    """verl's trainers' own `_save_checkpoint`: where it saves the step the bridge asked for
+    (verl's periodic save of that step, or the legacy trainer's ESI save), report the save and
+    hold the loop as soon as it returns, before the step's validation and log."""
+
+    def saved(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = save(self, *args, **kwargs)
+        step = getattr(self, "global_steps", None)
+        if isinstance(step, int) and loop.saving_on_notice in (step, -1):
+            loop.saving_on_notice = step
+            report_saved(loop, hold)
+        return result
+
+    return saved
 
 
 def wrap_tracking_log(log: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD):
@@ -394,6 +417,10 @@ HOOKS: tuple[Hook, ...] = (
     Hook(VERL, "verl.utils.checkpoint.checkpoint_manager", "should_save_ckpt_esi",
          wrap_should_save_ckpt_esi),
     Hook(VERL, "verl.trainer.ppo.v1.trainer_base", "PPOTrainer.step", wrap_v1_step),
+    Hook(VERL, "verl.trainer.ppo.v1.trainer_base", "PPOTrainer._save_checkpoint",
+         wrap_save_checkpoint, needed=False),
+    Hook(VERL, "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._save_checkpoint",
+         wrap_save_checkpoint, needed=False),
     Hook(VERL, "verl.utils.tracking", "Tracking.log", wrap_tracking_log, ("data", "step")),
 )  # fmt: skip
 

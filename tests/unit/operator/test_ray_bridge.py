@@ -105,13 +105,17 @@ def test_verls_v1_trainer_saves_its_finished_step_on_notice_through_its_own_save
 ):
     from verl.trainer.ppo.v1 import PPOTrainer
 
-    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop)
+    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
     saved: list[int] = []
     trainer = v1_trainer(step, 30, save_freq, saved)
     assert stepped(trainer, {}, {}).keys == ["uid"]  # verl's own step ran
     assert saved == [] and loop.saving_on_notice is None  # no notice
     give_notice(loop)
-    stepped(trainer, {}, {})
+    if saves:
+        with pytest.raises(Held):  # reported as soon as the save returns
+            stepped(trainer, {}, {})
+    else:
+        stepped(trainer, {}, {})
     assert saved == saves
     will_save = save_freq > 0 and step < 30
     assert loop.saving_on_notice == (step if will_save else None)
@@ -119,22 +123,40 @@ def test_verls_v1_trainer_saves_its_finished_step_on_notice_through_its_own_save
     assert saved == saves
 
 
-def test_verls_v1_save_on_notice_is_reported_at_the_steps_log_and_holds_the_loop(loop):
+def test_verls_v1_save_on_notice_is_reported_as_soon_as_verls_save_returns(loop):
+    """Before the step's validation and log: the rest of the step is time the grace lacks."""
     from verl.trainer.ppo.v1 import PPOTrainer
 
-    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop)
-    log = bridge.wrap_tracking_log(Tracking.log, loop, hold=hold)
-    tracking = Tracking(project_name="rljob", experiment_name="unit", default_backend=[])
+    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
     saved: list[int] = []
     give_notice(loop)
-    stepped(v1_trainer(14, 30, 10, saved), {}, {})
     with pytest.raises(Held):
-        log(tracking, {"timing_s/step": 2.0}, 14)
+        stepped(v1_trainer(14, 30, 10, saved), {}, {})
     assert saved == [14]
     assert (record(loop)[progress.STEP], record(loop)[progress.STATUS]) == (
         14,
         progress.CHECKPOINTED_ON_REQUEST,
     )
+
+
+@pytest.mark.parametrize("asked", [20, -1], ids=["v1-periodic-save", "legacy-esi-save"])
+def test_verls_own_save_of_the_step_asked_for_reports_and_holds_when_it_returns(loop, asked):
+    """verl's periodic save of the step the notice came in (V1), or the legacy trainer's ESI
+    save: reported by the hook on verl's own `_save_checkpoint`, not at the step's log."""
+    import types
+
+    saves: list[int] = []
+    saved = bridge.wrap_save_checkpoint(lambda self: saves.append(self.global_steps), loop,
+                                        hold=hold)  # fmt: skip
+    trainer = types.SimpleNamespace(global_steps=20)
+    saved(trainer)  # no notice: verl's periodic save, nothing more
+    loop.saving_on_notice = asked
+    with pytest.raises(Held):
+        saved(trainer)
+    assert saves == [20, 20]
+    assert (record(loop)[progress.STEP], record(loop)[progress.STATUS]) == (
+        20, progress.CHECKPOINTED_ON_REQUEST
+    )  # fmt: skip
 
 
 def test_rlinfs_own_timer_and_check_progress_save_and_stop_on_notice(loop):
@@ -197,8 +219,11 @@ def test_a_preloaded_bridge_hooks_the_frameworks_modules_when_they_are_imported(
         from rlinf.utils.timers import Timer
         from verl.utils.tracking import Tracking
         from verl.trainer.ppo.v1 import PPOTrainerSync
+        from verl.trainer.ppo.ray_trainer import RayPPOTrainer
         print(check_progress.__qualname__, Timer.is_finished.__qualname__,
-              Tracking.log.__qualname__, PPOTrainerSync.step.__qualname__)
+              Tracking.log.__qualname__, PPOTrainerSync.step.__qualname__,
+              PPOTrainerSync._save_checkpoint.__qualname__,
+              RayPPOTrainer._save_checkpoint.__qualname__)
     """)
     shown = subprocess.run([sys.executable, "-c", code], env=bridge_env(tmp_path, launcher, False),
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)  # fmt: skip
@@ -208,6 +233,8 @@ def test_a_preloaded_bridge_hooks_the_frameworks_modules_when_they_are_imported(
         "wrap_timer_is_finished.<locals>.finished",
         "wrap_tracking_log.<locals>.logged",
         "wrap_v1_step.<locals>.stepped",
+        "wrap_save_checkpoint.<locals>.saved",
+        "wrap_save_checkpoint.<locals>.saved",
     ]
 
 
@@ -523,7 +550,9 @@ def test_rlinfs_save_time_is_what_the_steps_after_a_save_took_more(loop, monkeyp
         (None, 30, 10, 1, True),  # nothing known: the head waits, as before
     ],
 )  # fmt: skip
-def test_the_head_judges_from_the_measured_times_whether_a_save_can_fit(step, save, ago, left, fits):
+def test_the_head_judges_from_the_measured_times_whether_a_save_can_fit(
+    step, save, ago, left, fits
+):
     now = 1_000_000.0
     seen = ray_node.BridgeReport(progress.RUNNING, 7, None, step, save, now - ago)
     why = ray_node.save_cannot_fit(seen, left, now)
