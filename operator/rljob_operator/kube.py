@@ -238,8 +238,8 @@ class Kube:
             )
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        """Create a Pod, Service, ConfigMap, NetworkPolicy, Workload or PodGroup; the object as
-        stored, or
+        """Create a Pod, Service, ConfigMap, Secret, NetworkPolicy, Workload or PodGroup; the
+        object as stored, or
         None when one of that name exists already."""
         namespace = obj["metadata"]["namespace"]
         try:
@@ -256,6 +256,7 @@ class Kube:
                 "Service": self.core.create_namespaced_service,
                 "ConfigMap": self.core.create_namespaced_config_map,
                 "NetworkPolicy": self.networking.create_namespaced_network_policy,
+                "Secret": self.core.create_namespaced_secret,
             }[obj["kind"]]
             return _data(create(namespace, obj, _preload_content=False))
         except ApiException as exc:

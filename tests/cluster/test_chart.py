@@ -176,6 +176,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         (("",), ("pods",), ("get", "list", "watch", "create", "patch", "delete"), ()),
         (("",), ("services", "configmaps"), ("list", "watch", "create"), ()),
         (("",), ("configmaps",), ("get",), ()),  # one found on create: is it the job's own?
+        (("",), ("secrets",), ("create",), ()),  # a Ray job's token
         (("networking.k8s.io",), ("networkpolicies",), ("list", "watch", "create"), ()),
         (("scheduling.k8s.io",), ("workloads",), ("list", "watch", "create"), ()),
         (("scheduling.k8s.io",), ("podgroups",), ("create",), ()),
@@ -188,7 +189,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
     clusterwide = render("--set", "watchAllNamespaces=true")
     assert not rules(clusterwide, "Role")
     assert set(rules(clusterwide, "ClusterRole")) == {
-        *rules(namespaced, "Role")[:12],
+        *rules(namespaced, "Role")[:13],
         (("kopf.dev",), ("clusterkopfpeerings",), ("list", "watch"), ()),
         (("kopf.dev",), ("clusterkopfpeerings",), ("patch",), ("rljob-system-rljob-operator",)),
         *rules(namespaced, "ClusterRole")[:2],

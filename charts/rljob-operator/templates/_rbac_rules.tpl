@@ -34,6 +34,10 @@ The operator's permissions, derived from its code (docs/install.md explains each
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get]
+# Ray gangs: a Secret per job with its Ray token, made once and never read back.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
 # Ray gangs: a NetworkPolicy per job that admits the gang's ports from its own pods only.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

@@ -82,6 +82,7 @@ class RaySpec:
     client_port: int | None = None  # Ray client server; needs ray[client] in the image
     join_timeout_seconds: int = 600
     save_on_notice: bool = True  # the bridge has RLinf and verl save on a notice
+    token_auth: bool = True  # Ray's token authentication, with a token per job (launcher.ray)
     start_args: tuple[str, ...] = ()  # extra `ray start` flags on every node
     head_start_args: tuple[str, ...] = ()  # and on the head only (--include-dashboard, ...)
 
@@ -195,6 +196,7 @@ def parse_ray(data: dict[str, Any]) -> RaySpec:
         client_port=_int(data, "clientPort", path, None, minimum=1),
         join_timeout_seconds=_int(data, "joinTimeoutSeconds", path, 600, minimum=1),
         save_on_notice=_bool(data, "saveOnNotice", path, True),
+        token_auth=_bool(data, "tokenAuth", path, True),
         start_args=_strings(data, "startArgs", path),
         head_start_args=_strings(data, "headStartArgs", path),
     )

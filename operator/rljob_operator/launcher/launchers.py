@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from ..api.spec import JobSpec
 from . import ray, torchrun
+from .identity import JobRef
 
 
 class Launcher(Protocol):
@@ -27,7 +28,9 @@ class Launcher(Protocol):
 
     def readiness_probe(self, rank: int) -> dict[str, Any] | None: ...
 
-    def volumes(self, job: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def volumes(
+        self, spec: JobSpec, job: JobRef
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(volumes, their mounts in the trainer container)."""
         ...
 
@@ -39,6 +42,10 @@ class Launcher(Protocol):
         self, job: str, namespace: str, metadata: dict[str, Any]
     ) -> dict[str, Any] | None:
         """A ConfigMap the pods mount, if the launcher ships files into them."""
+        ...
+
+    def secret(self, spec: JobSpec, job: JobRef, metadata: dict[str, Any]) -> dict[str, Any] | None:
+        """A Secret the pods mount (a per-job token), made with its values at its creation."""
         ...
 
     def network_policy(

@@ -132,7 +132,7 @@ def _volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dic
         {"name": c.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
         {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
     ]
-    launcher_volumes, launcher_mounts = launcher_of(spec).volumes(job.name)
+    launcher_volumes, launcher_mounts = launcher_of(spec).volumes(spec, job)
     return volumes + launcher_volumes, mounts + launcher_mounts
 
 
@@ -234,6 +234,12 @@ def desired_launcher_config_map(spec: JobSpec, job: JobRef) -> dict[str, Any] | 
     """The launcher's files (the Ray launcher's, launcher.ray), which the job's pods mount."""
     metadata = {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
     return launcher_of(spec).config_map(job.name, job.namespace, metadata)
+
+
+def desired_secret(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
+    """The gang's Secret, where its launcher has one (launcher.ray: the job's Ray token)."""
+    metadata = {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
+    return launcher_of(spec).secret(spec, job, metadata)
 
 
 def desired_network_policy(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:

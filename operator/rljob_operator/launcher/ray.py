@@ -22,6 +22,7 @@ import rljob_contract
 from .. import constants as c
 from ..api.spec import JobSpec
 from . import ray_node, rljob_ray_bridge
+from .identity import JobRef
 
 TEMP_DIR = "/tmp/ray"  # an emptyDir: Ray's sockets, logs and spilled objects
 TEMP_VOLUME = "rljob-ray-tmp"
@@ -32,6 +33,11 @@ NOTICE_FILE = f"{TEMP_DIR}/{ray_node.NOTICE_FILE_NAME}"  # pod-local: the emptyD
 LAUNCHER_DIR = "/etc/rljob/launcher"
 DRIVER_ON_HEAD = True  # only the head runs the driver; the job ends when the driver does
 LAUNCHER_VOLUME = "rljob-launcher"
+# Ray's token authentication (Ray 2.52 and later; older Rays ignore these variables): every
+# Ray process of the job reads the job's token from this file, and so must any client.
+TOKEN_VOLUME = "rljob-ray-token"
+TOKEN_DIR = "/etc/rljob/ray-auth"
+TOKEN_KEY = "token"
 NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
 
 
@@ -88,6 +94,25 @@ def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[s
     }
 
 
+def token_secret_name(job: JobRef) -> str:
+    """The job's Ray token's Secret, named after the job's uid: one made before the job
+    existed, by someone who would then know the token, cannot carry this name."""
+    return f"{job.name}-ray-token-{job.uid[:8]}"
+
+
+def secret(spec: JobSpec, job: JobRef, metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """The Secret of the job's Ray token; its value is made when it is created (run.py)."""
+    if not spec.ray.token_auth:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": token_secret_name(job), "namespace": job.namespace, **metadata},
+        "stringData": {TOKEN_KEY: ""},
+    }
+
+
 def interpreter(entry: tuple[str, ...]) -> str:
     """The driver's own Python when its command names one, else python3."""
     return entry[0] if entry and Path(entry[0]).name.startswith("python") else "python3"
@@ -139,6 +164,9 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         rljob_contract.ENV_NOTICE_FILE: NOTICE_FILE,
         rljob_contract.ENV_SAVE_ON_NOTICE: "true" if spec.ray.save_on_notice else "false",
     }
+    if spec.ray.token_auth:
+        values["RAY_AUTH_MODE"] = "token"
+        values["RAY_AUTH_TOKEN_PATH"] = f"{TOKEN_DIR}/{TOKEN_KEY}"
     if rank == 0:
         values["RAY_ADDRESS"] = head_address(spec, master)  # the driver's ray.init() joins it
         values[ray_node.ENV_DRIVER_MARKER] = DRIVER_MARKER
@@ -166,20 +194,23 @@ def service_ports(spec: JobSpec) -> dict[str, int]:
     return dict(spec.ray.ports)
 
 
-def volumes(job: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     launcher = {
-        "name": launcher_config_map_name(job),
+        "name": launcher_config_map_name(job.name),
         "items": [{"key": config_map_key(path), "path": path} for path in launcher_files()],
     }
-    return (
-        [
-            {"name": TEMP_VOLUME, "emptyDir": {}},
-            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-            {"name": LAUNCHER_VOLUME, "configMap": launcher},
-        ],
-        [
-            {"name": TEMP_VOLUME, "mountPath": TEMP_DIR},
-            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-            {"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR, "readOnly": True},
-        ],
-    )
+    volumes = [
+        {"name": TEMP_VOLUME, "emptyDir": {}},
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+        {"name": LAUNCHER_VOLUME, "configMap": launcher},
+    ]
+    mounts = [
+        {"name": TEMP_VOLUME, "mountPath": TEMP_DIR},
+        {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        {"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR, "readOnly": True},
+    ]
+    if spec.ray.token_auth:
+        token = {"secretName": token_secret_name(job), "defaultMode": 0o400}
+        volumes.append({"name": TOKEN_VOLUME, "secret": token})
+        mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
+    return volumes, mounts

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.spec import JobSpec
+from .identity import JobRef
 
 DRIVER_ON_HEAD = False  # every pod runs the trainer; the job ends when all of them do
 
@@ -58,7 +59,7 @@ def readiness_probe(rank: int) -> dict[str, Any] | None:
     return None
 
 
-def volumes(job: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [], []
 
 
@@ -71,4 +72,8 @@ def config_map(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, 
 
 
 def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
+    return None
+
+
+def secret(spec: JobSpec, job: JobRef, metadata: dict[str, Any]) -> dict[str, Any] | None:
     return None

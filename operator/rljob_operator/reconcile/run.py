@@ -13,6 +13,7 @@ stored.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -132,11 +133,20 @@ def not_ours(found: dict[str, Any], wanted: dict[str, Any]) -> str | None:
     return None
 
 
+def with_fresh_secrets(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Secret as the plan names it gets a fresh random value for each of its keys here, as
+    it is created: the plan stays a function of what the pass saw, and no value is logged."""
+    if obj["kind"] != "Secret":
+        return obj
+    return {**obj, "stringData": {key: secrets.token_urlsafe(32) for key in obj["stringData"]}}
+
+
 def _create_children(kube: Kube, cache: ClusterCache, children: list[dict[str, Any]]) -> None:
     """Create what a gang's pods name, in the plan's order. A ConfigMap that is there already
-    is read and must be the job's own (ForeignChild otherwise), before any pod mounts it."""
+    is read and must be the job's own (ForeignChild otherwise), before any pod mounts it. A
+    Secret that is there already is the job's: its name holds the job's uid."""
     for obj in children:
-        created = kube.create(obj)
+        created = kube.create(with_fresh_secrets(obj))
         meta = obj["metadata"]
         if created is None and obj["kind"] == "ConfigMap":
             found = kube.get_config_map(meta["namespace"], meta["name"])

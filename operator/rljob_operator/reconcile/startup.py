@@ -20,6 +20,7 @@ from ..launcher.pods import (
     desired_launcher_config_map,
     desired_network_policy,
     desired_pods,
+    desired_secret,
     desired_service,
 )
 from .lookup_backoff import lookup_backing_off, lookup_failed, lookup_succeeded
@@ -100,11 +101,13 @@ def _create_gang(
                f"cannot resume from {resume.path if resume else '-'}: {exc}")  # fmt: skip
         return
     scheduling = gang.desired_objects(spec, p.ref, attempt) if group else []
-    launcher = desired_launcher_config_map(spec, p.ref)
-    policy = desired_network_policy(spec, p.ref)
-    children = [desired_service(spec, p.ref), *(o for o in (launcher, policy) if o), *scheduling]
+    launcher_files = desired_launcher_config_map(spec, p.ref)
+    policy, secret = desired_network_policy(spec, p.ref), desired_secret(spec, p.ref)
+    children = [desired_service(spec, p.ref),
+                *(o for o in (launcher_files, policy, secret) if o), *scheduling]  # fmt: skip
     # What outlives an attempt (c.SHARED_KINDS) is made again only where it went: a create
-    # that finds it there costs a request too.
+    # that finds it there costs a request too. A Secret (the Ray token) is not watched, so
+    # that the operator never reads Secrets: each gang's create of it finds it there.
     p.plan.create = [obj for obj in children if (obj["kind"], obj["metadata"]["name"])
                      not in p.snap.shared] + pods  # fmt: skip
     if status.get("podGroup") and status["podGroup"] != group:

@@ -16,6 +16,7 @@ from rljob_operator.launcher.pods import (
     desired_launcher_config_map,
     desired_network_policy,
     desired_pods,
+    desired_secret,
     desired_service,
 )
 
@@ -146,6 +147,35 @@ def test_a_ray_gangs_ports_admit_only_the_jobs_own_pods():
         labels = pod["metadata"]["labels"]
         assert own["matchLabels"].items() <= labels.items()
     assert desired_network_policy(parse_spec(make_job()["spec"]), ref) is None  # torchrun
+
+
+@pytest.mark.parametrize("token_auth", [True, False])
+def test_every_ray_pod_reads_the_jobs_own_token_for_rays_authentication(token_auth):
+    from rljob_operator.reconcile.run import with_fresh_secrets
+
+    job = make_job(**VERL, ray={"tokenAuth": token_auth})
+    ref = job_ref(job)
+    spec = parse_spec(job["spec"])
+    secret = desired_secret(spec, ref)
+    for pod in render(ray={"tokenAuth": token_auth}):
+        env = {e["name"]: e.get("value") for e in container(pod)["env"]}
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        if not token_auth:
+            assert "RAY_AUTH_MODE" not in env and ray.TOKEN_VOLUME not in volumes
+            continue
+        assert env["RAY_AUTH_MODE"] == "token"
+        assert env["RAY_AUTH_TOKEN_PATH"] == f"{ray.TOKEN_DIR}/{ray.TOKEN_KEY}"
+        assert volumes[ray.TOKEN_VOLUME]["secret"]["secretName"] == secret["metadata"]["name"]
+        mount = next(m for m in container(pod)["volumeMounts"] if m["name"] == ray.TOKEN_VOLUME)
+        assert (mount["mountPath"], mount["readOnly"]) == (ray.TOKEN_DIR, True)
+    if not token_auth:
+        assert secret is None
+        return
+    assert secret["metadata"]["name"] == f"{ref.name}-ray-token-{ref.uid[:8]}"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == ref.uid
+    made = [with_fresh_secrets(secret)["stringData"][ray.TOKEN_KEY] for _ in range(2)]
+    assert all(len(token) >= 40 for token in made) and made[0] != made[1]  # fresh, random
+    assert secret["stringData"] == {ray.TOKEN_KEY: ""}  # the plan holds no token
 
 
 def test_no_ray_pod_carries_the_launcher_source_in_its_command():
