@@ -127,7 +127,10 @@ def test_kueue_admits_the_gang_preempts_it_and_rljob_resumes_it_when_readmitted(
     create(c.GROUP, c.VERSION, namespace, c.PLURAL, queued_job("low", nodes, local_queue))
     first = wait_for(lambda: running(core, namespace, "low", 0), 60, "low's gang, admitted")
     assert all(p.metadata.labels[c.KUEUE_POD_GROUP_LABEL] == "low-a0" for p in first)
-    assert get_job(api_client, namespace, "low")["status"]["resumeFrom"]["step"] == 20
+    # The pass creates the gang before it writes the status that records it.
+    resumed = wait_for(lambda: get_job(api_client, namespace, "low").get("status", {})
+                       .get("resumeFrom"), 30, "low's status to record its gang")  # fmt: skip
+    assert resumed["step"] == 20
     write_checkpoint(volume, 40)
     write_progress(volume, 43, step_seconds=0.5)
 

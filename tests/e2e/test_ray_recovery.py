@@ -17,6 +17,7 @@ rank's weights, optimizer state and RNG bitwise equal to an uninterrupted run.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from e2e_steps import (
@@ -243,10 +244,11 @@ def test_a_save_on_notice_too_slow_for_the_grace_goes_back_to_the_last_periodic_
     attempts = attempts_of(pool.records(), JOB)
     before = attempts[0][0].log()
     assert not SAVED_ON_NOTICE.search(before)
-    assert (
-        "rljob: stopped on notice without a save: the driver did not save within the grace "
-        "period (4 s)" in before
-    )
+    # Either the head waited out the grace, or, where the bridge had measured a save (RLinf's
+    # periodic saves take a few seconds here), it judged at once that none could fit in it.
+    (why,) = re.findall(r"rljob: stopped on notice without a save: (.*)", before)
+    assert why.startswith(("the driver did not save within the grace period (4 s)",
+                           "the rest of the step and a save need about")), why  # fmt: skip
     periodic = recovery["resumedFromStep"]
     assert periodic == EVERY
     finished = json.loads((checkpoints / progress.FRAMEWORK_PROGRESS_FILE_NAME).read_text())
