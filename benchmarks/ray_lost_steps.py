@@ -1,19 +1,24 @@
-"""Steps lost per preemption of RLinf- and verl-shaped Ray jobs, with rljob's save on notice
-and without it (spec.ray.saveOnNotice false: the driver is stopped at once, as before
-the bridge), in one run.
+"""Steps lost per preemption of RLinf- and verl-shaped Ray jobs, against how much of the grace
+period the rest of a step and a save need, with rljob's save on notice and without it
+(spec.ray.saveOnNotice false: the driver is stopped at once, as before the bridge), in one run.
 
-Each round runs, for each framework and each setting, the e2e tests' Ray job (a 2-pod Ray
-gang on node agents, tests/e2e/ray_trainer.py: the frameworks' own checkpoint managers and
-step-end decisions) with a save every SAVE_EVERY steps, waits until its loop reports step
-`at` (the same, random between two saves, for all four jobs of a round), and has the
-scheduler preempt its worker pod. It reports what the job's status says of the recovery:
-the last finished step, the step it resumed from, the steps lost, and the recovery's time
-from detection to the new gang Running.
+Each round runs, for each framework (verl's V1 trainer, its legacy trainer, RLinf) and each
+setting, the e2e tests' Ray job (a 2-pod Ray gang on node agents, tests/e2e/ray_trainer.py:
+the frameworks' own checkpoint managers and step-end decisions) with a save every SAVE_EVERY
+steps, waits until its loop reports step `at` (the same, random between two saves, for all
+the jobs of a round), and has the scheduler preempt its worker pod. With the save on notice,
+the save it makes is slowed by 0, 4 or 20 s (the stand-in's `seconds_per_deadline_save`), so
+that a step (about 1 s) and the save take about 0.1, 0.4 or 1.8 of the 12 s grace period. It
+reports what the job's status says of the recovery: the last finished step, the step it
+resumed from, the steps lost, and the recovery's time from detection to the new gang Running.
 
-    .venv/bin/python benchmarks/ray_lost_steps.py [--rounds 2] [--seed 7]
+    .venv/bin/python benchmarks/ray_lost_steps.py [--rounds 1] [--seed 7]
 
 Node agents play the kubelets (pods are local processes); the steps are the stand-in's
 (1 s of sleep and a tiny FSDP2 step over gloo), so the figures count steps, not GPU time.
+The slow saves are the stand-in's pauses inside saves made on notice: the bridge measures
+only the periodic saves, which are fast, so the head's early judgement that a save cannot
+fit (docs/frameworks.md) does not act here, and the head waits for the grace period.
 """
 
 from __future__ import annotations
@@ -49,21 +54,31 @@ from rljob_testenv import binaries  # noqa: E402
 from rljob_testenv.operator_process import OperatorProcess  # noqa: E402
 from rljob_testenv.scenario import preemptor_pod  # noqa: E402
 
-SAVE_EVERY, STEPS, GRACE = 10, 20, 30
-FRAMEWORKS = ("verl", "rlinf")
+SAVE_EVERY, STEPS, GRACE, STEP_SECONDS = 10, 20, 12, 1.0
+SAVE_PAUSES = (0, 4, 20)  # seconds added to each save made on notice
+# name -> (the e2e job's framework, its extra overrides)
+VARIANTS = {
+    "verl": ("verl", ()),
+    "verl-legacy": ("verl", ("trainer.use_v1=false",)),
+    "rlinf": ("rlinf", ()),
+}
 
 
-def schedule(framework: str) -> tuple[str, ...]:
-    """Save every SAVE_EVERY steps, STEPS in all (after the e2e job's own overrides)."""
+def schedule(framework: str, pause: float) -> tuple[str, ...]:
+    """Save every SAVE_EVERY steps, STEPS in all, each save on notice `pause` s slower (after
+    the e2e job's own overrides)."""
     if framework == "verl":
-        return (f"trainer.save_freq={SAVE_EVERY}", f"trainer.total_training_steps={STEPS}")
-    return (f"runner.save_interval={SAVE_EVERY}", f"runner.max_steps={STEPS}")
+        return (f"trainer.save_freq={SAVE_EVERY}", f"trainer.total_training_steps={STEPS}",
+                f"trainer.seconds_per_deadline_save={pause}")  # fmt: skip
+    return (f"runner.save_interval={SAVE_EVERY}", f"runner.max_steps={STEPS}",
+            f"runner.seconds_per_deadline_save={pause}")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Result:
-    framework: str
+    variant: str
     save_on_notice: bool
+    pause: float  # added to the save on notice
     at: int
     last_finished: int | None
     resumed_from: int | None
@@ -71,10 +86,12 @@ class Result:
     recovery_seconds: float | None
 
 
-def one_job(core, custom, api, namespace, volume, framework, save, at, index) -> Result:
-    name = f"{framework[:2]}-{'on' if save else 'off'}-{index}"
+def one_job(core, custom, api, namespace, volume, variant, save, pause, at, index) -> Result:
+    framework, extra = VARIANTS[variant]
+    short = {"verl": "v1", "verl-legacy": "vl", "rlinf": "rl"}[variant]
+    name = f"{short}-{'on' if save else 'off'}-{pause:g}-{index}"
     job = ray_job(name, framework, namespace, free_port(), "low", grace=GRACE,
-                  extra_args=schedule(framework))  # fmt: skip
+                  extra_args=(*extra, *schedule(framework, pause)))  # fmt: skip
     job["spec"]["ray"]["saveOnNotice"] = save
     checkpoints = volume / name / checkpoint_subdir(framework)
     create_job(api, namespace, job)
@@ -96,31 +113,35 @@ def one_job(core, custom, api, namespace, volume, framework, save, at, index) ->
     selector = f"{c.LABEL_JOB}={name}"
     wait_for(lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items,
              120, f"{name}'s pods to go")  # fmt: skip
-    return Result(framework, save, at, recovery.get("lastFinishedStep"),
+    return Result(variant, save, pause, at, recovery.get("lastFinishedStep"),
                   recovery.get("resumedFromStep"), recovery.get("lostSteps"), took)  # fmt: skip
 
 
 def print_report(results: list[Result], rounds: int) -> None:
     print(f"\n{rounds} preemption(s) per row, of the worker pod, at a step between two saves "
-          f"(save every {SAVE_EVERY} steps, grace {GRACE} s); node agents, one run")  # fmt: skip
-    print(f"{'framework':<10} {'save on notice':<15} {'last finished':<16} {'resumed from':<13} "
-          f"{'lost steps (median, each)':<27} {'recovery s (median)':<20}")  # fmt: skip
-    for framework in FRAMEWORKS:
-        for save in (False, True):
-            rows = [r for r in results if r.framework == framework and r.save_on_notice == save]
+          f"(save every {SAVE_EVERY} steps, steps of about {STEP_SECONDS:g} s, grace {GRACE} s); "
+          "node agents, one run")  # fmt: skip
+    print(f"{'framework':<12} {'save on notice':<15} {'(step+save)/grace':<18} "
+          f"{'last finished':<14} {'resumed from':<13} {'lost steps (median, each)':<26} "
+          f"{'recovery s (median)':<20}")  # fmt: skip
+    for variant in VARIANTS:
+        for save, pause in [(False, 0), *((True, pause) for pause in SAVE_PAUSES)]:
+            key = (variant, save, pause)
+            rows = [r for r in results if (r.variant, r.save_on_notice, r.pause) == key]
             lost = [r.lost for r in rows if r.lost is not None]
             took = [r.recovery_seconds for r in rows if r.recovery_seconds is not None]
-            print(f"{framework:<10} {'on' if save else 'off':<15} "
-                  f"{','.join(str(r.last_finished) for r in rows):<16} "
+            ratio = f"{(STEP_SECONDS + pause) / GRACE:.2f}" if save else "-"
+            print(f"{variant:<12} {'on' if save else 'off':<15} {ratio:<18} "
+                  f"{','.join(str(r.last_finished) for r in rows):<14} "
                   f"{','.join(str(r.resumed_from) for r in rows):<13} "
-                  f"{(f'{statistics.median(lost):g} ({lost})' if lost else '-'):<27} "
+                  f"{(f'{statistics.median(lost):g} ({lost})' if lost else '-'):<26} "
                   f"{(f'{statistics.median(took):.1f}' if took else '-'):<20}")  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--rounds", type=int, default=2, help="preemptions per framework and setting"
+        "--rounds", type=int, default=1, help="preemptions per framework and setting"
     )
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
@@ -150,10 +171,10 @@ def main() -> int:
             started.append(operator)
             for index in range(args.rounds):
                 at = rng.randint(SAVE_EVERY + 2, STEPS - 4)
-                for framework in FRAMEWORKS:
-                    for save in (False, True):
-                        result = one_job(core, custom, api, namespace, volume, framework, save,
-                                         at, index)  # fmt: skip
+                for variant in VARIANTS:
+                    for save, pause in [(False, 0), *((True, p) for p in SAVE_PAUSES)]:
+                        result = one_job(core, custom, api, namespace, volume, variant, save,
+                                         pause, at, index)  # fmt: skip
                         results.append(result)
                         say(f"round {index + 1}: {result}")
             print_report(results, args.rounds)
