@@ -45,7 +45,7 @@ from e2e_steps import (  # noqa: E402
 )
 from kube_steps import bind_claim, free_port, wait_for  # noqa: E402
 from kubernetes import client  # noqa: E402
-from ray_steps import checkpoint_subdir, ray_job, reported_step  # noqa: E402
+from ray_steps import checkpoint_subdir, ray_job, reported  # noqa: E402
 from rljob_nodeagent import AgentPool, claim_dir  # noqa: E402
 from rljob_nodeagent.agent import DEFAULT_SHAPE  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
@@ -97,7 +97,7 @@ def one_job(core, custom, api, namespace, volume, variant, save, pause, at, inde
     create_job(api, namespace, job)
     try:
         gang = running_gang(core, namespace, 0, 2, timeout=180)
-        wait_for(lambda: reported_step(checkpoints) >= at, 300, f"{name}'s step {at}")
+        wait_for(lambda: reported(checkpoints) >= (0, at), 300, f"{name}'s step {at}")
         core.create_namespaced_pod(
             namespace, preemptor_pod("urgent", gang[1].spec.node_name, "high", 1)
         )

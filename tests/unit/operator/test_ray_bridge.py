@@ -301,13 +301,20 @@ def test_the_head_ends_the_driver_once_the_bridge_reports_the_save(tmp_path):
     assert message.startswith(contract.CHECKPOINTED_ON_REQUEST_MESSAGE) and "step 14" in message
 
 
-def test_the_head_ends_a_driver_without_the_bridge_at_once(tmp_path):
-    notice = ray_node.Notice(tmp_path / "notice", 30, None)
+def stopped_at_once(tmp_path: Path, report, grace: float = 30) -> str:
+    """SIGTERM to a head whose driver runs: the head ends the driver within seconds, with the
+    driver's 143, not after the grace period. The head's termination message."""
+    notice = ray_node.Notice(tmp_path / "notice", grace, None)
     process = driver(tmp_path)
     notice.give("SIGTERM")
     began = time.monotonic()
-    code, message = ray_node.supervise_driver(process, notice, lambda: None)
-    assert time.monotonic() - began < 10 and code == 128 + 15
+    code, message = ray_node.supervise_driver(process, notice, report)
+    assert time.monotonic() - began < 10 and code == 128 + 15 and process.poll() is not None
+    return message
+
+
+def test_the_head_ends_a_driver_without_the_bridge_at_once(tmp_path):
+    message = stopped_at_once(tmp_path, lambda: None)
     assert message.startswith(f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save: no step "
                               "of this attempt has finished")  # fmt: skip
 
@@ -508,13 +515,8 @@ def test_a_checkpoint_request_alone_never_ends_the_driver(tmp_path):
 
 
 def test_after_sigterm_the_head_ends_a_driver_that_cannot_save_at_once_and_says_why(tmp_path):
-    notice = ray_node.Notice(tmp_path / "notice", 300, None)
-    process = driver(tmp_path)
-    notice.give("SIGTERM")
-    began = time.monotonic()
     why = "trainer.save_freq is -1: verl saves no checkpoint"
-    code, message = ray_node.supervise_driver(process, notice, lambda: running(3, why))
-    assert time.monotonic() - began < 10 and code == 128 + 15  # not the grace of 300 s
+    message = stopped_at_once(tmp_path, lambda: running(3, why), grace=300)
     assert message == (f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save: {why}; the last "
                        "finished step is 3")  # fmt: skip
 
@@ -564,13 +566,8 @@ def test_the_head_judges_from_the_measured_times_whether_a_save_can_fit(
 def test_after_sigterm_the_head_stops_holding_a_gang_whose_save_cannot_fit(tmp_path):
     """Steps of 2 minutes, saves of 1, a grace of 30 s: the head says so at once and stops
     the gang, instead of holding its nodes for the whole grace and falling back anyway."""
-    notice = ray_node.Notice(tmp_path / "notice", 30, None)
-    process = driver(tmp_path)
     seen = ray_node.BridgeReport(progress.RUNNING, 7, None, 120.0, 60.0, time.time() - 5)
-    notice.give("SIGTERM")
-    began = time.monotonic()
-    code, message = ray_node.supervise_driver(process, notice, lambda: seen)
-    assert time.monotonic() - began < 10 and code == 128 + 15
+    message = stopped_at_once(tmp_path, lambda: seen)
     assert message.startswith(f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save: the rest of "
                               "the step and a save need about 175 s")  # fmt: skip
     assert message.endswith("; the last finished step is 7")
