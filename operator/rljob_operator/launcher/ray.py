@@ -210,7 +210,7 @@ def volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict
         {"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR, "readOnly": True},
     ]
     if spec.ray.token_auth:
-        token = {"secretName": token_secret_name(job), "defaultMode": 0o400}
-        volumes.append({"name": TOKEN_VOLUME, "secret": token})
+        # Kubernetes' default mode (0644): a pod's user need not be root to read it.
+        volumes.append({"name": TOKEN_VOLUME, "secret": {"secretName": token_secret_name(job)}})
         mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     return volumes, mounts
