@@ -310,7 +310,7 @@ found = {
 os.makedirs(os.environ["RLJOB_CHECKPOINT_DIR"], exist_ok=True)
 with open(os.path.join(os.environ["RLJOB_CHECKPOINT_DIR"], "probe.json"), "w") as out:
     json.dump(found, out)
-time.sleep(5)
+time.sleep(5)  # not a test wait: the pod's program stays up a moment for its sidecars
 """
 SLEEPER = ["python", "-c", "import time; time.sleep(3600)"]
 
