@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 
@@ -22,3 +23,9 @@ def loads(text: str) -> Any:
         raise UntrustedJSONError(exc.msg) from exc
     except RecursionError:
         raise UntrustedJSONError("nested too deeply") from None
+
+
+def positive_number(value: object) -> float | None:
+    """`value` as a float where it is a finite number above 0 (not a bool), else None."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if number and math.isfinite(value) and value > 0 else None  # type: ignore[arg-type]

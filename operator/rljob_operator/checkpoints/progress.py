@@ -3,7 +3,6 @@ count and price the work lost in a restart."""
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,15 +47,9 @@ def read_progress(directory: str | os.PathLike[str]) -> Progress:
         return Progress()
     step, seconds = data.get(progress.STEP), data.get(progress.STEP_SECONDS)
     good_step = isinstance(step, int) and not isinstance(step, bool) and step >= 0
-    good_seconds = (
-        isinstance(seconds, int | float)
-        and not isinstance(seconds, bool)
-        and math.isfinite(seconds)
-        and seconds > 0
-    )
     why = data.get(progress.SAVE_ON_NOTICE_UNAVAILABLE)
     return Progress(
         step if good_step else None,
-        float(seconds) if good_seconds else None,
+        untrusted.positive_number(seconds),
         why[:MAX_REASON_CHARS] if isinstance(why, str) and why.strip() else None,
     )

@@ -40,6 +40,7 @@ from pathlib import Path
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
 from rljob_contract import progress
 from rljob_contract.request import parse_request
+from rljob_contract.untrusted import positive_number
 
 ENV_HEAD_ADDRESS = "RLJOB_RAY_HEAD_ADDRESS"  # host:port of the head's GCS
 ENV_NNODES = "RLJOB_RAY_NNODES"
@@ -254,16 +255,11 @@ def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> BridgeRepo
     if not isinstance(status, str) or not isinstance(step, int):
         return None
     step_seconds, save_seconds, finished_at = (
-        _positive(record.get(key))
+        positive_number(record.get(key))
         for key in (progress.STEP_SECONDS, progress.SAVE_SECONDS, progress.UNIX_TIME)
     )
     why = why if isinstance(why, str) and why else None
     return BridgeReport(status, step, why, step_seconds, save_seconds, finished_at)
-
-
-def _positive(value: object) -> float | None:
-    good = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-    return float(value) if good else None  # type: ignore[arg-type]
 
 
 def save_cannot_fit(seen: BridgeReport, seconds_left: float, now: float) -> str | None:

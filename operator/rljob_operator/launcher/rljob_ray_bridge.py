@@ -69,6 +69,7 @@ from typing import Any
 
 import rljob_contract as contract
 from rljob_contract import progress
+from rljob_contract.untrusted import positive_number
 
 RLINF, VERL = "rlinf", "verl"
 VERL_EXPIRATION = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
@@ -211,7 +212,7 @@ def mean(values: list[float]) -> float | None:
 
 
 def positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return positive_number(value) is not None
 
 
 # --------------------------------------------------------------------------- RLinf
