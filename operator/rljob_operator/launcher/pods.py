@@ -230,22 +230,25 @@ def desired_pods(
     return [desired_pod(spec, job, attempt, rank, resume, placement) for rank in range(spec.nnodes)]
 
 
+def owned_by(job: JobRef) -> dict[str, Any]:
+    """The metadata of what the job owns across its attempts: its labels, and the job as its
+    controller (the garbage collector removes it with the job)."""
+    return {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
+
+
 def desired_launcher_config_map(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
     """The launcher's files (the Ray launcher's, launcher.ray), which the job's pods mount."""
-    metadata = {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
-    return launcher_of(spec).config_map(job.name, job.namespace, metadata)
+    return launcher_of(spec).config_map(job.name, job.namespace, owned_by(job))
 
 
 def desired_secret(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
     """The gang's Secret, where its launcher has one (launcher.ray: the job's Ray token)."""
-    metadata = {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
-    return launcher_of(spec).secret(spec, job, metadata)
+    return launcher_of(spec).secret(spec, job, owned_by(job))
 
 
 def desired_network_policy(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
     """The gang's NetworkPolicy, where its launcher has one (launcher.ray)."""
-    metadata = {"labels": labels(job.name), "ownerReferences": [owner_reference(job)]}
-    return launcher_of(spec).network_policy(job.name, job.namespace, metadata)
+    return launcher_of(spec).network_policy(job.name, job.namespace, owned_by(job))
 
 
 def desired_service(spec: JobSpec, job: JobRef) -> dict[str, Any]:
