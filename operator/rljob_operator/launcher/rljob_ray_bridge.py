@@ -52,6 +52,7 @@ beside the step folders, from which the operator counts the steps a restart lost
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.metadata
 import inspect
@@ -186,8 +187,10 @@ LOOP = Loop(
 )
 
 
+@functools.cache
 def version_of(framework: str) -> str:
-    """'verl 0.9.1', as the installed distribution says; the bare name where none does."""
+    """'verl 0.9.1', as the installed distribution says; the bare name where none does. Read
+    once per process: a progress record that names it is written at every step."""
     try:
         return f"{framework} {importlib.metadata.version(framework)}"
     except Exception:
