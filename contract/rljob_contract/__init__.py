@@ -26,6 +26,13 @@ ENV_GRACE_SECONDS = "RLJOB_GRACE_SECONDS"
 # notice and its bridge reads inside the framework's loop, and spec.ray.saveOnNotice.
 ENV_NOTICE_FILE = "RLJOB_NOTICE_FILE"
 ENV_SAVE_ON_NOTICE = "RLJOB_SAVE_ON_NOTICE"  # "true" or "false"
+NOTICE_FILE_NAME = "rljob-notice"  # in Ray's temp dir, a pod-local emptyDir
+# Ray jobs: what the operator tells the node program (rljob_podside.ray_node) on every pod.
+ENV_RAY_HEAD_ADDRESS = "RLJOB_RAY_HEAD_ADDRESS"  # host:port of the head's GCS
+ENV_RAY_NNODES = "RLJOB_RAY_NNODES"
+ENV_RAY_JOIN_TIMEOUT = "RLJOB_RAY_JOIN_TIMEOUT_SECONDS"
+# Written by the head just before it starts the driver; the head's readiness probe reads it.
+ENV_RAY_DRIVER_MARKER = "RLJOB_RAY_DRIVER_MARKER"
 # rljob's own trainer only: `spec.backend`, which its runner.backend follows.
 ENV_BACKEND = "RLJOB_BACKEND"
 BACKENDS = ("fsdp", "megatron")

@@ -27,7 +27,7 @@ from e2e_steps import CLAIM, MOUNT, POOL_LABEL
 from kube_steps import free_port, wait_for
 from rljob_contract import progress
 from rljob_operator import constants as c
-from rljob_operator.launcher.ray_node import head_reachable
+from rljob_podside.ray_node import head_reachable
 
 DRIVER = Path(__file__).with_name("ray_trainer.py")
 RAY = Path(sys.executable).with_name("ray")

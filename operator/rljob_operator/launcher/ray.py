@@ -3,7 +3,7 @@
 Rank 0 starts the Ray head, waits until all `nnodes` Ray nodes have joined, and then runs
 the user's command (the driver, which gets the resume switch); every other rank waits for
 the head's GCS port and runs `ray start --address=<head> --block`. Both steps are
-launcher/ray_node.py, run by the image's Python, since the user's image has Ray but not
+rljob_podside/ray_node.py, run by the image's Python, since the user's image has Ray but not
 rljob. It comes, with the bridge into the frameworks' loops (rljob_ray_bridge.py) and the
 rljob_contract package they read, from a ConfigMap per job that the pods mount at
 LAUNCHER_DIR; its name carries a digest of what it holds, so an operator that ships a new
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ import rljob_contract
 
 from .. import constants as c
 from ..api.spec import JobSpec
-from . import ray_node, rljob_ray_bridge
 from .identity import JobRef
 
 TEMP_DIR = "/tmp/ray"  # an emptyDir: Ray's sockets, logs and spilled objects
@@ -29,7 +29,7 @@ TEMP_VOLUME = "rljob-ray-tmp"
 SHM_VOLUME = "rljob-dshm"  # memory-backed /dev/shm for Ray's object store (and NCCL)
 GPU_RESOURCE = "nvidia.com/gpu"
 DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
-NOTICE_FILE = f"{TEMP_DIR}/{ray_node.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
+NOTICE_FILE = f"{TEMP_DIR}/{rljob_contract.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
 LAUNCHER_DIR = "/etc/rljob/launcher"
 DRIVER_ON_HEAD = True  # only the head runs the driver; the job ends when the driver does
 LAUNCHER_VOLUME = "rljob-launcher"
@@ -38,16 +38,18 @@ LAUNCHER_VOLUME = "rljob-launcher"
 TOKEN_VOLUME = "rljob-ray-token"
 TOKEN_DIR = "/etc/rljob/ray-auth"
 TOKEN_KEY = "token"
+POD_PROGRAMS = ("ray_node.py", "rljob_ray_bridge.py")  # from rljob_podside
 NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
 
 
 @cache
 def launcher_files() -> dict[str, str]:
     """Path under LAUNCHER_DIR -> text: the node program, the bridge, the contract."""
-    files = {Path(m.__file__).name: Path(m.__file__) for m in (ray_node, rljob_ray_bridge)}
+    podside = files("rljob_podside")  # read as text: the operator never runs pod-side code
+    sources = {name: podside / name for name in POD_PROGRAMS}
     contract_dir = Path(rljob_contract.__file__).parent
-    files.update({f"rljob_contract/{p.name}": p for p in sorted(contract_dir.glob("*.py"))})
-    return {path: source.read_text(encoding="utf-8") for path, source in files.items()}
+    sources.update({f"rljob_contract/{p.name}": p for p in sorted(contract_dir.glob("*.py"))})
+    return {path: source.read_text(encoding="utf-8") for path, source in sources.items()}
 
 
 def config_map_key(path: str) -> str:
@@ -153,9 +155,9 @@ def head_address(spec: JobSpec, master: str) -> str:
 
 def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     values = {
-        ray_node.ENV_HEAD_ADDRESS: head_address(spec, master),
-        ray_node.ENV_NNODES: str(spec.nnodes),
-        ray_node.ENV_JOIN_TIMEOUT: str(spec.ray.join_timeout_seconds),
+        rljob_contract.ENV_RAY_HEAD_ADDRESS: head_address(spec, master),
+        rljob_contract.ENV_RAY_NNODES: str(spec.nnodes),
+        rljob_contract.ENV_RAY_JOIN_TIMEOUT: str(spec.ray.join_timeout_seconds),
         # Ray captures a node's environment at `ray start`, so the workers it places there
         # see the node's rank: RLinf reads RLINF_NODE_RANK.
         "RLINF_NODE_RANK": str(rank),
@@ -169,7 +171,7 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         values["RAY_AUTH_TOKEN_PATH"] = f"{TOKEN_DIR}/{TOKEN_KEY}"
     if rank == 0:
         values["RAY_ADDRESS"] = head_address(spec, master)  # the driver's ray.init() joins it
-        values[ray_node.ENV_DRIVER_MARKER] = DRIVER_MARKER
+        values[rljob_contract.ENV_RAY_DRIVER_MARKER] = DRIVER_MARKER
     return values
 
 

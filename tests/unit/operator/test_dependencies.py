@@ -88,3 +88,41 @@ def test_the_operator_image_installs_only_from_the_lock():
             assert "--no-deps" in command and (
                 "-r requirements/operator.lock" in command or "./contract ." in command
             ), command
+
+
+SHIPPED_INTO_USER_IMAGES = sorted(
+    [
+        *(REPO / "operator" / "rljob_podside").glob("*.py"),
+        *(REPO / "contract" / "rljob_contract").glob("*.py"),
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    "source", SHIPPED_INTO_USER_IMAGES, ids=lambda p: f"{p.parent.name}/{p.name}"
+)
+def test_code_shipped_into_users_images_needs_only_the_standard_library_of_python_3_10(source):
+    """The Ray launcher mounts these files into the user's image and runs them on its Python
+    (3.10 among them) beside its Ray: an import of anything else, or newer syntax, breaks the
+    user's job."""
+    import ast
+    import sys
+
+    tree = ast.parse(source.read_text(), feature_version=(3, 10))
+    shipped = {"rljob_contract", "rljob_ray_bridge", "ray_node"}  # mounted side by side
+    shipped.add("ray")  # the image's own: every image a Ray job runs has it
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+    }
+    foreign = {
+        name for name in imported if name.split(".")[0] not in sys.stdlib_module_names | shipped
+    }
+    assert foreign == set()

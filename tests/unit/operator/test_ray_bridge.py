@@ -1,6 +1,6 @@
 """rljob's bridge into RLinf's and verl's loops, against the frameworks' own functions, and
-the head's supervision of the driver after a notice (launcher/rljob_ray_bridge.py and
-launcher/ray_node.py)."""
+the head's supervision of the driver after a notice (rljob_podside/rljob_ray_bridge.py and
+rljob_podside/ray_node.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import rljob_contract as contract
 from builders import mounted_launcher
 from rljob_contract import progress
 from rljob_contract.request import format_request
-from rljob_operator.launcher import ray_node
-from rljob_operator.launcher import rljob_ray_bridge as bridge
+from rljob_podside import ray_node
+from rljob_podside import rljob_ray_bridge as bridge
 from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.tracking import Tracking
 

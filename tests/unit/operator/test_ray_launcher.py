@@ -10,7 +10,7 @@ import pytest
 import rljob_contract as contract
 from builders import job_ref, make_job, mounted_launcher
 from rljob_operator.api.spec import SpecError, parse_spec
-from rljob_operator.launcher import ray, ray_node
+from rljob_operator.launcher import ray
 from rljob_operator.launcher.pods import (
     ResumeTarget,
     desired_launcher_config_map,
@@ -19,6 +19,7 @@ from rljob_operator.launcher.pods import (
     desired_secret,
     desired_service,
 )
+from rljob_podside import ray_node
 
 VERL = {"framework": "verl", "command": ["python3", "-m", "verl.trainer.main_ppo"]}
 RESUME = ResumeTarget("/checkpoints/run/global_step_20", 20)
@@ -93,8 +94,8 @@ def test_every_rank_exports_its_node_rank_and_the_head_address():
     for rank, pod in enumerate(pods):
         env = env_of(pod)
         assert env["RLINF_NODE_RANK"] == env["NODE_RANK"] == str(rank)
-        assert env[ray_node.ENV_HEAD_ADDRESS] == "grpo-n0.grpo.ns.svc:6400"
-        assert env[ray_node.ENV_NNODES] == "3" and env[ray_node.ENV_JOIN_TIMEOUT] == "90"
+        assert env[contract.ENV_RAY_HEAD_ADDRESS] == "grpo-n0.grpo.ns.svc:6400"
+        assert env[contract.ENV_RAY_NNODES] == "3" and env[contract.ENV_RAY_JOIN_TIMEOUT] == "90"
         assert "PET_NNODES" not in env and "MASTER_ADDR" not in env
     assert env_of(pods[0])["RAY_ADDRESS"] == "grpo-n0.grpo.ns.svc:6400"
     assert "RAY_ADDRESS" not in env_of(pods[1])
@@ -309,8 +310,8 @@ def test_worker_program_as_the_pod_runs_it_reports_the_unreachable_head(tmp_path
     message = tmp_path / "termination-log"
     env = {
         **os.environ,
-        ray_node.ENV_HEAD_ADDRESS: "127.0.0.1:9",  # discard: nothing listens here
-        ray_node.ENV_JOIN_TIMEOUT: "1",
+        contract.ENV_RAY_HEAD_ADDRESS: "127.0.0.1:9",  # discard: nothing listens here
+        contract.ENV_RAY_JOIN_TIMEOUT: "1",
         contract.ENV_TERMINATION_LOG: str(message),
     }
     result = subprocess.run(

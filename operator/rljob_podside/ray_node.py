@@ -42,12 +42,6 @@ from rljob_contract import progress
 from rljob_contract.request import parse_request
 from rljob_contract.untrusted import positive_number
 
-ENV_HEAD_ADDRESS = "RLJOB_RAY_HEAD_ADDRESS"  # host:port of the head's GCS
-ENV_NNODES = "RLJOB_RAY_NNODES"
-ENV_JOIN_TIMEOUT = "RLJOB_RAY_JOIN_TIMEOUT_SECONDS"
-# Written by the head just before it starts the driver; the head's readiness probe reads it.
-ENV_DRIVER_MARKER = "RLJOB_RAY_DRIVER_MARKER"
-NOTICE_FILE_NAME = "rljob-notice"
 # Ray imports these modules in every worker process it starts (its `preload_python_modules`).
 ENV_RAY_PRELOAD = "RAY_preload_python_modules"
 BRIDGE_MODULE = "rljob_ray_bridge"
@@ -209,7 +203,7 @@ class Notice:
 
 def _notice_from_env() -> Notice:
     grace = float(os.environ.get(contract.ENV_GRACE_SECONDS) or DEFAULT_GRACE_SECONDS)
-    file = Path(os.environ.get(contract.ENV_NOTICE_FILE) or f"/tmp/ray/{NOTICE_FILE_NAME}")
+    file = Path(os.environ.get(contract.ENV_NOTICE_FILE) or f"/tmp/ray/{contract.NOTICE_FILE_NAME}")
     save = os.environ.get(contract.ENV_SAVE_ON_NOTICE, "true") != "false"
     return Notice(file, grace, os.environ.get(contract.ENV_CHECKPOINT_REQUEST_FILE), save)
 
@@ -350,19 +344,19 @@ def driver_command(driver: list[str], launcher: str) -> list[str]:
 
 
 def run_head(flags: list[str], driver: list[str], notice: Notice) -> int:
-    address = os.environ[ENV_HEAD_ADDRESS]
+    address = os.environ[contract.ENV_RAY_HEAD_ADDRESS]
     _, port = split_address(address)
     started = subprocess.run(["ray", "start", "--head", f"--port={port}", *flags])
     if started.returncode != 0:
         raise LaunchError(f"ray start --head exited with {started.returncode}")
-    nnodes = int(os.environ[ENV_NNODES])
+    nnodes = int(os.environ[contract.ENV_RAY_NNODES])
     count_alive = _alive_nodes_counter(address)
-    alive = wait_for_nodes(count_alive, nnodes, float(os.environ[ENV_JOIN_TIMEOUT]))
+    alive = wait_for_nodes(count_alive, nnodes, float(os.environ[contract.ENV_RAY_JOIN_TIMEOUT]))
     import ray
 
     ray.shutdown()
     print(f"rljob: {alive} Ray nodes joined; starting the driver: {' '.join(driver)}", flush=True)
-    with open(os.environ[ENV_DRIVER_MARKER], "w", encoding="utf-8") as marker:
+    with open(os.environ[contract.ENV_RAY_DRIVER_MARKER], "w", encoding="utf-8") as marker:
         marker.write(f"{alive}\n")
     process = subprocess.Popen(driver_command(driver, str(Path(__file__).absolute())),
                                start_new_session=True)  # fmt: skip
@@ -382,8 +376,8 @@ def run_worker(flags: list[str], notice: Notice) -> int:
     ended its driver, after the save) or the grace period is nearly spent. The checkpoint
     request is read here too, since the framework's loop may run on this node (verl's
     TaskRunner is a Ray worker anywhere in the gang)."""
-    address = os.environ[ENV_HEAD_ADDRESS]
-    wait_for_head(address, float(os.environ[ENV_JOIN_TIMEOUT]))
+    address = os.environ[contract.ENV_RAY_HEAD_ADDRESS]
+    wait_for_head(address, float(os.environ[contract.ENV_RAY_JOIN_TIMEOUT]))
     raylet = subprocess.Popen(["ray", "start", f"--address={address}", "--block", *flags],
                               start_new_session=True)  # fmt: skip
     listen_for_notice(notice)
