@@ -290,7 +290,10 @@ def main() -> None:
         pv = bind_claim(core, bench.namespace)
         volume = bench.work / "volume"
         volume.mkdir()
+        limit = ["--max-priority-boost", str(POLICY["maxBoost"])]  # the administrator's leave
+        args = ["--standalone", "--namespace", bench.namespace, *limit]
         operator = OperatorProcess(bench.kubeconfig, bench.namespace, bench.work / "operator.log",
+                                   args=args,
                                    RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
         runner = run_operator(operator)
         next(runner)

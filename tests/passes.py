@@ -12,6 +12,7 @@ from rljob_operator.reconcile import decide as decide_module
 from rljob_operator.reconcile import run
 from rljob_operator.reconcile.lookup import CheckpointFinder, Inspection
 from rljob_operator.reconcile.plan import LookupPending, LookupResult, Plan
+from rljob_operator.reconcile.settings import Settings
 from rljob_operator.reconcile.snapshot import take_snapshot
 from rljob_operator.runtime.cache import ClusterCache
 
@@ -47,9 +48,11 @@ def plan_pass(
 
 def plan_boost_write(
     plan: Plan, job: dict[str, Any], finder: CheckpointFinder, cache: ClusterCache,
-    now: datetime,
+    now: datetime, limit: int = 100,
 ) -> None:  # fmt: skip
-    run.plan_boost_write(plan, take_snapshot(job, [], {}, now), finder, cache)
+    """`limit`: the administrator's largest boost (--max-priority-boost)."""
+    snap = take_snapshot(job, [], {}, now, settings=Settings(max_priority_boost=limit))
+    run.plan_boost_write(plan, snap, finder, cache)
 
 
 def lookup(finder: CheckpointFinder, job: dict[str, Any]) -> LookupResult | Inspection:

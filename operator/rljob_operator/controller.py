@@ -27,7 +27,7 @@ from .kube import Kube, KubeError
 from .metrics import JOB_GOODPUT, PASSES, QUEUE_DEPTH, record_transition
 from .reconcile.lookup import CheckpointFinder
 from .reconcile.run import reconcile
-from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
+from .reconcile.settings import DEFAULT_SETTINGS, Settings
 from .runtime.cache import DELETED, ClusterCache, Key
 from .runtime.events import EventSink
 from .runtime.queue import WorkQueue
@@ -51,10 +51,10 @@ class Controller:
         workers: int = WORKERS,
         resync_seconds: float = RESYNC_SECONDS,
         relist_seconds: float = RELIST_SECONDS,
-        scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
+        settings: Settings = DEFAULT_SETTINGS,
     ) -> None:
         self.kube, self.finder = kube, finder
-        self.scheduler_wait = scheduler_wait  # before a pod no scheduler has seen is reported
+        self.settings = settings
         self.namespaces = list(namespaces) if namespaces is not None else None  # None: all
         self.cache = ClusterCache()
         self.queue = WorkQueue()
@@ -195,7 +195,7 @@ class Controller:
         try:
             PASSES.inc()
             passed = reconcile(self.kube, self.cache, namespace, name, self.finder, self.events,
-                               scheduler_wait=self.scheduler_wait)  # fmt: skip
+                               settings=self.settings)  # fmt: skip
         except KubeError as exc:
             self._after_error(key, exc)
             return

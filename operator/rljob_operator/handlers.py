@@ -12,7 +12,7 @@ operator is down.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -22,7 +22,7 @@ from . import constants as c
 from .controller import RESYNC_SECONDS, WORKERS, Controller
 from .kube import REQUESTS_AT_ONCE, CountingApiClient, Kube
 from .reconcile.lookup import CheckpointFinder
-from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
+from .reconcile.settings import Settings
 from .runtime.events import LANES
 from .runtime.peering import PeeringWatch
 
@@ -43,7 +43,7 @@ class Scope:
     namespaces: list[str] | None = None  # None: every namespace
     peering: Peering | None = None  # None: standalone, always acting
     resync_seconds: float = RESYNC_SECONDS
-    scheduler_wait: float = SCHEDULER_WAIT_SECONDS
+    settings: Settings = field(default_factory=Settings)
 
 
 @kopf.on.startup()
@@ -67,7 +67,7 @@ def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
         CheckpointFinder.from_env(),
         scope.namespaces,
         resync_seconds=scope.resync_seconds,
-        scheduler_wait=scope.scheduler_wait,
+        settings=scope.settings,
     )
     memo.controller, memo.peering = controller, None
     if scope.peering:

@@ -10,7 +10,7 @@ import socket
 import time
 
 from .controller import RESYNC_SECONDS
-from .reconcile.stuck import SCHEDULER_WAIT_SECONDS
+from .reconcile.settings import MAX_PRIORITY_BOOST, SCHEDULER_WAIT_SECONDS, Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,6 +55,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"scheduler of its schedulerName runs (default {SCHEDULER_WAIT_SECONDS:g})",
     )
     parser.add_argument(
+        "--max-priority-boost",
+        type=int,
+        default=MAX_PRIORITY_BOOST,
+        help="the largest Kueue priority boost any job may have; a job's "
+        "spec.queueing.priorityBoost.maxBoost above it is clamped, and its status says so. Keep "
+        "it below the gap between your WorkloadPriorityClasses, so that no boost shields a job "
+        f"from the next class up (default {MAX_PRIORITY_BOOST}: jobs get no boost)",
+    )
+    parser.add_argument(
         "--liveness", default=None, help="health endpoint, e.g. http://0.0.0.0:8081/healthz"
     )
     parser.add_argument(
@@ -85,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         namespaces=None if args.all_namespaces else (args.namespace or None),
         peering=None if args.standalone else handlers.Peering(args.peering, identity, priority),
         resync_seconds=args.resync_seconds,
-        scheduler_wait=args.scheduler_wait_seconds,
+        settings=Settings(args.scheduler_wait_seconds, args.max_priority_boost),
     )
     settings = kopf.OperatorSettings()
     settings.peering.lifetime = args.peering_lifetime

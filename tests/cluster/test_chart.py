@@ -208,6 +208,17 @@ def test_patch_on_kueue_workloads_only_with_the_priority_boost():
     assert patch in rules(clusterwide, "ClusterRole")
 
 
+def operator_args(manifests):
+    return find(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_the_largest_boost_is_the_admins_and_none_without_the_priority_boost():
+    assert not any(a.startswith("--max-priority-boost") for a in operator_args(render()))
+    assert "--max-priority-boost=99" in operator_args(render("--set", "kueue.priorityBoost=true"))
+    lower = render("--set", "kueue.priorityBoost=true,kueue.maxPriorityBoost=9")
+    assert "--max-priority-boost=9" in operator_args(lower)
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -216,6 +227,7 @@ def test_patch_on_kueue_workloads_only_with_the_priority_boost():
         (["--set", "image.pullPolicy=Sometimes"], "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
         (["--set", "logLevel=trace"], "at '/logLevel': value must be one of 'info', 'debug'"),
         (["--set", "kueue.priorityBoost=yes"], "at '/kueue/priorityBoost': got string, want boolean"),
+        (["--set", "kueue.maxPriorityBoost=-1"], "at '/kueue/maxPriorityBoost': minimum: got -1, want 0"),
         (["--set", "checkpointVolumes[0].claimName=ckpts,checkpointVolumes[0].mountPath=relative"], "at '/checkpointVolumes/0/mountPath'"),
         (["--set", "extraVolumeMounts[0].name=v,extraVolumeMounts[0].mountPath=/v,extraVolumeMounts[0].readOnly=false"], "at '/extraVolumeMounts/0/readOnly': value must be true"),
         (["--set", "watchAllNamespaces=true,watchNamespaces={a}"], "watchNamespaces and watchAllNamespaces: true exclude each other"),

@@ -123,7 +123,7 @@ def test_valid_job_is_accepted_with_defaults(api_client, namespace, crd):
 def test_the_priority_boost_is_defaulted_off_with_its_bounds(api_client, namespace, crd):
     job = create(api_client, namespace, with_spec(queueing__priorityBoost__enabled=False))
     assert job["spec"]["queueing"]["priorityBoost"] == {
-        "enabled": False, "maxBoost": 100, "gpuSecondsPerPoint": 3600, "minStep": 1,
+        "enabled": False, "gpuSecondsPerPoint": 3600, "minStep": 1,
         "minIntervalSeconds": 300,
     }  # fmt: skip
 

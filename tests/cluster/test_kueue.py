@@ -18,6 +18,7 @@ from kube_steps import stays, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
+from rljob_testenv.operator_process import OperatorProcess, run_operator
 from test_job_lifecycle import finish, get_job
 from test_recovery import job_body, write_checkpoint, write_progress
 
@@ -25,6 +26,7 @@ from test_recovery import job_body, write_checkpoint, write_progress
 # volume with complete checkpoints at steps 10 and 20, and the operator that reads it.
 nodes, claim, volume = test_recovery.nodes, test_recovery.claim, test_recovery.volume
 recovering_operator = test_recovery.recovering_operator
+BOOST_LIMIT = 100  # the administrator's (--max-priority-boost)
 
 KUEUE_GROUP, KUEUE_VERSION = c.KUEUE_GROUP, c.KUEUE_VERSION  # the API the operator watches
 HIGH_CLASS = "rljob-test-kueue-high"
@@ -261,15 +263,32 @@ def stopped(core, namespace, name):
     return not pods or any(p.metadata.deletion_timestamp for p in pods)
 
 
+@pytest.fixture
+def boosting_operator(kubeconfig, namespace, crd, claim, volume, tmp_path):
+    """The recovering operator, with the administrator's leave to boost up to BOOST_LIMIT."""
+    args = ["--standalone", "--namespace", namespace, "--max-priority-boost", str(BOOST_LIMIT)]
+    process = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", args=args,
+                              RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
+    yield from run_operator(process)
+
+
+def boost_condition(api_client, namespace, name):
+    conditions = (get_job(api_client, namespace, name).get("status") or {}).get("conditions") or []
+    return next(
+        ((x["status"], x["reason"]) for x in conditions if x["type"] == "PriorityBoost"), None
+    )
+
+
 @pytest.mark.parametrize("boost", [True, False], ids=["boost", "no-boost"])
 def test_the_priority_boost_makes_kueue_preempt_the_job_that_loses_least(
-    api_client, core, namespace, nodes, recovering_operator, volume, local_queue, boost
+    api_client, core, namespace, nodes, boosting_operator, volume, local_queue, boost
 ):
     """X saved just now; Y, of the same priority and admitted later, has 980 steps of 10 s
     unsaved. Z, of a higher class, needs one of their GPUs. Kueue takes the most recently
     admitted of equal priorities, Y; with the boost Y's Workload carries 98 points (9,800
     GPU-seconds at 100 a point) and X's none, so Kueue takes X. The boost then follows Y's
-    checkpoints: a save brings it to 0."""
+    checkpoints: a save brings it to 0. The jobs ask for up to 500, and the administrator
+    allows 100: clamped, and their condition says so."""
     create = client.CustomObjectsApi(api_client).create_namespaced_custom_object
     policy = {"enabled": boost, "maxBoost": 500, "gpuSecondsPerPoint": 100,
               "minIntervalSeconds": 1}  # fmt: skip
@@ -291,12 +310,14 @@ def test_the_priority_boost_makes_kueue_preempt_the_job_that_loses_least(
 
     if boost:
         wait_for(lambda: boost_of(api_client, namespace, "y-a0") == "98", 30, "y's boost of 98")
+        assert boost_condition(api_client, namespace, "y") == ("True", "BoostClamped")
         assert boost_of(api_client, namespace, "x-a0") is None  # nothing at risk: not written
         # Y's passes come every second (its interval) and write nothing while nothing changes.
         written = written_at(api_client, namespace, "y-a0")
         stays(lambda: written_at(api_client, namespace, "y-a0") == written, 3, "no new write")
     else:
         stays(lambda: boost_of(api_client, namespace, "y-a0") is None, 3, "y without a boost")
+        assert boost_condition(api_client, namespace, "y") is None
 
     urgent = single_gpu_job("z", nodes, local_queue, "z", {"enabled": False}, HIGH_CLASS)
     create(c.GROUP, c.VERSION, namespace, c.PLURAL, urgent)
@@ -319,3 +340,72 @@ def test_the_priority_boost_makes_kueue_preempt_the_job_that_loses_least(
     if boost:  # Y saves its last finished step: nothing at risk, the boost drops to 0
         write_checkpoint(volume / "y", 1000)
         wait_for(lambda: boost_of(api_client, namespace, "y-a0") == "0", 30, "y's boost of 0")
+
+
+def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_why(
+    cluster_name, core, namespace, tmp_path
+):
+    """The operator without RBAC for Workloads (a ServiceAccount with no role): the real API
+    server refuses the first write (403); twenty passes in a row then send no request, and the
+    job's PriorityBoost condition carries the API server's words."""
+    from chart_helpers import service_account_kubeconfig
+    from kubernetes import config
+    from rljob_operator.api.timestamps import iso
+    from rljob_operator.kube import API_REQUESTS, CountingApiClient, Kube
+    from rljob_operator.reconcile import run
+    from rljob_operator.reconcile.plan import Plan
+    from rljob_operator.reconcile.priority_boost import Saved
+    from rljob_operator.reconcile.settings import Settings
+    from rljob_operator.reconcile.snapshot import take_snapshot
+    from rljob_operator.runtime.cache import ClusterCache
+
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="no-rights"))
+    )
+    path = service_account_kubeconfig(cluster_name, namespace, "no-rights", tmp_path / "kubeconfig")
+    configuration = client.Configuration()
+    config.load_kube_config(str(path), client_configuration=configuration)
+    kube = Kube(CountingApiClient(configuration))
+    job = {
+        "metadata": {"name": "grpo", "namespace": namespace, "resourceVersion": "5",
+                     "labels": {c.KUEUE_QUEUE_LABEL: "team"}},
+        "spec": {"image": "trainer:1", "nnodes": 1,
+                 "queueing": {"priorityBoost": {"enabled": True, "gpuSecondsPerPoint": 1}}},
+        "status": {"attempt": 0, "phase": "Running", "conditions": [],
+                   "attemptCreationTime": iso(datetime.now(UTC) - timedelta(hours=2))},
+    }  # fmt: skip
+    cache = ClusterCache()
+    cache.on_admission("ADDED", {"metadata": {"namespace": namespace, "name": "grpo-a0",
+                                              "resourceVersion": "1"}})  # fmt: skip
+
+    class Folder:  # the job's checkpoint folder: nothing saved for an hour
+        def saved(self, spec):
+            return Saved(1, datetime.now(UTC) - timedelta(hours=1))
+
+    patches = API_REQUESTS.labels("patch", "workloads")
+    before = patches._value.get()
+    plans = []
+    for _ in range(21):
+        plan = Plan(status=json_copy(job["status"]))
+        snap = take_snapshot(
+            job, [], {}, datetime.now(UTC), settings=Settings(max_priority_boost=50)
+        )
+        run.plan_boost_write(plan, snap, Folder(), cache)
+        job["status"] = json_copy(
+            plan.status
+        )  # as if stored: this pass's one request is the boost's
+        run.apply(kube, cache, job, plan, lambda *event: None)
+        plans.append(plan)
+    assert plans[0].annotate_workload is not None  # the first pass tried
+    assert patches._value.get() - before == 1  # and only the first
+    refusal = cache.boost_refusal(namespace, "grpo")
+    assert refusal is not None and refusal.count == 1 and "403" in refusal.why
+    condition = next(x for x in plans[-1].status["conditions"] if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("False", "BoostWriteRefused")
+    assert "Forbidden" in condition["message"] or "forbidden" in condition["message"]
+
+
+def json_copy(value):
+    import json
+
+    return json.loads(json.dumps(value))

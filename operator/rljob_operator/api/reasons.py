@@ -43,6 +43,10 @@ class ConditionType(StrEnum):
     # turns the framework's checkpoints off, or rljob's bridge found the framework other
     # than it expects), with why; True again once that is mended.
     SAVE_ON_NOTICE = "SaveOnNotice"
+    # Jobs with spec.queueing.priorityBoost.enabled, while their attempt runs in a Kueue
+    # queue: True while rljob writes the boost (also when clamped to the operator's limit),
+    # False while the operator allows none or the API server refuses the writes.
+    PRIORITY_BOOST = "PriorityBoost"
 
 
 CONDITION_FOR_PHASE = {
@@ -93,6 +97,10 @@ class Reason(StrEnum):
     PERIODIC_SAVES_OFF = "PeriodicSavesOff"
     SAVE_ON_NOTICE_UNAVAILABLE = "SaveOnNoticeUnavailable"
     SAVE_ON_NOTICE_AVAILABLE = "SaveOnNoticeAvailable"
+    BOOSTING = "Boosting"
+    BOOST_CLAMPED = "BoostClamped"
+    BOOST_NOT_ALLOWED = "BoostNotAllowed"
+    BOOST_WRITE_REFUSED = "BoostWriteRefused"
     # Events only.
     FRESH_START = "FreshStart"
     RUNNING = "Running"

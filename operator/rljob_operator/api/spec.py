@@ -105,7 +105,7 @@ class PriorityBoostSpec:
     from the work it would lose if preempted now (reconcile.priority_boost)."""
 
     enabled: bool = False
-    max_boost: int = 100  # keep it below the gap to the next higher priority class
+    max_boost: int | None = None  # None: the operator's limit (--max-priority-boost)
     gpu_seconds_per_point: int = 3600  # unsaved GPU-seconds per point of boost
     min_step: int = 1  # a change smaller than this is not written (except to 0 or max_boost)
     min_interval_seconds: int = 300  # at most one write per job this often
@@ -265,12 +265,12 @@ def parse_queueing(data: dict[str, Any]) -> QueueingSpec:
     boost = data.get("priorityBoost") or {}
     parsed = PriorityBoostSpec(
         enabled=_bool(boost, "enabled", path, False),
-        max_boost=_int(boost, "maxBoost", path, 100),
+        max_boost=_int(boost, "maxBoost", path, None),
         gpu_seconds_per_point=_int(boost, "gpuSecondsPerPoint", path, 3600, minimum=1),
         min_step=_int(boost, "minStep", path, 1, minimum=1),
         min_interval_seconds=_int(boost, "minIntervalSeconds", path, 300, minimum=1),
     )
-    if parsed.max_boost > MAX_PRIORITY_BOOST:
+    if parsed.max_boost is not None and parsed.max_boost > MAX_PRIORITY_BOOST:
         raise SpecError(f"{path}.maxBoost", f"must be at most {MAX_PRIORITY_BOOST}")
     return QueueingSpec(priority_boost=parsed)
 

@@ -62,6 +62,11 @@ class Plan:
     delete_job: bool = False
     requeue_after: float | None = None
 
+    def requeue(self, seconds: float) -> None:
+        """Ask for a pass in `seconds` at the latest."""
+        current = self.requeue_after
+        self.requeue_after = seconds if current is None else min(current, seconds)
+
     @property
     def lookup_exclude(self) -> tuple[str, ...]:
         """Checkpoints a lookup must pass over: those marked bad."""
@@ -118,8 +123,7 @@ class Pass:
         self.event(EventType.WARNING, reason, message)
 
     def requeue(self, seconds: float) -> None:
-        current = self.plan.requeue_after
-        self.plan.requeue_after = seconds if current is None else min(current, seconds)
+        self.plan.requeue(seconds)
 
     def account(self, job: dict[str, Any]) -> None:
         """Bring status.goodput up to date, only when the pass writes the status anyway."""

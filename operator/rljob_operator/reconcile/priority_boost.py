@@ -13,11 +13,17 @@ first:
                             attempt's gang was all running, whichever is later)
     boost                 = min(maxBoost, floor(at risk / gpuSecondsPerPoint))
 
-The boost is never negative and never above maxBoost. Kueue lets a preemptor take a
-candidate's place only when the preemptor's priority plus boost is higher than the
-candidate's, so a maxBoost below the gap between two priority classes can reorder jobs of
-one class but never shield a job from a higher class; a larger one lets it (the user's
-choice).
+The boost is never negative and never above maxBoost, which is never above the operator's
+limit (`rljob operator --max-priority-boost`, the chart's kueue.maxPriorityBoost): the
+cluster's administrator, not the job's author, decides how far a job can be lifted. Kueue
+lets a preemptor take a candidate's place only when the preemptor's priority plus boost is
+higher than the candidate's, so a limit below the gap between two priority classes lets a
+boost reorder jobs of one class but never shield a job from a higher class. A job asking for
+more is clamped, and its PriorityBoost condition says so.
+
+A write the API server refuses (no RBAC for it, no Workload API, Kueue's webhook) is not
+tried again at every pass: the operator keeps the refusal (ClusterCache) and tries again
+after a back-off that doubles up to an hour, while the PriorityBoost condition says why.
 
 Writes are held back for the API server: a change smaller than minStep is not written
 (except one that reaches 0 or maxBoost), and a job's Workload is written at most once per
@@ -27,16 +33,18 @@ minIntervalSeconds. Nothing here does I/O; reconcile.run writes what `next_write
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from .. import constants as c
-from ..api.reasons import Phase
+from ..api.reasons import Phase, Reason
 from ..api.spec import JobSpec, PriorityBoostSpec
 from ..api.timestamps import iso_precise, parse_iso
 
 GPU_SUFFIX = "/gpu"  # nvidia.com/gpu, amd.com/gpu, ...
+REFUSAL_BACKOFF_SECONDS = 60.0  # after the first refused write; doubling up to the next
+MAX_REFUSAL_BACKOFF_SECONDS = 3600.0
 
 
 def gang_gpus(spec: JobSpec) -> int:
@@ -128,6 +136,50 @@ def next_write(
     return BoostWrite(value, None if math.isinf(wake) else wake)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The API server refused the job's last boost write(s): when, how often in a row, why."""
+
+    at: datetime
+    count: int
+    why: str
+
+    def retry_at(self) -> datetime:
+        backoff = REFUSAL_BACKOFF_SECONDS * 2 ** min(self.count - 1, 16)
+        return self.at + timedelta(seconds=min(backoff, MAX_REFUSAL_BACKOFF_SECONDS))
+
+
+def allowed(policy: PriorityBoostSpec, limit: int) -> PriorityBoostSpec:
+    """The job's policy with its maxBoost within the operator's limit (unset: the limit)."""
+    asked = limit if policy.max_boost is None else policy.max_boost
+    return replace(policy, max_boost=max(0, min(asked, limit)))
+
+
+def boost_condition(
+    policy: PriorityBoostSpec, limit: int, refusal: Refusal | None
+) -> tuple[bool, Reason, str]:
+    """The PriorityBoost condition of a job that wants a boost: (status, reason, message)."""
+    if limit <= 0:
+        return (False, Reason.BOOST_NOT_ALLOWED,
+                "the operator allows no priority boost (its --max-priority-boost is 0; the "
+                "chart's kueue.priorityBoost and kueue.maxPriorityBoost set it)")  # fmt: skip
+    if refusal is not None:
+        return (False, Reason.BOOST_WRITE_REFUSED,
+                f"the API server refused the priority boost on the attempt's Workload "
+                f"{refusal.count} time(s) in a row ({refusal.why}); the next try is at "
+                f"{iso_precise(refusal.retry_at())}. The operator needs patch on "
+                "workloads.kueue.x-k8s.io (the chart's kueue.priorityBoost: true)")  # fmt: skip
+    if policy.max_boost is not None and policy.max_boost > limit:
+        return (True, Reason.BOOST_CLAMPED,
+                f"spec.queueing.priorityBoost.maxBoost {policy.max_boost} is above the "
+                f"operator's limit: the boost goes up to {limit}")  # fmt: skip
+    return (
+        True,
+        Reason.BOOSTING,
+        f"the boost follows the work at risk, up to {allowed(policy, limit).max_boost}",
+    )
+
+
 def annotation_value(value: int) -> str:
     """Kueue's format: a signed decimal integer ("0", never empty)."""
     return str(int(value))
@@ -176,11 +228,17 @@ def running_since(status: dict[str, Any], now: datetime) -> datetime:
 
 
 def plan_boost(
-    spec: JobSpec, status: dict[str, Any], saved: Saved, written: Written, now: datetime
+    spec: JobSpec,
+    status: dict[str, Any],
+    saved: Saved,
+    written: Written,
+    now: datetime,
+    limit: int,
 ) -> tuple[dict[str, str] | None, float | None]:
     """The annotations to merge into the attempt's Kueue Workload (None: none), and the
-    seconds until the boost should be looked at again (None: not before something else)."""
-    policy = spec.queueing.priority_boost
+    seconds until the boost should be looked at again (None: not before something else);
+    `limit` is the operator's largest boost."""
+    policy = allowed(spec.queueing.priority_boost, limit)
     risk = AtRisk(
         gang_gpus(spec), running_since(status, now), saved.at, saved.step, saved.finished_step,
         saved.step_seconds,

@@ -24,8 +24,10 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from rljob_contract.request import format_request
 
 from .. import constants as c
-from ..api.reasons import Reason
+from ..api.reasons import ConditionType, Reason
 from ..api.spec import SpecError
+from ..api.status import set_condition
+from ..api.timestamps import iso
 from ..kube import Kube, KubeError, at_once
 from ..launcher.identity import attempt_name
 from ..launcher.inspector import inspector_name
@@ -36,9 +38,9 @@ from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .observe import inspector_stuck
 from .plan import LookupPending, LookupResult, Plan
 from .pod_cleanup import holds_our_finalizer
-from .priority_boost import plan_boost, wants_boost, written_on
+from .priority_boost import Refusal, boost_condition, plan_boost, wants_boost, written_on
+from .settings import DEFAULT_SETTINGS, Settings
 from .snapshot import Snapshot, take_snapshot
-from .stuck import SCHEDULER_WAIT_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +105,7 @@ def apply(
         if pod:
             cache.on_pod(None, pod)
     if plan.annotate_workload:
-        _annotate_workload(kube, cache, namespace, *plan.annotate_workload)
+        _annotate_workload(kube, cache, name, namespace, *plan.annotate_workload)
     for event in plan.events:
         tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
@@ -161,19 +163,20 @@ def _create_children(kube: Kube, cache: ClusterCache, children: list[dict[str, A
 
 
 def _annotate_workload(
-    kube: Kube, cache: ClusterCache, namespace: str, workload: str, annotations: dict[str, str]
-) -> None:
+    kube: Kube, cache: ClusterCache, job: str, namespace: str, workload: str,
+    annotations: dict[str, str],
+) -> None:  # fmt: skip
     """Write the priority boost. Advisory: a refusal (no RBAC for it, Kueue's webhook) is
-    logged and the pass goes on; the next look tries again."""
+    kept for the job's back-off and condition (reconcile.priority_boost), and the pass goes on."""
     try:
         stored = kube.annotate_kueue_workload(namespace, workload, annotations)
     except KubeError as exc:
-        log.warning(
-            "%s/%s: cannot write Kueue's priority boost (%s); the operator needs patch on "
-            "workloads.kueue.x-k8s.io (the chart's kueue.priorityBoost: true)",
-            namespace, workload, exc,
-        )  # fmt: skip
+        log.warning("%s/%s: cannot write Kueue's priority boost (%s)", namespace, workload, exc)
+        before = cache.boost_refusal(namespace, job)
+        count = before.count + 1 if before else 1
+        cache.refuse_boost(namespace, job, Refusal(datetime.now(UTC), count, str(exc)))
         return
+    cache.refuse_boost(namespace, job, None)
     if stored is not None:
         cache.on_admission(None, stored)
 
@@ -181,23 +184,36 @@ def _annotate_workload(
 def plan_boost_write(
     plan: Plan, snap: Snapshot, finder: CheckpointFinder, cache: ClusterCache
 ) -> None:
-    """Add the priority boost's write and next look to the plan, where the job wants one and
-    its attempt's Kueue Workload is in the cache (reconcile.priority_boost decides)."""
+    """Add the priority boost's condition, write and next look to the plan, where the job
+    wants one, the operator allows it, no refused write waits out its back-off, and the
+    attempt's Kueue Workload is in the cache (reconcile.priority_boost decides)."""
     spec = snap.spec
     if isinstance(spec, SpecError):
         return
     if not wants_boost(spec, snap.queue, plan.status):
+        return
+    limit = snap.settings.max_priority_boost
+    refusal = cache.boost_refusal(snap.ref.namespace, snap.ref.name)
+    condition = boost_condition(spec.queueing.priority_boost, limit, refusal)
+    plan.status["conditions"], _ = set_condition(
+        plan.status.get("conditions") or [], ConditionType.PRIORITY_BOOST, *condition,
+        iso(snap.now), snap.job["metadata"].get("generation"),
+    )  # fmt: skip
+    if limit <= 0:
+        return
+    if refusal is not None and refusal.retry_at() > snap.now:
+        plan.requeue((refusal.retry_at() - snap.now).total_seconds())
         return
     workload = attempt_name(snap.ref.name, plan.status["attempt"])
     annotations = cache.boost_annotations(snap.ref.namespace, workload)
     saved = finder.saved(spec)
     if annotations is None or saved is None:
         return
-    write, wake = plan_boost(spec, plan.status, saved, written_on(annotations), snap.now)
+    write, wake = plan_boost(spec, plan.status, saved, written_on(annotations), snap.now, limit)
     if write:
         plan.annotate_workload = (workload, write)
     if wake is not None:
-        plan.requeue_after = wake if plan.requeue_after is None else min(plan.requeue_after, wake)
+        plan.requeue(wake)
 
 
 MAX_LOOKUPS_PER_PASS = 3  # a bad checkpoint asks for one more look
@@ -258,13 +274,12 @@ def reconcile(
     finder: CheckpointFinder,
     tell: PostEvent,
     now: datetime | None = None,
-    scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
+    settings: Settings = DEFAULT_SETTINGS,
 ) -> tuple[dict[str, Any], Plan] | None:
     """One pass for one job; its Events go to `tell`. The caller never runs two passes of one
-    job at once (the work queue hands a key to one worker at a time). `scheduler_wait`:
-    seconds a pod may go unseen by any scheduler before the job says so. The job's status
-    as the pass found it, and the plan it carried out (whose status is now stored); None for
-    a job that is gone."""
+    job at once (the work queue hands a key to one worker at a time); `settings` are the
+    administrator's. The job's status as the pass found it, and the plan it carried out
+    (whose status is now stored); None for a job that is gone."""
     job = cache.job(namespace, name)
     pods = cache.pods_of(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
@@ -277,7 +292,7 @@ def reconcile(
     admission = cache.admission(namespace, attempt_name(name, attempt))
     moment = now or datetime.now(UTC)
     shared = cache.shared_of(namespace, name, job["metadata"].get("uid") or None)
-    snap = take_snapshot(job, pods, {}, moment, kube.serves_workload_api, admission, scheduler_wait,
+    snap = take_snapshot(job, pods, {}, moment, kube.serves_workload_api, admission, settings,
                          shared=shared)  # fmt: skip
     snap = replace(snap, nodes=_nodes_of(kube, cache, snap.trainers))
     plan = plan_pass(snap, finder)

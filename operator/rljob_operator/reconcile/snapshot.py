@@ -15,7 +15,7 @@ from ..api.spec import JobSpec, SpecError, parse_spec
 from ..launcher.identity import JobRef
 from ..launcher.pods import check_template
 from ..queueing import Admission
-from .stuck import SCHEDULER_WAIT_SECONDS
+from .settings import DEFAULT_SETTINGS, Settings
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Snapshot:
     shared: frozenset[tuple[str, str]] = frozenset()
     workload_api: bool = False  # the API server serves the Workload API (all-or-nothing gangs)
     admission: Admission | None = None  # why Kueue has not admitted the attempt, where it says
-    scheduler_wait: float = SCHEDULER_WAIT_SECONDS  # how long a pod may go unseen by a scheduler
+    settings: Settings = DEFAULT_SETTINGS  # the administrator's
 
     def with_status(self, status: dict[str, Any]) -> Snapshot:
         """The same moment, with the job as it will look once `status` is written."""
@@ -46,7 +46,7 @@ def take_snapshot(
     now: datetime,
     workload_api: bool = False,
     admission: Admission | None = None,
-    scheduler_wait: float = SCHEDULER_WAIT_SECONDS,
+    settings: Settings = DEFAULT_SETTINGS,
     shared: frozenset[tuple[str, str]] = frozenset(),
 ) -> Snapshot:
     """`pods` are all of the job's pods, trainers and inspectors."""
@@ -73,5 +73,5 @@ def take_snapshot(
         shared=shared,
         workload_api=workload_api,
         admission=admission,
-        scheduler_wait=scheduler_wait,
+        settings=settings,
     )

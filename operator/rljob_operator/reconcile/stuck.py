@@ -7,10 +7,10 @@ Nothing has ended, so no failure is counted: the kubelet keeps retrying a contai
 pull backs off up to 5 minutes), the scheduler a pod; the user fixes the image, the reference,
 the request or the scheduler, or room comes free, and the pod goes on.
 
-A pod that no scheduler has looked at (no PodScheduled condition, no node) gets
-SCHEDULER_WAIT_SECONDS (`rljob operator --scheduler-wait-seconds`) before the job says so: a
-scheduler that serves its schedulerName writes that condition, or binds the pod, within
-seconds. No watch event marks the end of that wait, so the pass asks to come back then.
+A pod that no scheduler has looked at (no PodScheduled condition, no node) gets the
+administrator's scheduler wait (`rljob operator --scheduler-wait-seconds`) before the job
+says so: a scheduler that serves its schedulerName writes that condition, or binds the pod,
+within seconds. No watch event marks the end of that wait, so the pass asks to come back then.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from .observe import Stuck
 
 if TYPE_CHECKING:
     from .plan import Pass
-
-SCHEDULER_WAIT_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -50,15 +48,16 @@ def inspector(name: str) -> Wording:
 
 def report_stuck(p: Pass, stuck: Stuck, words: Wording = GANG) -> tuple[str, str] | None:
     """PodsUnschedulable from the scheduler's words, or from its silence once a pod has waited
-    `p.snap.scheduler_wait` for it; ContainersNotStarting from the kubelet's words. Returns the
-    reason and message of the first True one, if one is."""
+    the administrator's scheduler wait for it; ContainersNotStarting from the kubelet's words.
+    Returns the reason and message of the first True one, if one is."""
     unseen = []
     for pod, scheduler, waited in stuck.unseen:
-        if waited < p.snap.scheduler_wait:
-            p.requeue(p.snap.scheduler_wait - waited + 0.5)
+        wait = p.snap.settings.scheduler_wait_seconds
+        if waited < wait:
+            p.requeue(wait - waited + 0.5)
             continue
         unseen.append((Reason.NOT_SEEN_BY_SCHEDULER, f"{words.pod} {pod} has not been seen by a "
-                       f"scheduler for {p.snap.scheduler_wait:g} s (schedulerName {scheduler}): "
+                       f"scheduler for {wait:g} s (schedulerName {scheduler}): "
                        "is that scheduler running?"))  # fmt: skip
     unschedulable = [(r, f"{words.pod} {pod}: {why}") for pod, r, why in stuck.unschedulable]
     placed = (Reason.PODS_SCHEDULED, words.placed)

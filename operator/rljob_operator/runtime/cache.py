@@ -14,13 +14,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import constants as c
 from ..api.status import find_condition
 from ..launcher.identity import job_of_attempt_name
 from ..preemption.nodes import NodeTermination, node_ready_condition, node_termination
 from ..queueing import Admission
+
+if TYPE_CHECKING:
+    from ..reconcile.priority_boost import Refusal
 
 Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
 BOOST_ANNOTATIONS = (c.KUEUE_PRIORITY_BOOST_ANNOTATION, c.PRIORITY_BOOST_TIME_ANNOTATION)
@@ -121,11 +124,14 @@ class ClusterCache:
         self._nodes = Store()
         self._admissions: dict[Key, Admission] = {}  # Kueue pod group -> why not admitted
         self._boosts = Store()  # Kueue pod group -> its Workload's priority-boost annotations
+        self._boost_refusals: dict[Key, Refusal] = {}  # job -> its refused boost writes
 
     # ------------------------------------------------------------------ jobs
     def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
         with self._lock:
             self._jobs.apply(event_type, job)
+            if event_type == DELETED:
+                self._boost_refusals.pop(key_of(job), None)
 
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -265,6 +271,18 @@ class ClusterCache:
         with self._lock:
             workload = self._boosts.objects.get((namespace, pod_group))
         return None if workload is None else dict(workload["metadata"]["annotations"])
+
+    def refuse_boost(self, namespace: str, job: str, refusal: Refusal | None) -> None:
+        """Keep the job's refused boost writes (None: its last write went through)."""
+        with self._lock:
+            if refusal is None:
+                self._boost_refusals.pop((namespace, job), None)
+            else:
+                self._boost_refusals[(namespace, job)] = refusal
+
+    def boost_refusal(self, namespace: str, job: str) -> Refusal | None:
+        with self._lock:
+            return self._boost_refusals.get((namespace, job))
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:

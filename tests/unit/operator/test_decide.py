@@ -11,6 +11,7 @@ from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.reconcile.plan import LookupResult
+from rljob_operator.reconcile.settings import Settings
 
 NODES = {"gpu-node-0": make_node("gpu-node-0"), "gpu-node-1": make_node("gpu-node-1")}
 
@@ -954,13 +955,13 @@ def test_pods_no_scheduler_has_seen_are_reported_once_the_wait_is_over_naming_th
     job = started(make_job(template={"spec": {"schedulerName": "volcano"}}))
     pods = [_unseen(make_pod(job, 0, r), created_ago=20) for r in range(2)]
 
-    early = decide(job, pods, NODES, NOW, scheduler_wait=60)
+    early = decide(job, pods, NODES, NOW, settings=Settings(scheduler_wait_seconds=60))
 
     assert "PodsUnschedulable" not in [x["type"] for x in early.status["conditions"]]
     assert early.events == [] and early.requeue_after == pytest.approx(40.5)  # no event comes
 
     late = decide(with_status(job, early.status), pods, NODES, NOW + timedelta(seconds=41),
-                  scheduler_wait=60)  # fmt: skip
+                  settings=Settings(scheduler_wait_seconds=60))  # fmt: skip
 
     cond = next(x for x in late.status["conditions"] if x["type"] == "PodsUnschedulable")
     assert (cond["status"], cond["reason"]) == ("True", "NotSeenByScheduler")
@@ -972,7 +973,7 @@ def test_pods_no_scheduler_has_seen_are_reported_once_the_wait_is_over_naming_th
     assert late.status["failures"] == 0 and late.delete == [] and late.create == []
     # The message does not grow with the wait: a later pass writes nothing, tells nothing.
     again = decide(with_status(job, late.status), pods, NODES, NOW + timedelta(seconds=300),
-                   scheduler_wait=60)  # fmt: skip
+                   settings=Settings(scheduler_wait_seconds=60))  # fmt: skip
     assert again.events == [] and again.status["conditions"] == late.status["conditions"]
 
     placed = decide(

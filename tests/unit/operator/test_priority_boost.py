@@ -14,6 +14,7 @@ from rljob_operator.api.timestamps import iso, iso_precise
 from rljob_operator.reconcile.plan import Plan
 from rljob_operator.reconcile.priority_boost import (
     AtRisk,
+    Refusal,
     Saved,
     Written,
     annotation_value,
@@ -261,6 +262,66 @@ def test_an_unchanged_boost_inside_its_interval_is_not_written_again():
     plan = Plan(status=running_status())
     plan_boost_write(plan, queued_job(), Finder(Saved(40, ago(300))), cache, NOW)
     assert plan.annotate_workload is None and plan.requeue_after == 10
+
+
+def boost_condition_of(plan):
+    found = [x for x in plan.status.get("conditions", []) if x["type"] == "PriorityBoost"]
+    return (found[0]["status"], found[0]["reason"]) if found else None
+
+
+@pytest.mark.parametrize(
+    ("asked", "limit", "written", "condition"),
+    [
+        (None, 100, "48", ("True", "Boosting")),  # maxBoost unset: the administrator's limit
+        (None, 30, "30", ("True", "Boosting")),
+        (500, 30, "30", ("True", "BoostClamped")),  # the job asks for more: clamped, and said
+        (20, 30, "20", ("True", "Boosting")),  # the job's own lower cap holds
+    ],
+)
+def test_the_boost_never_goes_above_the_administrators_limit(asked, limit, written, condition):
+    """600 s x 8 GPUs at risk / 100 a point = 48 points, wanted."""
+    boost = {} if asked is None else {"maxBoost": asked}
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(**boost), Finder(Saved(100, ago(900), 130, 20.0)),
+                     cache_with(workload()), NOW, limit=limit)  # fmt: skip
+    assert plan.annotate_workload[1][BOOST] == written
+    assert boost_condition_of(plan) == condition
+
+
+def test_an_operator_that_allows_no_boost_writes_none_reads_nothing_and_says_so():
+    finder = Finder(Saved(100, ago(900), 130, 20.0))
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), finder, cache_with(workload()), NOW, limit=0)
+    assert plan.annotate_workload is None and finder.looks == 0
+    assert boost_condition_of(plan) == ("False", "BoostNotAllowed")
+
+
+def test_a_refused_write_waits_out_a_doubling_back_off_and_the_condition_says_why():
+    cache = cache_with(workload())
+    cache.refuse_boost("ns", "grpo", Refusal(ago(30), 1, "403 Forbidden"))
+    finder = Finder(Saved(100, ago(900), 130, 20.0))
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), finder, cache, NOW)
+    assert plan.annotate_workload is None and finder.looks == 0
+    assert plan.requeue_after == pytest.approx(30)  # the first back-off is 60 s
+    assert boost_condition_of(plan) == ("False", "BoostWriteRefused")
+    assert "403 Forbidden" in plan.status["conditions"][0]["message"]
+    cache.refuse_boost("ns", "grpo", Refusal(ago(61), 1, "403 Forbidden"))  # due: try again
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), finder, cache, NOW)
+    assert plan.annotate_workload[1][BOOST] == "48"
+    assert [Refusal(NOW, n, "x").retry_at() - NOW for n in (1, 2, 3, 7, 40)] == [
+        timedelta(seconds=s) for s in (60, 120, 240, 3600, 3600)
+    ]
+
+
+def test_the_cache_forgets_a_deleted_jobs_refusals():
+    cache = ClusterCache()
+    job = {"metadata": {"namespace": "ns", "name": "grpo", "resourceVersion": "1"}}
+    cache.on_job(None, job)
+    cache.refuse_boost("ns", "grpo", Refusal(NOW, 1, "403"))
+    cache.on_job("DELETED", {**job, "metadata": {**job["metadata"], "resourceVersion": "2"}})
+    assert cache.boost_refusal("ns", "grpo") is None
 
 
 def test_the_cache_keeps_the_boost_wakes_on_a_new_workload_only_and_never_goes_back():
