@@ -4,9 +4,11 @@ Kubernetes sends SIGTERM before it kills a pod (torchrun forwards it to every wo
 operator asks for a checkpoint by annotating the pod, which a downward-API volume projects into
 a file that is empty until then, and whose value may say when the node goes. Either way is a
 notice: this rank remembers when it came, so that the loop knows its deadline
-(`rljob_trainer.deadline`), and the ranks agree with one
-all_reduce(MAX) per check (at each token of a rollout and at each step boundary) so that all of
-them stop at the same point, save, and exit with EXIT_CHECKPOINTED_ON_REQUEST (75).
+(`rljob_trainer.deadline`), and the ranks agree with an all_reduce(MAX) so that all of them
+stop at the same point, save, and exit with EXIT_CHECKPOINTED_ON_REQUEST (75): a blocking one
+at each step boundary, and during a rollout one per token that is posted before the token's
+forward pass and read before the next (`PendingMax`), so that no rank waits for the others
+at a token: the round trip overlaps the forward pass, and a notice is agreed one token later.
 """
 
 from __future__ import annotations
@@ -60,8 +62,20 @@ class StopRequest:
         return self.signal_name or self.request
 
 
+class PendingMax:
+    """An all_reduce(MAX) over a CPU tensor, posted now and read later: every rank must post
+    the same sequence of them, and read each once."""
+
+    def __init__(self, values: Sequence[int]) -> None:
+        self.tensor = torch.tensor(list(values), dtype=torch.int32)
+        self.work = dist.all_reduce(self.tensor, op=dist.ReduceOp.MAX, async_op=True)
+
+    def result(self) -> list[int]:
+        """For each value, the largest any rank posted (waits for the slowest rank)."""
+        self.work.wait()
+        return [int(v) for v in self.tensor.tolist()]
+
+
 def agree_max(values: Sequence[int]) -> list[int]:
-    """For each value, the largest any rank passed (one all_reduce MAX over a CPU tensor)."""
-    tensor = torch.tensor(list(values), dtype=torch.int32)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return [int(v) for v in tensor.tolist()]
+    """For each value, the largest any rank passed, at once."""
+    return PendingMax(values).result()

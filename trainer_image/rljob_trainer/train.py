@@ -7,7 +7,8 @@ and tells the operator why it stopped. At each step boundary the ranks agree whe
 and whether an async save has finished everywhere, then maybe checkpoint.
 
 On a notice (SIGTERM or the checkpoint request) the ranks also check, at every token of the
-rollout, whether the step can still end and be saved before the deadline
+rollout (agreed one token later, `stop.PendingMax`, so that the check costs no wait), whether
+the step can still end and be saved before the deadline
 (`rljob_trainer.deadline`). If not, they abandon the rollout, rewind the sampler and every
 random generator to the step's start, which is exactly the state at the end of the last
 finished step (a rollout changes nothing else), and save that through the ordinary save.
@@ -46,7 +47,7 @@ from rljob_trainer.deadline import rest_of_step as estimate_rest_of_step
 from rljob_trainer.faults import NO_FAULTS, Faults
 from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, StepTiming, write_progress
 from rljob_trainer.state import RNGState, TrainState
-from rljob_trainer.stop import StopRequest, agree_max
+from rljob_trainer.stop import PendingMax, StopRequest, agree_max
 from rljob_trainer.task import BOS, AdditionTask, CharTokenizer
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ class Trainer(ABC):
         self._stop_agreed_at: float | None = None
         # The sampler and random state at the start of the step's rollout.
         self._rewind_point: tuple[dict[str, Any], dict[str, Any]] | None = None
+        self._vote_in_flight: PendingMax | None = None  # the rollout's last token's vote
 
     def set_up_state(self, data_rank: int, data_ranks: int, model_config: dict[str, Any]) -> None:
         """The prompt sampler of this data-parallel rank, the sampling generator, the per-rank
@@ -208,6 +210,7 @@ class Trainer(ABC):
             self.generator,
             before_token=self._before_token,
         )
+        self._abandon_if_agreed()  # on the last token's vote
         self._rollout_ended = time.perf_counter()
         self.rollout_timing.add(self._rollout_ended - self._rollout_started)
         answers = [self.task.answer(i) for i in indices for _ in range(algo.group_size)]
@@ -229,12 +232,19 @@ class Trainer(ABC):
         )
 
     def _before_token(self, tokens_done: int) -> None:
-        """One all_reduce per token: abandon the rollout if any rank's notice says so."""
-        (agreed,) = agree_max([self._decide(Phase.ROLLOUT, tokens_done)])
+        """Abandon the rollout if any rank's vote before the previous token says so, then
+        post this token's vote, which the ranks read before the next."""
+        self._abandon_if_agreed()
+        self._vote_in_flight = PendingMax([self._decide(Phase.ROLLOUT, tokens_done)])
+        self.faults.before_token(self.train_state.step + 1)
+
+    def _abandon_if_agreed(self) -> None:
+        """Read the vote in flight, if any: raise _Abandoned where a rank's says stop."""
+        vote, self._vote_in_flight = self._vote_in_flight, None
+        agreed = Decision(vote.result()[0]) if vote is not None else Decision.GO_ON
         if agreed != Decision.GO_ON:
             self._stop_agreed()
-            raise _Abandoned(Decision(agreed))
-        self.faults.before_token(self.train_state.step + 1)
+            raise _Abandoned(agreed)
 
     def _decide(self, phase: Phase, tokens_done: int = 0) -> Decision:
         """This rank's vote: GO_ON without a notice, else the deadline's decision."""
