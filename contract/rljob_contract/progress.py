@@ -25,7 +25,7 @@ PROGRESS_FILE_NAMES = (PROGRESS_FILE_NAME, FRAMEWORK_PROGRESS_FILE_NAME)
 
 STEP = "step"  # the last finished step
 STEP_SECONDS = "step_seconds"  # the mean step time of the attempt that wrote it
-SAVE_SECONDS = "save_seconds"  # RLinf, verl: a save's mean time, as rljob's bridge measured it
+SAVE_SECONDS = "save_seconds"  # a save's mean time (RLinf, verl: as rljob's bridge measured it)
 # Why rljob cannot save on notice in this run (the bridge's hooks found the framework other
 # than they expect, or its settings save nothing); absent or null where it can.
 SAVE_ON_NOTICE_UNAVAILABLE = "save_on_notice_unavailable"

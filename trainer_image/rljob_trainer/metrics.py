@@ -75,8 +75,9 @@ def write_progress(
     attempt: int | None,
     status: str,
     step_seconds: float | None = None,
+    save_seconds: float | None = None,
 ) -> None:
-    """status: one of rljob_contract.progress's RUNNING, FINISHED, CHECKPOINTED_ON_REQUEST."""
-    progress.write_progress(
-        checkpoint_dir, progress.progress_record(step, attempt, status, step_seconds)
-    )
+    """status: one of rljob_contract.progress's RUNNING, FINISHED, CHECKPOINTED_ON_REQUEST;
+    save_seconds: a save's mean time, which tells the operator whether a save on notice fits."""
+    record = progress.progress_record(step, attempt, status, step_seconds, save_seconds=save_seconds)
+    progress.write_progress(checkpoint_dir, record)

@@ -354,8 +354,9 @@ class Trainer(ABC):
                     entry["attempt"] = self.attempt
                 metrics.write(entry)
                 write_progress(
-                    self.checkpoint_dir, step, self.attempt, progress.RUNNING, timing.mean
-                )
+                    self.checkpoint_dir, step, self.attempt, progress.RUNNING, timing.mean,
+                    self.checkpoints.save_seconds,
+                )  # fmt: skip
                 log.info(
                     "step %d/%d loss=%.4f reward=%.3f accuracy=%.3f kl=%.4f",
                     step,

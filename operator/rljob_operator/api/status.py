@@ -109,6 +109,19 @@ class Recovery(Record):
 
 
 @dataclass(frozen=True)
+class BoostBasis(Record):
+    """status.priorityBoost: the last boost rljob wrote on the attempt's Workload, and what it
+    was computed from (reconcile.priority_boost)."""
+
+    boost: int
+    at_risk_gpu_seconds: float
+    gpus: int
+    lost_work_seconds: float
+    restart_seconds: float
+    time: str
+
+
+@dataclass(frozen=True)
 class ResumeFrom(Record):
     """status.resumeFrom: the checkpoint the current attempt was started from."""
 

@@ -18,6 +18,7 @@ MAX_REASON_CHARS = 1000  # of the bridge's word on why it cannot save on notice
 class Progress:
     step: int | None = None  # the last finished step
     step_seconds: float | None = None  # the mean step time of the attempt that wrote it
+    save_seconds: float | None = None  # a save's mean time, where the writer measured it
     # Why rljob's bridge could not save on notice in the run that wrote it (RLinf, verl).
     save_on_notice_unavailable: str | None = None
 
@@ -26,6 +27,7 @@ class Progress:
         return {
             "progress_step": self.step,
             "progress_step_seconds": self.step_seconds,
+            "progress_save_seconds": self.save_seconds,
             "save_on_notice_unavailable": self.save_on_notice_unavailable,
         }
 
@@ -51,5 +53,6 @@ def read_progress(directory: str | os.PathLike[str]) -> Progress:
     return Progress(
         step if good_step else None,
         untrusted.positive_number(seconds),
+        untrusted.positive_number(data.get(progress.SAVE_SECONDS)),
         why[:MAX_REASON_CHARS] if isinstance(why, str) and why.strip() else None,
     )

@@ -141,7 +141,7 @@ class CheckpointFinder:
         except (CheckpointInputError, OSError):
             return None
         progress = read_progress(local)
-        return Saved(result.step, at, progress.step, progress.step_seconds)
+        return Saved(result.step, at, progress.step, progress.step_seconds, progress.save_seconds)
 
     def _verify_locally(self, spec: JobSpec, root: Path, named: str) -> LookupResult:
         local = root / PurePosixPath(named).relative_to(spec.checkpoint.mount_path)

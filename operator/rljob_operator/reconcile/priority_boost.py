@@ -3,15 +3,26 @@
 Kueue (v0.17, feature gate PriorityBoost, alpha) orders a ClusterQueue's preemption
 candidates, and its queue, by the Workload's priority plus the signed integer in its
 annotation `kueue.x-k8s.io/priority-boost`. rljob puts there what the running attempt would
-lose if it were stopped now, so that of two jobs of one priority the one that saved last goes
-first:
+lose if it were stopped now, so that of two jobs of one priority the one that would lose
+least goes first:
 
-    at risk (GPU-seconds) = GPUs of the gang x unsaved seconds
+    at risk (GPU-seconds) = GPUs of the gang x (lost work seconds + restart seconds)
     unsaved seconds       = (last finished step - newest complete checkpoint's step)
                             x the trainer's step time, where progress.json gives both;
                             else now - (the newest checkpoint's time, or the time the
                             attempt's gang was all running, whichever is later)
+    lost work seconds     = 0 where a save on notice fits the grace period with the step in
+                            progress (step time + save time <= grace: the trainer ends the step
+                            and saves it); at most one step time where only the save fits and
+                            the trainer abandons the step in progress (rljob's own);
+                            else the unsaved seconds (no save on notice, a save that does not
+                            fit, or times not measured yet)
+    restart seconds       = the median time from a past end of this job to its next gang all
+                            running (status.recoveries), 0 until one was measured
     boost                 = min(maxBoost, floor(at risk / gpuSecondsPerPoint))
+
+A preemption of a job that saves on notice loses about nothing but its restart, which a
+big gang pays on every GPU: a 64-GPU gang that just saved is therefore no cheap victim.
 
 The boost is never negative and never above maxBoost, which is never above the operator's
 limit (`rljob operator --max-priority-boost`, the chart's kueue.maxPriorityBoost): the
@@ -33,13 +44,15 @@ minIntervalSeconds. Nothing here does I/O; reconcile.run writes what `next_write
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from .. import constants as c
-from ..api.reasons import Phase, Reason
-from ..api.spec import JobSpec, PriorityBoostSpec
+from ..api.reasons import ConditionType, Phase, Reason
+from ..api.spec import RAY_FRAMEWORKS, JobSpec, PriorityBoostSpec
+from ..api.status import BoostBasis, find_condition
 from ..api.timestamps import iso_precise, parse_iso
 
 GPU_SUFFIX = "/gpu"  # nvidia.com/gpu, amd.com/gpu, ...
@@ -65,6 +78,31 @@ class AtRisk:
     saved_step: int | None = None  # and its step
     finished_step: int | None = None  # the last finished step, from progress.json
     step_seconds: float | None = None  # the trainer's step time, from progress.json
+    save_seconds: float | None = None  # a save's mean time, from progress.json
+    grace_seconds: float | None = None  # for a save on notice; None: the job has none
+    abandons_step: bool = False  # the trainer can drop the step in progress to save in time
+    restart_seconds: float = 0.0  # the job's measured restart
+
+    def _cap(self) -> float | None:
+        """The most a preemption can lose, given the save on notice; None: all unsaved work."""
+        step, save, grace = self.step_seconds, self.save_seconds, self.grace_seconds
+        if grace is None or step is None or save is None:
+            return None
+        if step + save <= grace:
+            return 0.0
+        if self.abandons_step and save <= grace:
+            return step
+        return None
+
+    def lost_work_seconds(self, now: datetime) -> float:
+        """The work a preemption now would lose."""
+        unsaved, cap = self.unsaved_seconds(now), self._cap()
+        return unsaved if cap is None else min(unsaved, cap)
+
+    def grows(self, now: datetime) -> bool:
+        """Whether the lost work grows as time passes and nothing is saved."""
+        cap = self._cap()
+        return cap is None or self.unsaved_seconds(now) < cap
 
     def unsaved_seconds(self, now: datetime) -> float:
         saved, finished, pace = self.saved_step, self.finished_step, self.step_seconds
@@ -74,7 +112,7 @@ class AtRisk:
         return max(0.0, (now - since).total_seconds())
 
     def gpu_seconds(self, now: datetime) -> float:
-        return self.gpus * self.unsaved_seconds(now)
+        return self.gpus * (self.lost_work_seconds(now) + self.restart_seconds)
 
 
 def points(gpu_seconds: float, policy: PriorityBoostSpec) -> float:
@@ -104,10 +142,12 @@ class BoostWrite:
 
 
 def next_write(
-    gpu_seconds: float, gpus: int, written: Written, now: datetime, policy: PriorityBoostSpec
-) -> BoostWrite:
+    gpu_seconds: float, growing_gpus: int, written: Written, now: datetime,
+    policy: PriorityBoostSpec,
+) -> BoostWrite:  # fmt: skip
     """Whether to write a new boost for `gpu_seconds` at risk over what is `written`, and when
-    to look again.
+    to look again. `growing_gpus`: the GPUs whose lost work grows with time (0 where the save
+    on notice caps it).
 
     A value is written when it has moved by minStep from the one on the Workload (or reached
     0 or maxBoost) and minIntervalSeconds have passed since rljob's last write. The next look
@@ -129,11 +169,20 @@ def next_write(
     if value is not None:
         due = float(policy.min_interval_seconds)
     target = min(policy.max_boost, after + policy.min_step)
-    growth = gpus / policy.gpu_seconds_per_point  # points per second while nothing is saved
-    grow = (target - points(gpu_seconds, policy)) / growth if target > wanted else math.inf
+    growth = growing_gpus / policy.gpu_seconds_per_point  # points a second, nothing saved
+    grow = math.inf
+    if target > wanted and growth > 0:
+        grow = (target - points(gpu_seconds, policy)) / growth
     recheck = policy.min_interval_seconds if after > 0 else math.inf
     wake = max(due, min(max(0.0, grow), recheck))
     return BoostWrite(value, None if math.isinf(wake) else wake)
+
+
+@dataclass(frozen=True)
+class BoostPlan:
+    annotations: dict[str, str] | None  # to merge into the attempt's Workload; None: none
+    wake_after: float | None  # seconds until the next look; None: not before something else
+    basis: BoostBasis | None = None  # for status.priorityBoost, with the annotations
 
 
 @dataclass(frozen=True)
@@ -208,6 +257,30 @@ class Saved:
     at: datetime | None = None
     finished_step: int | None = None
     step_seconds: float | None = None
+    save_seconds: float | None = None
+
+
+def saves_on_notice(spec: JobSpec, status: dict[str, Any]) -> bool:
+    """Whether the job's trainer saves when its pods are told to go: rljob's own always; RLinf
+    and verl through rljob's bridge unless turned off, or the SaveOnNotice condition says it
+    cannot; anything else is not known to."""
+    if spec.framework == "rljob":
+        return True
+    if spec.framework not in RAY_FRAMEWORKS or not spec.ray.save_on_notice:
+        return False
+    said = find_condition(status.get("conditions") or [], ConditionType.SAVE_ON_NOTICE)
+    return said is None or said.get("status") != "False"
+
+
+def restart_seconds(status: dict[str, Any]) -> float:
+    """The median time from an end of the job to its next gang all running, over the
+    recoveries the status keeps; 0 before the first."""
+    spans = []
+    for record in status.get("recoveries") or []:
+        detected, running = record.get("detectedAt"), record.get("firstRunningAt")
+        if detected and running:
+            spans.append(max(0.0, (parse_iso(running) - parse_iso(detected)).total_seconds()))
+    return statistics.median(spans) if spans else 0.0
 
 
 def wants_boost(spec: JobSpec, queue: str | None, status: dict[str, Any]) -> bool:
@@ -234,23 +307,30 @@ def plan_boost(
     written: Written,
     now: datetime,
     limit: int,
-) -> tuple[dict[str, str] | None, float | None]:
-    """The annotations to merge into the attempt's Kueue Workload (None: none), and the
-    seconds until the boost should be looked at again (None: not before something else);
-    `limit` is the operator's largest boost."""
+) -> BoostPlan:
+    """What to write for the boost now, and when to look again; `limit` is the operator's
+    largest boost."""
     policy = allowed(spec.queueing.priority_boost, limit)
     risk = AtRisk(
         gang_gpus(spec), running_since(status, now), saved.at, saved.step, saved.finished_step,
-        saved.step_seconds,
+        saved.step_seconds, saved.save_seconds,
+        grace_seconds=spec.grace_seconds if saves_on_notice(spec, status) else None,
+        abandons_step=spec.framework == "rljob", restart_seconds=restart_seconds(status),
     )  # fmt: skip
-    decided = next_write(risk.gpu_seconds(now), risk.gpus, written, now, policy)
+    at_risk = risk.gpu_seconds(now)
+    growing = risk.gpus if risk.grows(now) else 0
+    decided = next_write(at_risk, growing, written, now, policy)
     if decided.value is None:
-        return None, decided.wake_after
+        return BoostPlan(None, decided.wake_after)
     annotations = {
         c.KUEUE_PRIORITY_BOOST_ANNOTATION: annotation_value(decided.value),
         c.PRIORITY_BOOST_TIME_ANNOTATION: iso_precise(now),
     }
-    return annotations, decided.wake_after
+    basis = BoostBasis(
+        decided.value, round(at_risk, 1), risk.gpus, round(risk.lost_work_seconds(now), 1),
+        round(risk.restart_seconds, 1), iso_precise(now),
+    )  # fmt: skip
+    return BoostPlan(annotations, decided.wake_after, basis)
 
 
 def written_on(annotations: dict[str, str]) -> Written:

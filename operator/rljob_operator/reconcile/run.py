@@ -209,11 +209,13 @@ def plan_boost_write(
     saved = finder.saved(spec)
     if annotations is None or saved is None:
         return
-    write, wake = plan_boost(spec, plan.status, saved, written_on(annotations), snap.now, limit)
-    if write:
-        plan.annotate_workload = (workload, write)
-    if wake is not None:
-        plan.requeue(wake)
+    boost = plan_boost(spec, plan.status, saved, written_on(annotations), snap.now, limit)
+    if boost.annotations:
+        plan.annotate_workload = (workload, boost.annotations)
+        if boost.basis is not None:
+            plan.status["priorityBoost"] = boost.basis.to_dict()
+    if boost.wake_after is not None:
+        plan.requeue(boost.wake_after)
 
 
 MAX_LOOKUPS_PER_PASS = 3  # a bad checkpoint asks for one more look

@@ -14,6 +14,7 @@ from rljob_operator.cli import main
 LATEST_KEYS = {
     "progress_step",
     "progress_step_seconds",
+    "progress_save_seconds",
     "save_on_notice_unavailable",
     "found",
     "step",

@@ -22,6 +22,8 @@ from rljob_operator.reconcile.priority_boost import (
     gang_gpus,
     next_write,
     parse_written,
+    restart_seconds,
+    saves_on_notice,
 )
 from rljob_operator.runtime.cache import ClusterCache
 
@@ -68,6 +70,74 @@ def test_the_gang_holds_its_pods_gpus(fields, gpus):
 def test_unsaved_work_counts_steps_since_the_checkpoint_else_time_since_it(risk, unsaved):
     assert risk.unsaved_seconds(NOW) == pytest.approx(unsaved)
     assert risk.gpu_seconds(NOW) == pytest.approx(unsaved * risk.gpus)
+
+
+@pytest.mark.parametrize(
+    ("risk", "lost"),
+    [
+        # step 20 s + save 5 s fit the grace of 30 s: the trainer ends the step and saves it
+        (AtRisk(8, ago(9000), ago(600), 100, 130, 20.0, 5.0, 30.0), 0.0),
+        # only the save fits: rljob's trainer abandons the step in progress, at most one step
+        (AtRisk(8, ago(9000), ago(600), 100, 130, 40.0, 10.0, 30.0, abandons_step=True), 40.0),
+        (AtRisk(8, ago(9000), ago(600), 100, 100, 40.0, 10.0, 30.0, abandons_step=True), 0.0),
+        # a framework that must end its step first: all the unsaved work
+        (AtRisk(8, ago(9000), ago(600), 100, 130, 40.0, 10.0, 30.0), 1200.0),
+        # the save alone does not fit, the save time is not measured, or no save on notice
+        (AtRisk(8, ago(9000), ago(600), 100, 130, 20.0, 50.0, 30.0, abandons_step=True), 600.0),
+        (AtRisk(8, ago(9000), ago(600), 100, 130, 20.0, None, 30.0), 600.0),
+        (AtRisk(8, ago(9000), ago(600), 100, 130, 20.0, 5.0, None), 600.0),
+    ],
+)
+def test_the_lost_work_counts_the_save_on_notice(risk, lost):
+    assert risk.lost_work_seconds(NOW) == pytest.approx(lost)
+    assert risk.gpu_seconds(NOW) == pytest.approx(lost * risk.gpus)
+
+
+def test_a_big_gang_that_just_saved_is_no_cheap_victim_once_its_restart_counts():
+    """64 GPUs that saved on notice in time still pay their restart on every GPU; one GPU
+    with an hour unsaved and no save on notice loses less."""
+    gang = AtRisk(64, ago(9000), NOW, 500, 500, 30.0, 10.0, 60.0, restart_seconds=300.0)
+    small = AtRisk(1, ago(3600), restart_seconds=120.0)
+    assert gang.gpu_seconds(NOW) == 64 * 300.0
+    assert small.gpu_seconds(NOW) == pytest.approx(3600.0 + 120.0)
+    assert boost_for(gang.gpu_seconds(NOW), POLICY) > boost_for(small.gpu_seconds(NOW), POLICY)
+    assert not gang.grows(NOW) and small.grows(NOW)  # a save on notice caps the gang's
+
+
+def test_the_restart_time_is_the_median_of_the_jobs_measured_recoveries():
+    def record(detected, running):
+        return {
+            "detectedAt": iso_precise(ago(detected)),
+            "firstRunningAt": iso_precise(ago(running)),
+        }
+
+    assert restart_seconds({}) == 0.0
+    status = {"recoveries": [record(1000, 900), record(800, 760), record(500, 200),
+                             {"detectedAt": iso_precise(ago(50))}]}  # fmt: skip
+    assert restart_seconds(status) == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "saves"),
+    [
+        ({}, {}, True),  # rljob's own trainer
+        ({"framework": "verl", "command": ["python"]}, {}, True),
+        ({"framework": "verl", "command": ["python"], "ray": {"saveOnNotice": False}}, {}, False),
+        ({"framework": "rlinf", "command": ["python"]},
+         {"conditions": [{"type": "SaveOnNotice", "status": "False"}]}, False),
+        ({"framework": "custom", "command": ["python"]}, {}, False),
+    ],
+)  # fmt: skip
+def test_who_saves_on_notice(spec, status, saves):
+    assert saves_on_notice(spec_with(**spec), status) is saves
+
+
+def test_a_lost_work_that_does_not_grow_wakes_only_for_the_recheck():
+    """Growth 0: the boost moves only when a save or the restart time changes it."""
+    decided = next_write(8 * 300.0, 0, Written(), NOW, POLICY)
+    assert decided.value is None and decided.wake_after is None  # 0 points: nothing to write
+    decided = next_write(8 * 3600.0 * 10, 0, Written(), NOW, POLICY)
+    assert decided.value == 80 and decided.wake_after == POLICY.min_interval_seconds
 
 
 @pytest.mark.parametrize(
@@ -220,6 +290,20 @@ def test_the_plan_writes_the_boost_of_the_running_attempts_workload_and_wakes_fo
     plan_boost_write(plan, queued_job(), Finder(saved), cache_with(workload()), NOW)
     assert plan.annotate_workload == ("grpo-a1", {BOOST: "48", STAMP: iso_precise(NOW)})
     assert plan.requeue_after == 10  # the interval: a save may lower it
+
+
+def test_the_status_says_what_the_written_boost_was_computed_from():
+    # 8 GPUs, step 20 s and save 5 s fit the default grace of 30 s: only the restart counts
+    status = {**running_status(), "recoveries": [
+        {"attempt": 1, "detectedAt": iso_precise(ago(900)), "firstRunningAt": iso_precise(ago(600))}]}  # fmt: skip
+    plan = Plan(status=status)
+    plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0, 5.0)),
+                     cache_with(workload()), NOW)  # fmt: skip
+    assert plan.annotate_workload[1][BOOST] == "24"  # 8 x 300 s / 100
+    assert plan.status["priorityBoost"] == {
+        "boost": 24, "atRiskGpuSeconds": 2400.0, "gpus": 8, "lostWorkSeconds": 0.0,
+        "restartSeconds": 300.0, "time": iso_precise(NOW),
+    }  # fmt: skip
 
 
 def test_time_since_the_checkpoint_counts_without_progress_and_a_fresh_save_writes_zero():
