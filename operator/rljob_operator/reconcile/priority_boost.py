@@ -32,6 +32,10 @@ higher than the candidate's, so a limit below the gap between two priority class
 boost reorder jobs of one class but never shield a job from a higher class. A job asking for
 more is clamped, and its PriorityBoost condition says so.
 
+The checkpoint volume is read for the boost at most once per job and minIntervalSeconds (and
+again when a new attempt runs): a write can come no more often, and a pass comes at every
+resync and pod event.
+
 A write the API server refuses (no RBAC for it, no Workload API, Kueue's webhook) is not
 tried again at every pass: the operator keeps the refusal (ClusterCache) and tries again
 after a back-off that doubles up to an hour, while the PriorityBoost condition says why.
@@ -258,6 +262,19 @@ class Saved:
     finished_step: int | None = None
     step_seconds: float | None = None
     save_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class SavedRead:
+    """What a pass read from the job's checkpoint folder for the boost, kept for the next."""
+
+    attempt: int
+    at: datetime
+    saved: Saved
+
+    def fresh(self, attempt: int, now: datetime, policy: PriorityBoostSpec) -> bool:
+        age = (now - self.at).total_seconds()
+        return attempt == self.attempt and 0 <= age < policy.min_interval_seconds
 
 
 def saves_on_notice(spec: JobSpec, status: dict[str, Any]) -> bool:

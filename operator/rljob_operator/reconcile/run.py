@@ -38,7 +38,14 @@ from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .observe import inspector_stuck
 from .plan import LookupPending, LookupResult, Plan
 from .pod_cleanup import holds_our_finalizer
-from .priority_boost import Refusal, boost_condition, plan_boost, wants_boost, written_on
+from .priority_boost import (
+    Refusal,
+    SavedRead,
+    boost_condition,
+    plan_boost,
+    wants_boost,
+    written_on,
+)
 from .settings import DEFAULT_SETTINGS, Settings
 from .snapshot import Snapshot, take_snapshot
 
@@ -204,11 +211,19 @@ def plan_boost_write(
     if refusal is not None and refusal.retry_at() > snap.now:
         plan.requeue((refusal.retry_at() - snap.now).total_seconds())
         return
-    workload = attempt_name(snap.ref.name, plan.status["attempt"])
+    attempt = plan.status["attempt"]
+    workload = attempt_name(snap.ref.name, attempt)
     annotations = cache.boost_annotations(snap.ref.namespace, workload)
-    saved = finder.saved(spec)
-    if annotations is None or saved is None:
+    if annotations is None:
         return
+    read = cache.saved_read(snap.ref.namespace, snap.ref.name)
+    if read is None or not read.fresh(attempt, snap.now, spec.queueing.priority_boost):
+        saved = finder.saved(spec)
+        if saved is None:
+            return
+        read = SavedRead(attempt, snap.now, saved)
+        cache.keep_saved_read(snap.ref.namespace, snap.ref.name, read)
+    saved = read.saved
     boost = plan_boost(spec, plan.status, saved, written_on(annotations), snap.now, limit)
     if boost.annotations:
         plan.annotate_workload = (workload, boost.annotations)

@@ -23,7 +23,7 @@ from ..preemption.nodes import NodeTermination, node_ready_condition, node_termi
 from ..queueing import Admission
 
 if TYPE_CHECKING:
-    from ..reconcile.priority_boost import Refusal
+    from ..reconcile.priority_boost import Refusal, SavedRead
 
 Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
 BOOST_ANNOTATIONS = (c.KUEUE_PRIORITY_BOOST_ANNOTATION, c.PRIORITY_BOOST_TIME_ANNOTATION)
@@ -125,6 +125,7 @@ class ClusterCache:
         self._admissions: dict[Key, Admission] = {}  # Kueue pod group -> why not admitted
         self._boosts = Store()  # Kueue pod group -> its Workload's priority-boost annotations
         self._boost_refusals: dict[Key, Refusal] = {}  # job -> its refused boost writes
+        self._boost_reads: dict[Key, SavedRead] = {}  # job -> its folder, as last read
 
     # ------------------------------------------------------------------ jobs
     def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
@@ -132,6 +133,7 @@ class ClusterCache:
             self._jobs.apply(event_type, job)
             if event_type == DELETED:
                 self._boost_refusals.pop(key_of(job), None)
+                self._boost_reads.pop(key_of(job), None)
 
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
@@ -283,6 +285,15 @@ class ClusterCache:
     def boost_refusal(self, namespace: str, job: str) -> Refusal | None:
         with self._lock:
             return self._boost_refusals.get((namespace, job))
+
+    def keep_saved_read(self, namespace: str, job: str, read: SavedRead) -> None:
+        with self._lock:
+            self._boost_reads[(namespace, job)] = read
+
+    def saved_read(self, namespace: str, job: str) -> SavedRead | None:
+        """What a pass last read from the job's checkpoint folder for its boost."""
+        with self._lock:
+            return self._boost_reads.get((namespace, job))
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:

@@ -399,6 +399,22 @@ def test_a_refused_write_waits_out_a_doubling_back_off_and_the_condition_says_wh
     ]
 
 
+def test_the_folder_is_read_once_per_interval_and_attempt_however_often_passes_come():
+    finder, cache = Finder(Saved(40, ago(300))), cache_with(workload(), workload("grpo-a2"))
+    job = queued_job()  # minIntervalSeconds 10
+    for seconds in (0, 1, 9.9):
+        plan_boost_write(
+            Plan(status=running_status()), job, finder, cache, NOW + timedelta(seconds=seconds)
+        )
+    assert finder.looks == 1
+    plan_boost_write(Plan(status=running_status()), job, finder, cache, NOW + timedelta(seconds=10))
+    assert finder.looks == 2  # the interval is over
+    plan_boost_write(
+        Plan(status=running_status(attempt=2)), job, finder, cache, NOW + timedelta(seconds=11)
+    )
+    assert finder.looks == 3  # a new attempt
+
+
 def test_the_cache_forgets_a_deleted_jobs_refusals():
     cache = ClusterCache()
     job = {"metadata": {"namespace": "ns", "name": "grpo", "resourceVersion": "1"}}
