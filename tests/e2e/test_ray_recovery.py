@@ -45,7 +45,7 @@ from ray_steps import (
     run_reference,
 )
 from rljob_contract import progress
-from rljob_operator.checkpoints.resume import resume_overrides
+from rljob_operator.frameworks import resume_overrides
 from rljob_testenv.ports import free_port
 from rljob_testenv.scenario import preemptor_pod, trainer_pods
 

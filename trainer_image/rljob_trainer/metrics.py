@@ -79,5 +79,7 @@ def write_progress(
 ) -> None:
     """status: one of rljob_contract.progress's RUNNING, FINISHED, CHECKPOINTED_ON_REQUEST;
     save_seconds: a save's mean time, which tells the operator whether a save on notice fits."""
-    record = progress.progress_record(step, attempt, status, step_seconds, save_seconds=save_seconds)
+    record = progress.progress_record(
+        step, attempt, status, step_seconds, save_seconds=save_seconds
+    )
     progress.write_progress(checkpoint_dir, record)

@@ -4,7 +4,7 @@ The API server validates and defaults the spec (crds/rljob.io_rltrainingjobs.yam
 this parser applies the same defaults again so that pure logic and tests can build
 jobs from partial dicts, and turns anything that slipped through into SpecError
 naming the field. It also resolves `checkpoint.layout: auto` where the framework alone
-decides the layout (FRAMEWORK_LAYOUTS), once, for everything downstream.
+decides the layout (its module in frameworks/), once, for everything downstream.
 """
 
 from __future__ import annotations
@@ -13,19 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import rljob_contract as contract
-from rljob_contract.manifest import LAYOUT_NAME as RLJOB_LAYOUT
 
-FRAMEWORKS = ("rljob", "rlinf", "verl", "custom")
+from .. import frameworks
+
 LAUNCHERS = ("torchrun", "ray")
 GANG_SCHEDULING = ("Auto", "Off")
-# RLinf and verl are Ray programs: one driver on the head places workers on every node.
-RAY_FRAMEWORKS = frozenset({"rlinf", "verl"})
 DEFAULT_GRACE_SECONDS = 300  # the pods' terminationGracePeriodSeconds unless the template sets it
-RLJOB_TRAINER_COMMAND = ("python", "-m", "rljob_trainer")
-# What `checkpoint.layout: auto` means for a framework whose trainer writes one layout only.
-# rljob's trainer seals every folder with its manifest, FSDP and Megatron alike; told from
-# the files, its Megatron save torn before the manifest would read as complete rlinf-megatron.
-FRAMEWORK_LAYOUTS = {"rljob": RLJOB_LAYOUT}
 
 
 class SpecError(ValueError):
@@ -149,8 +142,9 @@ class JobSpec:
     def entry_command(self) -> tuple[str, ...]:
         if self.command:
             return self.command
-        if self.framework == "rljob":
-            return RLJOB_TRAINER_COMMAND
+        default = frameworks.framework(self.framework).default_command
+        if default:
+            return default
         raise SpecError("spec.command", f"is required for framework {self.framework!r}")
 
 
@@ -185,7 +179,7 @@ def _strings(data: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
 
 
 def default_launcher(framework: str) -> str:
-    return "ray" if framework in RAY_FRAMEWORKS else "torchrun"
+    return frameworks.framework(framework).launcher
 
 
 def parse_ray(data: dict[str, Any]) -> RaySpec:
@@ -225,7 +219,9 @@ def _no_parent_segments(value: str, field: str) -> None:
 def _layout(data: dict[str, Any], framework: str) -> str:
     """The layout asked for, with `auto` resolved where the framework alone decides it."""
     layout = data.get("layout", "auto")
-    return FRAMEWORK_LAYOUTS.get(framework, layout) if layout == "auto" else layout
+    if layout != "auto":
+        return layout
+    return frameworks.framework(framework).auto_layout or layout
 
 
 def parse_checkpoint(data: dict[str, Any], framework: str) -> CheckpointSpec:
@@ -281,7 +277,7 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
     if not isinstance(image, str) or not image:
         raise SpecError("spec.image", "is required")
     template = spec.get("template") or {}
-    framework = _choice(spec, "framework", "spec", "rljob", FRAMEWORKS)
+    framework = _choice(spec, "framework", "spec", "rljob", frameworks.NAMES)
     parsed = JobSpec(
         image=image,
         framework=framework,

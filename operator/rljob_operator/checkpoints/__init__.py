@@ -1,4 +1,4 @@
-"""Checkpoint layouts of rljob, RLinf and verl: find, verify, and say how to resume.
+"""Checkpoint layouts of rljob, RLinf and verl: find and verify.
 
 Pure Python (no torch, no numpy) and read-only, so that the operator's inspector pod can
 run it against a checkpoint volume. The API the operator calls:
@@ -6,7 +6,6 @@ run it against a checkpoint volume. The API the operator calls:
     find_latest(directory, layout="auto", verify="quick") -> LatestResult
     list_checkpoints(directory, layout="auto", verify="quick") -> tuple[Judged, ...]
     verify_folder(folder, layout="auto", verify="quick") -> Judged
-    resume_overrides(framework, checkpoint_path, *, custom_template=None) -> list[str]
 
 Bad input raises CheckpointInputError; an incomplete checkpoint is an answer, not an error.
 """
@@ -14,11 +13,9 @@ Bad input raises CheckpointInputError; an incomplete checkpoint is an answer, no
 from .errors import CheckpointInputError
 from .latest import Judged, LatestResult, find_latest, list_checkpoints, verify_folder
 from .layouts import CHOICES as LAYOUT_CHOICES
-from .resume import FRAMEWORKS, resume_overrides
 from .verdict import Status, Verdict
 
 __all__ = [
-    "FRAMEWORKS",
     "LAYOUT_CHOICES",
     "CheckpointInputError",
     "Judged",
@@ -27,6 +24,5 @@ __all__ = [
     "Verdict",
     "find_latest",
     "list_checkpoints",
-    "resume_overrides",
     "verify_folder",
 ]

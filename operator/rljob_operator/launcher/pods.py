@@ -15,7 +15,7 @@ import rljob_contract as contract
 
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError
-from ..checkpoints.resume import resume_overrides
+from ..frameworks import framework, resume_overrides
 from . import template
 from .identity import (
     JobRef,
@@ -49,13 +49,8 @@ def master_address(job: JobRef) -> str:
 
 
 def resume_arguments(spec: JobSpec, target: ResumeTarget) -> list[str]:
-    """The framework's own switch that makes it resume from `target` (ValueError if it can't).
-
-    A custom trainer without a template resumes from RLJOB_RESUME_DIR alone.
-    """
+    """The framework's own switch that makes it resume from `target` (ValueError if it can't)."""
     template = spec.checkpoint.resume_args_template
-    if spec.framework == "custom" and not template:
-        return []
     return resume_overrides(spec.framework, target.path, custom_template=template)
 
 
@@ -73,8 +68,7 @@ def _own_env(
         contract.ENV_TERMINATION_LOG: contract.DEFAULT_TERMINATION_LOG,
         contract.ENV_GRACE_SECONDS: str(spec.grace_seconds),
     }
-    if spec.framework == "rljob":  # its trainer's runner.backend; other trainers have their own
-        values[contract.ENV_BACKEND] = spec.backend
+    values.update(framework(spec.framework).pod_env(spec, rank))
     if spec.checkpoint.save_interval is not None:
         values[contract.ENV_SAVE_INTERVAL] = str(spec.checkpoint.save_interval)
     if spec.checkpoint.max_to_keep is not None:

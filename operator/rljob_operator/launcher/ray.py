@@ -159,8 +159,7 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         rljob_contract.ENV_RAY_NNODES: str(spec.nnodes),
         rljob_contract.ENV_RAY_JOIN_TIMEOUT: str(spec.ray.join_timeout_seconds),
         # Ray captures a node's environment at `ray start`, so the workers it places there
-        # see the node's rank: RLinf reads RLINF_NODE_RANK.
-        "RLINF_NODE_RANK": str(rank),
+        # see the node's rank (and the framework's own name for it: frameworks/).
         "NODE_RANK": str(rank),
         "NNODES": str(spec.nnodes),
         rljob_contract.ENV_NOTICE_FILE: NOTICE_FILE,

@@ -55,9 +55,10 @@ from typing import Any
 
 from .. import constants as c
 from ..api.reasons import ConditionType, Phase, Reason
-from ..api.spec import RAY_FRAMEWORKS, JobSpec, PriorityBoostSpec
+from ..api.spec import JobSpec, PriorityBoostSpec
 from ..api.status import BoostBasis, find_condition
 from ..api.timestamps import iso_precise, parse_iso
+from ..frameworks import framework
 
 GPU_SUFFIX = "/gpu"  # nvidia.com/gpu, amd.com/gpu, ...
 REFUSAL_BACKOFF_SECONDS = 60.0  # after the first refused write; doubling up to the next
@@ -278,12 +279,13 @@ class SavedRead:
 
 
 def saves_on_notice(spec: JobSpec, status: dict[str, Any]) -> bool:
-    """Whether the job's trainer saves when its pods are told to go: rljob's own always; RLinf
-    and verl through rljob's bridge unless turned off, or the SaveOnNotice condition says it
-    cannot; anything else is not known to."""
-    if spec.framework == "rljob":
-        return True
-    if spec.framework not in RAY_FRAMEWORKS or not spec.ray.save_on_notice:
+    """Whether the job's trainer saves when its pods are told to go: by itself (rljob's own);
+    through rljob's bridge (RLinf, verl) unless turned off or the SaveOnNotice condition says
+    it cannot; anything else is not known to."""
+    how = framework(spec.framework).save_on_notice
+    if how != "bridge":
+        return how == "trainer"
+    if not spec.ray.save_on_notice:
         return False
     said = find_condition(status.get("conditions") or [], ConditionType.SAVE_ON_NOTICE)
     return said is None or said.get("status") != "False"
@@ -332,7 +334,8 @@ def plan_boost(
         gang_gpus(spec), running_since(status, now), saved.at, saved.step, saved.finished_step,
         saved.step_seconds, saved.save_seconds,
         grace_seconds=spec.grace_seconds if saves_on_notice(spec, status) else None,
-        abandons_step=spec.framework == "rljob", restart_seconds=restart_seconds(status),
+        abandons_step=framework(spec.framework).abandons_step,
+        restart_seconds=restart_seconds(status),
     )  # fmt: skip
     at_risk = risk.gpu_seconds(now)
     growing = risk.gpus if risk.grows(now) else 0

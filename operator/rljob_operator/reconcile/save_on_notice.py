@@ -16,14 +16,9 @@ from __future__ import annotations
 from ..api.reasons import ConditionType, EventType, Reason
 from ..api.spec import JobSpec
 from ..api.status import find_condition
+from ..frameworks import framework
 from .plan import LookupResult, Pass
 
-# framework -> (the override that sets its save interval, its default where the framework's
-# own configuration has one that a command without a config of its own gets)
-SAVE_INTERVAL_SETTINGS: dict[str, tuple[str, int | None]] = {
-    "verl": ("trainer.save_freq", -1),
-    "rlinf": ("runner.save_interval", None),  # RLinf's runs name a config of their own
-}
 # Hydra's flags for a configuration of the user's own, which may set the interval.
 CONFIG_FLAGS = ("--config-name", "--config-path", "--config-dir", "-cn", "-cp", "-cd")
 
@@ -40,9 +35,10 @@ def override(command: tuple[str, ...], key: str) -> str | None:
 
 def periodic_saves_off(spec: JobSpec) -> str | None:
     """Why the job's command saves no checkpoint, where it says so (or leaves verl's default)."""
-    if spec.framework not in SAVE_INTERVAL_SETTINGS:
+    setting = framework(spec.framework).save_interval
+    if setting is None:
         return None
-    key, default = SAVE_INTERVAL_SETTINGS[spec.framework]
+    key, default = setting
     command = spec.entry_command
     value = override(command, key)
     if value is None:
@@ -63,7 +59,7 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
     off = periodic_saves_off(spec)
     said = lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
     if off:
-        key = SAVE_INTERVAL_SETTINGS[spec.framework][0]
+        key = framework(spec.framework).save_interval[0]  # type: ignore[index]
         reason = Reason.PERIODIC_SAVES_OFF
         message = (f"{off} saves no checkpoint: a preemption loses all the progress of the "
                    f"attempt, and rljob has no save to ask for; set {key} to a number of "

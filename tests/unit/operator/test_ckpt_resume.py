@@ -1,9 +1,10 @@
-"""The overrides that make each framework resume from the chosen folder."""
+"""The overrides that make each framework resume from the chosen folder, and the registry of
+frameworks they come from."""
 
 from __future__ import annotations
 
 import pytest
-from rljob_operator.checkpoints import resume_overrides
+from rljob_operator.frameworks import FRAMEWORKS, NAMES, resume_overrides
 
 CKPT = "/data/run/global_step_150"
 
@@ -63,7 +64,6 @@ def test_relative_path_is_kept_for_rlinf_but_refused_for_verl():
         ("verl", "/data/my run/global_step_1", None, "misread"),
         ("rlinf", "/data/a,b/global_step_1", None, "misread"),
         ("rljob", "/", None, "not a checkpoint folder"),
-        ("custom", CKPT, None, "needs a template"),
         ("custom", CKPT, "--from {dir}", "only {path} and {step}"),
         ("custom", CKPT, "--from {path.parent}", "only {path} and {step}"),
         ("custom", "/data/latest", "--step {step}", "uses {step}"),
@@ -73,3 +73,19 @@ def test_relative_path_is_kept_for_rlinf_but_refused_for_verl():
 def test_bad_requests_raise_value_error(framework, path, template, words):
     with pytest.raises(ValueError, match=words.replace("{", r"\{").replace("}", r"\}")):
         resume_overrides(framework, path, custom_template=template)
+
+
+def test_a_custom_trainer_without_a_template_resumes_from_the_environment_alone():
+    assert resume_overrides("custom", CKPT) == []
+
+
+def test_the_crd_offers_exactly_the_registered_frameworks_with_known_parts():
+    from rljob_operator.checkpoints.layouts import LAYOUTS
+    from rljob_operator.launcher.launchers import LAUNCHERS
+    from test_crd import CRD
+
+    spec = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert spec["properties"]["spec"]["properties"]["framework"]["enum"] == list(NAMES)
+    for name, framework in FRAMEWORKS.items():
+        assert framework.name == name and framework.launcher in LAUNCHERS
+        assert framework.auto_layout is None or framework.auto_layout in LAYOUTS

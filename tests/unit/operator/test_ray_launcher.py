@@ -93,7 +93,7 @@ def test_every_rank_exports_its_node_rank_and_the_head_address():
     pods = render(nnodes=3, ray={"port": 6400, "joinTimeoutSeconds": 90})
     for rank, pod in enumerate(pods):
         env = env_of(pod)
-        assert env["RLINF_NODE_RANK"] == env["NODE_RANK"] == str(rank)
+        assert env["NODE_RANK"] == str(rank) and "RLINF_NODE_RANK" not in env  # verl's job
         assert env[contract.ENV_RAY_HEAD_ADDRESS] == "grpo-n0.grpo.ns.svc:6400"
         assert env[contract.ENV_RAY_NNODES] == "3" and env[contract.ENV_RAY_JOIN_TIMEOUT] == "90"
         assert "PET_NNODES" not in env and "MASTER_ADDR" not in env
@@ -339,3 +339,8 @@ def test_every_ray_pod_knows_its_notice_file_grace_and_whether_to_save_on_notice
 def test_save_on_notice_must_be_a_boolean():
     with pytest.raises(SpecError, match=r"spec.ray.saveOnNotice: must be true or false"):
         parse_spec(make_job(**VERL, ray={"saveOnNotice": "yes"})["spec"])
+
+
+def test_an_rlinf_pod_also_gets_the_node_rank_under_rlinfs_own_name():
+    pods = render(nnodes=2, framework="rlinf", args=["runner.save_interval=5"])
+    assert [env_of(pod)["RLINF_NODE_RANK"] for pod in pods] == ["0", "1"]

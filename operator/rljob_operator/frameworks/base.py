@@ -1,0 +1,53 @@
+"""What rljob knows of one training framework, and the checks its resume switch shares."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# Characters a Hydra/OmegaConf override value may carry unquoted without changing meaning.
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./@+:~%-]+")
+
+# (the checkpoint folder's path, its step where the name says it, spec.checkpoint's
+# resumeArgsTemplate) -> the arguments that make the trainer resume from it
+Resume = Callable[[str, int | None, str | None], list[str]]
+
+
+def no_env(spec: Any, rank: int) -> Mapping[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str  # spec.framework
+    launcher: str  # how its gang starts by default: "torchrun" or "ray" (launcher.launchers)
+    resume: Resume
+    # The command when spec.command is empty; () where the job must give one.
+    default_command: tuple[str, ...] = ()
+    # What `checkpoint.layout: auto` means for a framework whose trainer writes one layout
+    # only; None: told from the files.
+    auto_layout: str | None = None
+    # The override that sets its save interval, and the default of the framework's own
+    # configuration where a command without a config of its own gets it (None: unknown).
+    save_interval: tuple[str, int | None] | None = None
+    # Whether its trainer saves when its pods are told to go: "trainer" (by itself),
+    # "bridge" (rljob's bridge into its loop, spec.ray.saveOnNotice), "" (not known to).
+    save_on_notice: str = ""
+    # Whether the trainer can drop the step in progress to save the last finished one in time.
+    abandons_step: bool = False
+    # Variables each pod gets from the framework (spec, the pod's rank).
+    pod_env: Callable[[Any, int], Mapping[str, str]] = field(default=no_env)
+
+
+def override_path(framework: str, path: str, step: int | None, absolute: bool = False) -> str:
+    """`path` as a config override's value, for a framework that reads the step back from the
+    text after `global_step_` (`int(path.split("global_step_")[-1])`)."""
+    if step is None:
+        raise ValueError(f"{framework} reads the step from the path; {path!r} is no global_step_N")
+    if not _PLAIN_VALUE.fullmatch(path):
+        raise ValueError(f"{path!r} has characters a config override would misread")
+    if absolute and not path.startswith("/"):
+        raise ValueError(f"{framework} needs an absolute path, got {path!r}")
+    return path
