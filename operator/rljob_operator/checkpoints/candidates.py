@@ -1,4 +1,5 @@
-"""Find the `global_step_N` folders in a directory, newest first, without looking inside them.
+"""Find the step folders (`global_step_N`, or a layout's own `<prefix>N`) in a directory,
+newest first, without looking inside them.
 
 Volumes hold more than checkpoints: junk names, plain files, symlinks, folders we may not
 read. Only the names are read here (one `os.scandir`), so listing 10,000 folders stays
@@ -12,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from rljob_contract.steps import parse_step
+from rljob_contract.steps import STEP_DIR_PREFIX, parse_step
 
 from .errors import CheckpointInputError
 
@@ -48,28 +49,34 @@ def confine(directory: str | os.PathLike[str], within: str | os.PathLike[str]) -
         raise CheckpointInputError(f"{directory}: resolves to {resolved}, outside {root}")
 
 
-def scan(directory: str | os.PathLike[str]) -> list[Candidate]:
-    """Every entry named `global_step_N` in `directory`, newest (highest N) first."""
+def scan(directory: str | os.PathLike[str], prefix: str = STEP_DIR_PREFIX) -> list[Candidate]:
+    """Every entry named `<prefix>N` in `directory`, newest (highest N) first."""
     root = resolve_directory(directory)
     try:
         with os.scandir(root) as entries:
             named = [
                 (step, entry.name, entry)
                 for entry in entries
-                if (step := parse_step(entry.name)) is not None
+                if (step := parse_step(entry.name, prefix)) is not None
             ]
     except OSError as exc:
         raise CheckpointInputError(f"{directory}: cannot list: {exc.strerror}") from exc
     named.sort(reverse=True)  # names are unique, so the entries themselves are never compared
-    return [Candidate(step, root, name, _entry_problem(root, e, step)) for step, name, e in named]
+    return [
+        Candidate(step, root, name, _entry_problem(root, e, step, prefix))
+        for step, name, e in named
+    ]
 
 
-def candidate_for_folder(folder: str | os.PathLike[str]) -> Candidate:
+def candidate_for_folder(
+    folder: str | os.PathLike[str], prefix: str = STEP_DIR_PREFIX
+) -> Candidate:
     """The candidate for one folder given by the user (a trailing slash is fine)."""
     path = Path(folder)
-    step = parse_step(path.resolve().name if path.name in ("", ".", "..") else path.name)
+    name = path.resolve().name if path.name in ("", ".", "..") else path.name
+    step = parse_step(name, prefix)
     if step is None:
-        raise CheckpointInputError(f"{folder}: not a global_step_N folder")
+        raise CheckpointInputError(f"{folder}: not a {prefix}N folder")
     if not path.exists():
         raise CheckpointInputError(f"{folder}: no such directory")
     if not path.is_dir():
@@ -78,7 +85,7 @@ def candidate_for_folder(folder: str | os.PathLike[str]) -> Candidate:
     return Candidate(step, absolute.parent.resolve(), absolute.name)
 
 
-def _entry_problem(root: Path, entry: os.DirEntry[str], step: int) -> str | None:
+def _entry_problem(root: Path, entry: os.DirEntry[str], step: int, prefix: str) -> str | None:
     """Why this entry cannot be a checkpoint folder, or None if it may be one.
 
     A symlink is followed only when it leads to a folder inside `root` whose own name
@@ -100,6 +107,6 @@ def _entry_problem(root: Path, entry: os.DirEntry[str], step: int) -> str | None
         return f"symlink to {target}, outside {root}: not followed"
     if not target.is_dir():
         return "symlink to something that is not a directory"
-    if parse_step(target.name) != step:
+    if parse_step(target.name, prefix) != step:
         return f"symlink to {target.name}, which is not step {step}: not followed"
     return None

@@ -1,4 +1,5 @@
-"""Judge `global_step_N` folders, newest first, and choose the newest complete one.
+"""Judge step folders (`global_step_N`, or a layout's own `<prefix>N`), newest first, and
+choose the newest complete one.
 
 The Python API the operator calls in-process when it can read the volume itself; the
 `rljob ckpt` CLI is a thin shell over it. Only the folders that have to be judged are
@@ -13,6 +14,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rljob_contract.steps import STEP_DIR_PREFIX
 
 from .candidates import Candidate, candidate_for_folder, confine, scan
 from .detect import directory_layout, folder_layout, writer_layout
@@ -96,7 +99,7 @@ def find_latest(
     fixed, deep = _options(layout, verify)
     if within is not None:
         confine(directory, within)
-    candidates = scan(directory)
+    candidates = scan(directory, _prefix(fixed))
     skip = {_normalise(p) for p in exclude}
     rejected = []
     for judged in _judge_each(candidates, lambda: candidates, fixed, deep, skip):
@@ -111,7 +114,7 @@ def list_checkpoints(
 ) -> tuple[Judged, ...]:
     """Every `global_step_N` entry in `directory` with its verdict, newest first."""
     fixed, deep = _options(layout, verify)
-    candidates = scan(directory)
+    candidates = scan(directory, _prefix(fixed))
     return tuple(_judge_each(candidates, lambda: candidates, fixed, deep))
 
 
@@ -129,8 +132,8 @@ def verify_folder(
     fixed, deep = _options(layout, verify)
     if within is not None:
         confine(folder, within)
-    candidate = candidate_for_folder(folder)
-    return next(_judge_each([candidate], lambda: _siblings(candidate), fixed, deep))
+    candidate = candidate_for_folder(folder, _prefix(fixed))
+    return next(_judge_each([candidate], lambda: _siblings(candidate, fixed), fixed, deep))
 
 
 def _options(layout: str, verify: str) -> tuple[Layout | None, bool]:
@@ -146,10 +149,16 @@ def _normalise(path: str | os.PathLike[str]) -> Path:
     return absolute.parent.resolve() / absolute.name
 
 
-def _siblings(candidate: Candidate) -> Sequence[Candidate]:
-    """The folders beside `candidate`, which `auto` reads when the candidate shows no layout."""
+def _prefix(fixed: Layout | None) -> str:
+    """The step folders' prefix: the layout's, or `global_step_` for auto."""
+    return fixed.folder_prefix if fixed else STEP_DIR_PREFIX
+
+
+def _siblings(candidate: Candidate, fixed: Layout | None) -> Sequence[Candidate]:
+    """The folders beside `candidate`, which `auto` reads when the candidate shows no layout,
+    and a layout with optional parts to compare it with its peers."""
     try:
-        return scan(candidate.root)
+        return scan(candidate.root, _prefix(fixed))
     except CheckpointInputError:
         return [candidate]
 

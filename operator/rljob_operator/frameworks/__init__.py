@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from rljob_contract.steps import parse_step
+from rljob_contract.steps import STEP_DIR_PREFIX, parse_step
 
-from . import custom, rlinf, rljob, verl
+from ..checkpoints.layouts import LAYOUTS
+from . import custom, rlinf, rljob, trl, verl
 from .base import Framework
 
 FRAMEWORKS: dict[str, Framework] = {
-    module.FRAMEWORK.name: module.FRAMEWORK for module in (rljob, rlinf, verl, custom)
+    module.FRAMEWORK.name: module.FRAMEWORK for module in (rljob, rlinf, verl, trl, custom)
 }
 NAMES = tuple(FRAMEWORKS)
 
@@ -30,14 +31,16 @@ def resume_overrides(
 ) -> list[str]:
     """The arguments to append to the trainer's command line to resume from the folder.
 
-    The frameworks read the step back from the text after `global_step_` in the path, so the
-    path must end in `global_step_N`: a trailing slash would make that `int("150/")` and crash
-    the trainer. It is taken off here."""
+    Most frameworks read the step back from the text after `global_step_` in the path, so the
+    path must end in `global_step_N` (or the framework's own layout's `<prefix>N`): a trailing
+    slash would make that `int("150/")` and crash the trainer. It is taken off here."""
     chosen = framework(name)
     path = checkpoint_path.rstrip("/")
     if not path:
         raise ValueError(f"not a checkpoint folder: {checkpoint_path!r}")
-    return chosen.resume(path, parse_step(PurePosixPath(path).name), custom_template)
+    own = LAYOUTS[chosen.auto_layout] if chosen.auto_layout else None
+    step = parse_step(PurePosixPath(path).name, own.folder_prefix if own else STEP_DIR_PREFIX)
+    return chosen.resume(path, step, custom_template)
 
 
 __all__ = ["FRAMEWORKS", "NAMES", "Framework", "framework", "resume_overrides"]

@@ -380,6 +380,50 @@ def build_rljob_megatron(root: Path, step: int, tear: str | None = None) -> Path
     return _tear(folder, tear, RLJOB_MEGATRON_TEARS)
 
 
+# --- Hugging Face Trainer (TRL) ------------------------------------------------------
+
+HF_TRAINER_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_trainer_state": lambda f: remove(f / "trainer_state.json"),
+    "trainer_state_cut": lambda f: write_text(f / "trainer_state.json", '{"global_step": 4'),
+    "state_of_another_step": lambda f: write_text(f / "trainer_state.json", '{"global_step": 39}'),
+    "no_optimizer": lambda f: remove(f / "optimizer.pt"),
+    "empty_scheduler": lambda f: (f / "scheduler.pt").write_bytes(b""),
+    "truncated_weights": lambda f: truncate(f / "model.safetensors"),
+    "truncated_optimizer": lambda f: truncate(f / "optimizer.pt"),
+    "no_weights": lambda f: remove(f / "model.safetensors"),
+}
+
+
+def build_hf_trainer(root: Path, step: int, tear: str | None = None) -> Path:
+    """`checkpoint-N` as transformers' Trainer saves it for two processes, trainer_state.json last."""
+    folder = root / f"checkpoint-{step}"
+    write_text(folder / "config.json", '{"model_type": "qwen2"}')
+    write_safetensors(folder / "model.safetensors")
+    write_pt(folder / "optimizer.pt", f"optimizer{step}")
+    write_pt(folder / "scheduler.pt", f"scheduler{step}")
+    for rank in range(WORLD):
+        write_pt(folder / f"rng_state_{rank}.pth", f"rng{rank}")
+    write_text(folder / "trainer_state.json", json.dumps({"global_step": step, "log_history": []}))
+    return _tear(folder, tear, HF_TRAINER_TEARS)
+
+
+HF_SHARDED_TEARS: dict[str, Callable[[Path], None]] = {
+    "missing_shard": lambda f: remove(f / "model-00002-of-00002.safetensors"),
+    "index_without_map": lambda f: write_text(f / "model.safetensors.index.json", "{}"),
+}
+
+
+def build_hf_trainer_sharded(root: Path, step: int, tear: str | None = None) -> Path:
+    folder = build_hf_trainer(root, step)
+    remove(folder / "model.safetensors")
+    shards = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    for shard in shards:
+        write_safetensors(folder / shard)
+    weight_map = {"a.weight": shards[0], "b.weight": shards[1], "c.weight": shards[1]}
+    write_text(folder / "model.safetensors.index.json", json.dumps({"weight_map": weight_map}))
+    return _tear(folder, tear, HF_SHARDED_TEARS)
+
+
 BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
     "rljob": (build_rljob, RLJOB_TEARS),
     "rljob-megatron": (build_rljob_megatron, RLJOB_MEGATRON_TEARS),
@@ -390,6 +434,8 @@ BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
     "verl-fsdp": (build_verl_fsdp, VERL_FSDP_TEARS),
     "verl-megatron": (build_verl_megatron, VERL_MEGATRON_TEARS),
     "verl-megatron-old": (build_old_verl_megatron, OLD_VERL_MEGATRON_TEARS),
+    "hf-trainer": (build_hf_trainer, HF_TRAINER_TEARS),
+    "hf-trainer-sharded": (build_hf_trainer_sharded, HF_SHARDED_TEARS),
 }
 
 
@@ -407,6 +453,9 @@ VARIANTS = {
     "verl-fsdp": ("verl-fsdp", "verl-fsdp"),
     "verl-megatron": ("verl-megatron", "verl-megatron"),
     "verl-megatron-old": ("verl-megatron", "verl-megatron"),
+    # auto reads global_step_N folders only: a checkpoint-N folder needs its layout named
+    "hf-trainer": ("hf-trainer", None),
+    "hf-trainer-sharded": ("hf-trainer", None),
 }
 
 # (variant, tear): (status under quick, status under deep, words in the reason)
@@ -517,6 +566,28 @@ TORN = {
         "metadata.json is not complete",
     ),
     ("verl-megatron-old", "no_dcp_metadata"): (INC, INC, "actor/dist_ckpt/.metadata is missing"),
+    ("hf-trainer", "no_trainer_state"): (
+        INC,
+        INC,
+        "no trainer_state.json: the Trainer writes it last",
+    ),
+    ("hf-trainer", "trainer_state_cut"): (INC, INC, "trainer_state.json is not complete JSON yet"),
+    ("hf-trainer", "state_of_another_step"): (BAD, BAD, "global_step 39, the folder's name 40"),
+    ("hf-trainer", "no_optimizer"): (
+        INC,
+        INC,
+        "optimizer.pt is missing (the Trainer writes it before",
+    ),
+    ("hf-trainer", "empty_scheduler"): (INC, INC, "scheduler.pt is empty"),
+    ("hf-trainer", "truncated_weights"): (OK, BAD, "model.safetensors: safetensors file is"),
+    ("hf-trainer", "truncated_optimizer"): (OK, BAD, "optimizer.pt:"),
+    ("hf-trainer", "no_weights"): (INC, INC, "no model weights"),
+    ("hf-trainer-sharded", "missing_shard"): (
+        INC,
+        INC,
+        "model-00002-of-00002.safetensors is missing",
+    ),
+    ("hf-trainer-sharded", "index_without_map"): (BAD, BAD, "has no weight_map"),
 }
 
 

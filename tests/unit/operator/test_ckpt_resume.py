@@ -89,3 +89,11 @@ def test_the_crd_offers_exactly_the_registered_frameworks_with_known_parts():
     for name, framework in FRAMEWORKS.items():
         assert framework.name == name and framework.launcher in LAUNCHERS
         assert framework.auto_layout is None or framework.auto_layout in LAYOUTS
+
+
+def test_trl_resumes_through_the_trainers_own_flag_from_a_checkpoint_folder():
+    assert resume_overrides("trl", "/data/run/checkpoint-40/") == [
+        "--resume_from_checkpoint=/data/run/checkpoint-40"
+    ]
+    with pytest.raises(ValueError, match="checkpoint-N"):
+        resume_overrides("trl", CKPT)  # a global_step_N folder is no TRL checkpoint

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from ..errors import CheckpointInputError
-from . import dcp, rlinf_fsdp, rlinf_megatron, rljob, verl_fsdp, verl_megatron
+from . import dcp, hf_trainer, rlinf_fsdp, rlinf_megatron, rljob, verl_fsdp, verl_megatron
 from .base import Layout
 
 LAYOUTS: dict[str, Layout] = {
     module.LAYOUT.name: module.LAYOUT
-    for module in (rljob, rlinf_fsdp, rlinf_megatron, verl_fsdp, verl_megatron, dcp)
+    for module in (rljob, rlinf_fsdp, rlinf_megatron, verl_fsdp, verl_megatron, dcp, hf_trainer)
 }
 AUTO = "auto"
 CHOICES = (AUTO, *LAYOUTS)

@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rljob_contract.steps import STEP_DIR_PREFIX
+
 from ..verdict import Corrupt, Incomplete, Status, Verdict
 
 # check(folder, step, deep) raises Incomplete or Corrupt, or returns what it verified.
@@ -19,6 +21,8 @@ class Layout:
     # Parts that some runs write in every save and other runs never (RLinf's data/data.pt,
     # a critic/): a folder may lack one, unless its older complete peers all have it.
     optional_parts: tuple[str, ...] = ()
+    # The step folders' names: `<prefix>N`.
+    folder_prefix: str = STEP_DIR_PREFIX
 
     def judge(self, folder: Path, step: int, deep: bool) -> Verdict:
         """The verdict on `folder`; unreadable files make it incomplete, never a crash."""

@@ -1,0 +1,24 @@
+"""TRL (Hugging Face's RL trainers, GRPOTrainer among them, on transformers' Trainer): started
+with torchrun (or accelerate), checkpoints in `<output_dir>/checkpoint-N/` (the `hf-trainer`
+layout), resumed with `--resume_from_checkpoint <folder>`. It has no save on notice: a
+preemption goes back to its last save (every `--save_steps`, 500 by default)."""
+
+from __future__ import annotations
+
+from ..checkpoints.layouts import hf_trainer
+from .base import Framework
+
+
+def _resume(path: str, step: int | None, template: str | None) -> list[str]:
+    """One argument: the Trainer's parser takes `--flag=value`, and no shell splits it."""
+    if step is None:
+        raise ValueError(f"trl resumes from a {hf_trainer.PREFIX}N folder; {path!r} is none")
+    return [f"--resume_from_checkpoint={path}"]
+
+
+FRAMEWORK = Framework(
+    name="trl",
+    launcher="torchrun",
+    resume=_resume,
+    auto_layout=hf_trainer.LAYOUT.name,
+)
