@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rljob_operator.cli import CommandError
 
-from . import binaries, cluster, images, pki, realnodes
+from . import binaries, cluster, images, kind, pki, realnodes
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -68,6 +68,75 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         handler=_reported(_kubeconfig)
     )
     commands.add_parser("list", help="list local clusters").set_defaults(handler=_reported(_list))
+    _register_kind(commands)
+
+
+def _register_kind(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "kind", help="a multi-node kind cluster on rootful podman, offline (docs/kind.md)"
+    )
+    sub = parser.add_subparsers(dest="kind_command", required=True)
+    sub.add_parser(
+        "image", help="build the kind node image from the pinned binaries if its inputs changed"
+    ).set_defaults(handler=_reported(_kind_image))
+
+    def named(cmd: str, help_text: str) -> argparse.ArgumentParser:
+        one = sub.add_parser(cmd, help=help_text)
+        one.add_argument("--name", default=KIND_CLUSTER_NAME, help="kind cluster name")
+        return one
+
+    up = named("up", "create a kind cluster (a control plane and workers); print its kubeconfig")
+    up.add_argument("--workers", type=int, default=2)
+    up.add_argument(
+        "--shared-dir",
+        type=Path,
+        help=f"host folder every node mounts at {kind.SHARED_MOUNT} "
+        "(default: the cluster's folder in the cache, removed by `down`)",
+    )
+    up.add_argument(
+        "--install", action="store_true", help="install podman with apt-get where it is missing"
+    )
+    up.set_defaults(handler=_reported(_kind_up))
+    load = named("load", "import image archives (docker or OCI) into every node")
+    load.add_argument("archives", nargs="+", type=Path)
+    load.set_defaults(handler=_reported(_kind_load))
+    named("down", "delete a kind cluster").set_defaults(handler=_reported(_kind_down))
+    named("kubeconfig", "print the path of a kind cluster's kubeconfig").set_defaults(
+        handler=_reported(_kind_kubeconfig)
+    )
+
+
+KIND_CLUSTER_NAME = "rljob-kind"
+
+
+def _kind_image(args: argparse.Namespace) -> int:
+    print(kind.ensure_node_image(_say))
+    return 0
+
+
+def _kind_up(args: argparse.Namespace) -> int:
+    shared = args.shared_dir or kind.cluster_dir(args.name) / "shared"
+    print(kind.create_cluster(args.name, args.workers, shared, say=_say, install=args.install))
+    return 0
+
+
+def _kind_load(args: argparse.Namespace) -> int:
+    for archive in args.archives:
+        kind.load_image_archive(args.name, archive)
+    return 0
+
+
+def _kind_down(args: argparse.Namespace) -> int:
+    kind.delete_cluster(args.name, say=_say)
+    return 0
+
+
+def _kind_kubeconfig(args: argparse.Namespace) -> int:
+    if not kind.cluster_exists(args.name):
+        _say(f"kind cluster {args.name!r} does not exist: create it with `rljob testenv kind up`")
+        return 1
+    print(kind.kubeconfig_path(args.name))
+    return 0
 
 
 def _say(message: str) -> None:
@@ -139,6 +208,7 @@ ERRORS = (
     cluster.ClusterError,
     realnodes.RealNodeError,
     images.ImageError,
+    kind.KindError,
     pki.PkiError,
 )
 
