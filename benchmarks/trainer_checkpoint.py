@@ -1,9 +1,11 @@
 """How long a checkpoint stalls training (synchronous vs `dcp.async_save`), and how long a resume
 load takes, as a function of model size: the real trainer (2 ranks, CPU/gloo), FSDP2 or, with
 `--backend megatron`, megatron-core with tensor parallel 2 (its saves are synchronous only).
+`--device cuda` runs the ranks on GPUs (NCCL); `benchmarks/trainer_gpu.py` calls `_bench_size`
+in one process on one GPU.
 
     python benchmarks/trainer_checkpoint.py [--backend fsdp|megatron] [--repeats 5] \
-        [--sizes 128x2,256x4,384x8]
+        [--sizes 128x2,256x4,384x8] [--device cpu|cuda]
 
 Run plainly, it starts itself under torchrun with two ranks; rank 0 prints a table of medians.
 The stall is the time the training loop is blocked in `CheckpointManager.save`: for async saving,
@@ -23,6 +25,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rljob_trainer.train import DistEnv
 
 SIZES = "128x2,256x4,384x8"  # d_model x n_layers
 MODES = {"fsdp": ("sync", "async"), "megatron": ("sync",)}
@@ -49,21 +55,21 @@ def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def _bench_size(d_model: int, n_layers: int, args: argparse.Namespace, root: Path) -> dict:
-    import torch
+def _bench_size(
+    d_model: int, n_layers: int, args: argparse.Namespace, root: Path, env: DistEnv
+) -> dict:
+    """Medians for one model size; `env` from `init_distributed` (any number of ranks)."""
     import torch.distributed as dist
     from rljob_trainer.backends import backend
     from rljob_trainer.config import load_config
-    from rljob_trainer.train import DistEnv
 
-    env = DistEnv(dist.get_rank(), dist.get_world_size(), torch.device("cpu"))
     result: dict = {"size": f"d{d_model} L{n_layers}", "async_stall": None}
     megatron = args.backend == "megatron"
-    for mode in MODES[args.backend]:
+    for mode in getattr(args, "modes", None) or MODES[args.backend]:
         out = root / f"{d_model}x{n_layers}-{mode}"
         overrides = [
             f"runner.output_dir={out}",
-            "runner.device=cpu",
+            f"runner.device={env.device.type}",
             f"runner.async_save={mode == 'async'}",
             "runner.max_num_checkpoints=2",
             f"model.d_model={d_model}",
@@ -80,7 +86,7 @@ def _bench_size(d_model: int, n_layers: int, args: argparse.Namespace, root: Pat
         # FSDP: DTensors of the global sizes; Megatron: this rank's shard, summed over the ranks
         # (the norms, replicated over TP, are counted twice: a fraction of a percent).
         result["params"] = _summed(local) if megatron else local
-        stalls, step = [], 0
+        stalls, step_times, step = [], [], 0
         for _ in range(args.repeats):
             for _ in range(args.steps_between):
                 started = time.perf_counter()
@@ -88,10 +94,15 @@ def _bench_size(d_model: int, n_layers: int, args: argparse.Namespace, root: Pat
                 step += 1
                 trainer.train_state.step = step
                 trainer.step_boundary(False)
-                result["step_time"] = time.perf_counter() - started
+                step_times.append(time.perf_counter() - started)
             stalls.append(trainer.checkpoints.save(step))
         trainer.checkpoints.finish()
         result[f"{mode}_stall"] = statistics.median(stalls)
+        result[f"{mode}_stalls"] = stalls
+        # The sync steps' median; async steps may overlap a save still being written.
+        result["step_time" if mode == "sync" else f"{mode}_step_time"] = statistics.median(
+            step_times
+        )
         folder = trainer.checkpoints.folder(step)
         result["bytes"] = _folder_bytes(folder)
         if mode == "sync":
@@ -123,17 +134,19 @@ def _summed(value: int) -> int:
 
 def _worker(args: argparse.Namespace) -> None:
     import torch.distributed as dist
+    from rljob_trainer.train import init_distributed
 
-    dist.init_process_group("gloo")
+    env = init_distributed(args.device)
     rank = dist.get_rank()
     root = Path(args.workdir)
     results = []
     for spec in args.sizes.split(","):
         d_model, n_layers = (int(x) for x in spec.split("x"))
-        results.append(_bench_size(d_model, n_layers, args, root))
+        results.append(_bench_size(d_model, n_layers, args, root, env))
     if rank == 0:
+        where = "CPU/gloo" if env.device.type == "cpu" else "CUDA/NCCL"
         print(
-            f"\n{args.backend}, 2 ranks, CPU/gloo, median of {args.repeats} checkpoints, "
+            f"\n{args.backend}, 2 ranks, {where}, median of {args.repeats} checkpoints, "
             f"{args.steps_between} GRPO steps between checkpoints\n"
         )
         print(
@@ -160,6 +173,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps-between", type=int, default=2)
     parser.add_argument("--sizes", default=SIZES, help="d_model x n_layers, comma-separated")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args, _ = parser.parse_known_args()
     if "RANK" in os.environ:

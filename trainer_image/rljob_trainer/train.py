@@ -123,9 +123,16 @@ def init_distributed(device_pref: str) -> DistEnv:
 
 
 def set_deterministic(device: torch.device) -> None:
-    """Deterministic kernels: on CPU strictly; on CUDA with warnings where PyTorch has none."""
+    """Deterministic kernels: on CPU strictly; on CUDA with warnings where PyTorch has none.
+
+    On CUDA, scaled_dot_product_attention would pick the memory-efficient kernel, whose
+    backward is not deterministic (PyTorch only warns, on an H200 here); its math kernel is.
+    """
     if device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_mem_efficient_sdp(False)
+        torch.backends.cuda.enable_cudnn_sdp(False)
     torch.use_deterministic_algorithms(True, warn_only=device.type == "cuda")
 
 
