@@ -38,7 +38,9 @@ binaries: venv
 node-binaries: binaries
 	$(BIN)/rljob testenv install --real-nodes
 
-## And Kueue, for the tests of queued jobs (tests/cluster/test_kueue.py).
+## And Kueue, for the tests of queued jobs (tests/cluster/test_kueue.py): every release they run
+## on (rljob_testenv.binaries.KUEUE_VERSIONS: v0.17.0, v0.19.2), each cached apart; a release
+## not yet built takes a few minutes from a warm Go build cache.
 kueue-binaries: binaries
 	$(BIN)/rljob testenv install --kueue
 

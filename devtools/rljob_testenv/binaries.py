@@ -32,7 +32,10 @@ COREDNS_VERSION = "v1.14.7"
 # The operators benchmarks/peers.py compares rljob with (`testenv install --peers`).
 JOBSET_VERSION = "v0.12.0"
 TRAINING_OPERATOR_VERSION = "v1.9.4"
-KUEUE_VERSION = "v0.17.0"
+KUEUE_VERSION = "v0.17.0"  # the default: `locate("kueue-manager")`, `kueue.start()`
+# Every Kueue release the tests run against (tests/cluster/test_kueue.py runs on each; `install
+# --kueue` builds them all). v0.19 turned WaitForPodsReady on by default.
+KUEUE_VERSIONS = ("v0.17.0", "v0.19.2")
 
 # Kubernetes' own go.mod points these at ./staging; a wrapper module must pin each
 # one to the published v0.X.Y that matches the release.
@@ -192,14 +195,21 @@ PEER_COMPONENTS: tuple[GoComponent, ...] = (
     ),
 )
 
+
+def kueue_component(version: str = KUEUE_VERSION) -> GoComponent:
+    """Kueue's manager at one release; each version is cached apart (`kueue-<version>`)."""
+    return GoComponent(
+        name="kueue",
+        module="sigs.k8s.io/kueue",
+        version=version,
+        commands={"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"},
+        ldflags=(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}",),
+    )
+
+
 # Kueue, for the tests of jobs admitted, preempted and readmitted by a queue.
-KUEUE = GoComponent(
-    name="kueue",
-    module="sigs.k8s.io/kueue",
-    version=KUEUE_VERSION,
-    commands={"kueue-manager": "sigs.k8s.io/kueue/cmd/kueue"},
-    ldflags=(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={KUEUE_VERSION}",),
-)
+KUEUE = kueue_component()
+KUEUES: tuple[GoComponent, ...] = tuple(kueue_component(v) for v in KUEUE_VERSIONS)
 
 ALL_BINARIES: tuple[str, ...] = tuple(b for c in COMPONENTS for b in c.commands)
 NODE_BINARIES: tuple[str, ...] = tuple(b for c in NODE_COMPONENTS for b in c.commands)
@@ -249,20 +259,29 @@ def _preinstalled(binary: str) -> Path | None:
 
 
 def locate(binary: str) -> Path | None:
-    """Where a binary is, if we already have it: the user's directory first, then the cache."""
-    found = _preinstalled(binary)
-    if found:
-        return found
+    """Where a binary is, if we already have it: the user's directory first, then the cache.
+    A binary built at several versions (Kueue's) is the pinned default one here."""
     if binary == GPU_PLUGIN.name:
+        found = _preinstalled(binary)
         cached = cache_root() / "bin" / GPU_PLUGIN.key / binary
-        return cached if os.access(cached, os.X_OK) else None
+        return found or (cached if os.access(cached, os.X_OK) else None)
     for component in (*COMPONENTS, *NODE_COMPONENTS, *PEER_COMPONENTS, KUEUE):
         if binary in component.commands:
-            cached = component_dir(component) / binary
-            return cached if os.access(cached, os.X_OK) else None
+            return locate_in(component, binary)
     known = ", ".join((*ALL_BINARIES, *NODE_BINARIES, *PEER_BINARIES, *KUEUE.commands,
                        GPU_PLUGIN.name))  # fmt: skip
     raise KeyError(f"unknown binary {binary!r}; known: {known}")
+
+
+def locate_in(component: GoComponent, binary: str) -> Path | None:
+    """One component's binary at that component's version: the user's directory holds only
+    the pinned versions (it cannot say which version its file is), the cache every one."""
+    if component.name != "kueue" or component.version == KUEUE_VERSION:
+        found = _preinstalled(binary)
+        if found:
+            return found
+    cached = component_dir(component) / binary
+    return cached if os.access(cached, os.X_OK) else None
 
 
 def require(binary: str) -> Path:
@@ -416,7 +435,7 @@ def install(
         *COMPONENTS,
         *(NODE_COMPONENTS if real_nodes else ()),
         *(PEER_COMPONENTS if peers else ()),
-        *((KUEUE,) if kueue else ()),
+        *(KUEUES if kueue else ()),
     )
     known = {b for c in components for b in c.commands}
     if real_nodes:
@@ -426,13 +445,26 @@ def install(
     unknown = wanted - known
     if unknown:
         raise BinariesError(f"unknown binaries: {', '.join(sorted(unknown))}")
-    todo = [c for c in components if any(locate(b) is None for b in c.commands if b in wanted)]
+    todo = [
+        c for c in components if any(locate_in(c, b) is None for b in c.commands if b in wanted)
+    ]
     for index, component in enumerate(todo, 1):
         started = time.monotonic()
         say(f"[{index}/{len(todo)}] building {component.name} {component.version} from source")
         build(component, say)
         say(f"[{index}/{len(todo)}] {component.name} built in {time.monotonic() - started:.0f}s")
     return {b: require(b) for b in sorted(wanted)}
+
+
+def ensure(component: GoComponent, binary: str, say: Callable[[str], None] = print) -> Path:
+    """One binary of one component at its version, built into the cache if it is not there."""
+    found = locate_in(component, binary)
+    if found is None:
+        started = time.monotonic()
+        say(f"building {component.name} {component.version} from source")
+        found = build(component, say) / binary
+        say(f"{component.name} {component.version} built in {time.monotonic() - started:.0f}s")
+    return found
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m rljob_testenv.binaries`

@@ -34,6 +34,10 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_QUOTA_CONDITION = "QuotaReserved"
 KUEUE_INADMISSIBLE_REASON = "Inadmissible"
+# Kueue v0.19's gate UnadmittedWorkloadsObservability (beta, off by default) splits
+# Inadmissible into Misconfigured (a LocalQueue or ClusterQueue that does not exist) and
+# Suspended (one that is stopped): the user's to fix too.
+KUEUE_INADMISSIBLE_REASONS = frozenset({KUEUE_INADMISSIBLE_REASON, "Misconfigured", "Suspended"})
 KUEUE_WORKLOADS = "workloads"
 # Kueue v0.17+ (feature gate PriorityBoost) adds this signed integer to the Workload's priority
 # when it orders preemption candidates and its queue. rljob writes it from the work at risk

@@ -16,6 +16,6 @@ def queue_wait(queue: str | None, admission: Admission | None) -> tuple[str, str
     if admission is None:
         return Reason.WAITING_FOR_KUEUE, waiting
     reason, message = admission
-    if reason == c.KUEUE_INADMISSIBLE_REASON:
+    if reason in c.KUEUE_INADMISSIBLE_REASONS:
         return Reason.QUEUE_INADMISSIBLE, f"Kueue cannot admit the gang (queue {queue}): {message}"
     return Reason.WAITING_FOR_KUEUE, f"{waiting}: {message}"

@@ -2,9 +2,11 @@
 admits it again: rljob counts the preemption as a disruption and resumes from the newest
 complete checkpoint.
 
-Kueue v0.17.0's own manager (built from source) runs against the test control plane with
-its `pod` integration and its PriorityBoost gate on; each test's own ClusterQueue has quota
-for one gang of two GPUs.
+Kueue's own manager (built from source) runs against the test control plane with its `pod`
+integration and its PriorityBoost gate on, once per release of `binaries.KUEUE_VERSIONS`
+(v0.17.0, v0.19.2): every test that uses it runs on each, `[v0.17.0]`, `[v0.19.2]`. On v0.19
+WaitForPodsReady is on, as by its default, with a timeout of PODS_READY_TIMEOUT instead of 30
+minutes. Each test's own ClusterQueue has quota for one gang of two GPUs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import test_recovery
 from kube_steps import stays, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
-from rljob_operator.api.reasons import Phase
+from rljob_operator.api.reasons import Phase, Reason
+from rljob_testenv.binaries import KUEUE_VERSIONS
 from rljob_testenv.operator_process import OperatorProcess, run_operator
 from test_job_lifecycle import finish, get_job
 from test_recovery import job_body, write_checkpoint, write_progress
@@ -30,14 +33,27 @@ BOOST_LIMIT = 100  # the administrator's (--max-priority-boost)
 
 KUEUE_GROUP, KUEUE_VERSION = c.KUEUE_GROUP, c.KUEUE_VERSION  # the API the operator watches
 HIGH_CLASS = "rljob-test-kueue-high"
+# From v0.19 Kueue evicts an admitted workload whose pods are not all Ready within 30 minutes
+# (WaitForPodsReady, on by default); here within this many seconds. Every other gang of these
+# tests is Ready a second or two after its admission (kwok marks a pod Ready once it runs).
+PODS_READY_TIMEOUT = 10
 
 
-@pytest.fixture(scope="module")
-def kueue_manager(kubeconfig, api_client, tmp_path_factory):
-    """Kueue's manager, and the PriorityClass that outranks the jobs without one."""
+def waits_for_pods_ready(version):
+    """Whether the release turns WaitForPodsReady on without being asked (v0.19 and later)."""
+    return tuple(int(x) for x in version.lstrip("v").split(".")[:2]) >= (0, 19)
+
+
+@pytest.fixture(scope="module", params=KUEUE_VERSIONS)
+def kueue_manager(request, kubeconfig, api_client, tmp_path_factory):
+    """Kueue's manager at one release, and the PriorityClass that outranks the jobs without
+    one. Where WaitForPodsReady is on by default, only its timeout is set (short)."""
     from rljob_testenv import kueue as testenv_kueue
 
-    manager = testenv_kueue.start(kubeconfig, tmp_path_factory.mktemp("kueue"))
+    version = request.param
+    ready = {"timeout": f"{PODS_READY_TIMEOUT}s"} if waits_for_pods_ready(version) else None
+    manager = testenv_kueue.start(kubeconfig, tmp_path_factory.mktemp(f"kueue-{version}"),
+                                  version=version, wait_for_pods_ready=ready)  # fmt: skip
     scheduling = client.SchedulingV1Api(api_client)
     scheduling.create_priority_class(
         client.V1PriorityClass(metadata=client.V1ObjectMeta(name=HIGH_CLASS), value=1000)
@@ -209,6 +225,68 @@ def test_a_queue_that_does_not_exist_is_a_warning_in_kueues_words_until_it_is_cr
         x["type"]: x for x in get_job(api_client, namespace, "typo")["status"]["conditions"]
     }
     assert conditions["PodsUnschedulable"]["status"] == "False"
+
+
+@pytest.fixture
+def pods_ready_default(kueue_manager):
+    """Kueue of a release whose WaitForPodsReady is on by default; the test is skipped on the
+    others (before its namespace and nodes are made)."""
+    if not waits_for_pods_ready(kueue_manager.version):
+        pytest.skip(f"Kueue {kueue_manager.version} leaves WaitForPodsReady off by default")
+    return kueue_manager
+
+
+def test_a_gang_whose_pods_are_not_ready_in_time_is_evicted_by_kueue_and_counted_a_disruption(
+    pods_ready_default, api_client, core, namespace, nodes, recovering_operator, local_queue
+):
+    """Kueue v0.19's WaitForPodsReady, on by default: the gang is admitted, one pod runs on
+    the only node it may use and the other can never join it there (required anti-affinity,
+    gangScheduling Off so that kube-scheduler places the first alone). After the timeout Kueue
+    evicts the Workload (Evicted, reason PodsReadyTimeout), marks both pods (TerminationTarget,
+    WorkloadEvictedDueToPodsReadyTimeout) and deletes them. rljob counts a preemption, not a
+    failure, with Kueue's words, and queues the next attempt."""
+    body = queued_job("stuck", nodes[:1], local_queue)
+    body["spec"]["gangScheduling"] = "Off"
+    body["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchLabels": {c.LABEL_JOB: "stuck"}},
+            "topologyKey": "kubernetes.io/hostname",
+        }],
+    }  # fmt: skip
+    create = client.CustomObjectsApi(api_client).create_namespaced_custom_object
+    create(c.GROUP, c.VERSION, namespace, c.PLURAL, body)
+
+    def half_placed():
+        pods = pods_of(core, namespace, "stuck", 0)
+        phases = sorted(p.status.phase for p in pods if not gated(p))
+        return pods if phases == ["Pending", "Running"] else None
+
+    wait_for(half_placed, 60, "one pod of the admitted gang running, the other pending")
+
+    def evicted():
+        found = workload(api_client, namespace, "stuck-a0") or {}
+        conditions = {x["type"]: x for x in (found.get("status") or {}).get("conditions") or []}
+        evicted = conditions.get("Evicted", {})
+        return evicted if evicted.get("status") == "True" else None
+
+    eviction = wait_for(evicted, PODS_READY_TIMEOUT + 30, "Kueue's eviction by PodsReadyTimeout")
+    assert eviction["reason"] == "PodsReadyTimeout"
+    assert "Exceeded the PodsReady timeout" in eviction["message"]
+
+    def recorded():
+        status = get_job(api_client, namespace, "stuck").get("status") or {}
+        return status if status.get("preemptions") == 1 else None
+
+    for pod in pods_of(core, namespace, "stuck", 0):  # as its kubelet would, if it has one
+        if pod.metadata.deletion_timestamp and pod.spec.node_name:
+            finish(core, namespace, pod.metadata.name, 143)
+    status = wait_for(recorded, 30, "the eviction, counted as a preemption")
+    assert (status["failures"], status["attempt"]) == (0, 1)
+    assert status["recoveries"][-1]["reason"] == Reason.STOPPED_BY_KUEUE
+    last = status["lastEnd"]
+    assert (last["kind"], last["reason"]) == ("Disruption", Reason.STOPPED_BY_KUEUE)
+    assert "WorkloadEvictedDueToPodsReadyTimeout" in last["message"]
+    assert "Exceeded the PodsReady timeout" in last["message"]
 
 
 def workload(api_client, namespace, name):

@@ -133,6 +133,27 @@ def test_a_pod_kueue_stopped_is_a_disruption_with_kueues_reason():
     assert "WorkloadEvicted" in end.message and "Preempted to accommodate" in end.message
 
 
+def test_a_gang_kueue_evicted_for_not_being_ready_in_time_is_a_disruption_on_every_pod():
+    """Kueue v0.19's WaitForPodsReady (on by default): the pod that never got a node and the
+    one that ran are both marked and deleted; both are Kueue's stop, not a lost node or a
+    stranger's delete, and the message keeps Kueue's words."""
+    stop = {"type": "TerminationTarget", "status": "True",
+            "reason": "WorkloadEvictedDueToPodsReadyTimeout",
+            "message": "Exceeded the PodsReady timeout team/grpo-a0"}  # fmt: skip
+    never_placed = make_pod(JOB, 0, 0, phase="Pending", node=None, deleting=True)
+    ran = make_pod(JOB, 0, 1, phase="Failed", deleting=True, exit_code=143)
+    for pod, node in ((never_placed, None), (ran, make_node())):
+        pod["status"]["conditions"].append(dict(stop))
+
+        end = classify(pod, node, POLICY, NOW)
+
+        assert (end.outcome, end.reason) == (Outcome.DISRUPTED, "StoppedByKueue")
+        assert end.message == (
+            "Kueue stopped the pod (WorkloadEvictedDueToPodsReadyTimeout): "
+            "Exceeded the PodsReady timeout team/grpo-a0"
+        )
+
+
 def _going(taints: list[dict[str, str]], annotations: dict[str, str] | None = None):
     node = make_node()
     node["spec"]["taints"] = taints

@@ -174,6 +174,13 @@ def test_a_gang_waiting_for_kueue_says_so_in_a_condition_and_a_normal_event():
          "WaitingForKueue", "Normal", "not admitted the gang yet (queue team): couldn't assign"),
         (("Inadmissible", "LocalQueue team doesn't exist"),
          "QueueInadmissible", "Warning", "admit the gang (queue team): LocalQueue team doesn't exist"),
+        # Kueue v0.19 with UnadmittedWorkloadsObservability: the same, in finer reasons.
+        (("Misconfigured", "LocalQueue team doesn't exist"),
+         "QueueInadmissible", "Warning", "admit the gang (queue team): LocalQueue team doesn't exist"),
+        (("Suspended", "ClusterQueue gpus is inactive"),
+         "QueueInadmissible", "Warning", "admit the gang (queue team): ClusterQueue gpus is inactive"),
+        (("WaitingForQuota", "couldn't assign flavors to pod set main: insufficient quota"),
+         "WaitingForKueue", "Normal", "not admitted the gang yet (queue team): couldn't assign"),
     ],
 )  # fmt: skip
 def test_a_gang_kueue_does_not_admit_says_why_in_kueues_words(admission, reason, event_type, says):

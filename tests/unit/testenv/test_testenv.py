@@ -102,6 +102,33 @@ def test_the_peers_are_built_only_when_asked_for(tmp_path, monkeypatch):
         binaries.install(say=lambda _msg: None, peers=True)  # jobset-manager is not cached
 
 
+def test_each_kueue_release_is_cached_apart_and_install_builds_every_one(tmp_path, monkeypatch):
+    monkeypatch.setenv(binaries.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(binaries.BIN_DIR_ENV, str(tmp_path / "mine"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # building would fail: no go
+    for component in binaries.COMPONENTS:
+        for binary in component.commands:
+            _fake_binary(binaries.component_dir(component) / binary)
+    pinned, *others = binaries.KUEUES
+    assert pinned.version == binaries.KUEUE_VERSION and others
+    assert len({binaries.component_dir(k) for k in binaries.KUEUES}) == len(binaries.KUEUES)
+    _fake_binary(binaries.component_dir(pinned) / "kueue-manager")
+    # The user's directory cannot say which release its kueue-manager is: the pinned one.
+    _fake_binary(tmp_path / "mine" / "kueue-manager")
+    assert binaries.locate_in(pinned, "kueue-manager") == tmp_path / "mine" / "kueue-manager"
+    assert binaries.locate_in(others[0], "kueue-manager") is None
+
+    with pytest.raises(binaries.BinariesError, match="Go toolchain"):
+        binaries.install(say=lambda _msg: None, kueue=True)  # the other release is not cached
+    for component in others:
+        _fake_binary(binaries.component_dir(component) / "kueue-manager")
+    found = binaries.install(say=lambda _msg: None, kueue=True)
+    assert found["kueue-manager"] == tmp_path / "mine" / "kueue-manager"
+    assert binaries.ensure(others[0], "kueue-manager", say=lambda _msg: None) == (
+        binaries.component_dir(others[0]) / "kueue-manager"
+    )
+
+
 def test_peer_webhooks_point_at_this_host_and_only_at_the_resources_asked_for():
     upstream = {
         "apiVersion": "admissionregistration.k8s.io/v1",
