@@ -15,7 +15,11 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<pad>", "<unk>"]
-WORDS = ["system", "user", "assistant", "\n", ":", " ", "what", "is", "the", "answer"]
+# Byte-level spellings of newline and space ("Ċ", "Ġ"): transformers 5 loads a tokenizer saved
+# next to a qwen2 config as its Qwen2Tokenizer, a byte-level BPE rebuilt from this vocabulary
+# (no merges, so character by character), which drops symbols it cannot spell; verl's Qwen
+# chat-boundary handling needs "\n" to be exactly one token.
+WORDS = ["system", "user", "assistant", "Ċ", ":", "Ġ", "what", "is", "the", "answer"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -27,8 +31,11 @@ def tokenizer() -> PreTrainedTokenizerFast:
     vocab = {w: i for i, w in enumerate(dict.fromkeys(words))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     pattern = Regex(r"<\|[a-z_]+\|>|[a-z]+|\d|\s|.")
-    tok.pre_tokenizer = pre_tokenizers.Split(pattern=pattern, behavior="isolated")
-    tok.decoder = decoders.Fuse()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(pattern=pattern, behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])  # fmt: skip
+    tok.decoder = decoders.ByteLevel()
     hf = PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<|im_end|>",
         additional_special_tokens=["<|im_start|>", "<|endoftext|>"],
