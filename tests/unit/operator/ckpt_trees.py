@@ -391,6 +391,11 @@ HF_TRAINER_TEARS: dict[str, Callable[[Path], None]] = {
     "truncated_weights": lambda f: truncate(f / "model.safetensors"),
     "truncated_optimizer": lambda f: truncate(f / "optimizer.pt"),
     "no_weights": lambda f: remove(f / "model.safetensors"),
+    "jit_save_unfinished": lambda f: write_text(f / "checkpoint-is-incomplete.txt", ""),
+    "no_rng_state": lambda f: [remove(r) for r in f.glob("rng_state_*.pth")],
+    "rng_rank_gap": lambda f: remove(f / "rng_state_0.pth"),
+    "empty_rng_state": lambda f: (f / "rng_state_1.pth").write_bytes(b""),
+    "truncated_rng_state": lambda f: truncate(f / "rng_state_1.pth"),
 }
 
 
@@ -582,6 +587,11 @@ TORN = {
     ("hf-trainer", "truncated_weights"): (OK, BAD, "model.safetensors: safetensors file is"),
     ("hf-trainer", "truncated_optimizer"): (OK, BAD, "optimizer.pt:"),
     ("hf-trainer", "no_weights"): (INC, INC, "no model weights"),
+    ("hf-trainer", "jit_save_unfinished"): (INC, INC, "save on SIGTERM did not finish"),
+    ("hf-trainer", "no_rng_state"): (INC, INC, "no rng_state*.pth"),
+    ("hf-trainer", "rng_rank_gap"): (INC, INC, "rng_state_0.pth is missing"),
+    ("hf-trainer", "empty_rng_state"): (INC, INC, "rng_state_1.pth is empty"),
+    ("hf-trainer", "truncated_rng_state"): (OK, BAD, "rng_state_1.pth:"),
     ("hf-trainer-sharded", "missing_shard"): (
         INC,
         INC,

@@ -3,10 +3,14 @@
 `Trainer._save_checkpoint` writes the model (`model.safetensors`, or shards with
 `model.safetensors.index.json`; `adapter_model.safetensors` for a PEFT adapter; the older
 `pytorch_model.bin`), then `optimizer.pt` and `scheduler.pt` (not with `save_only_model`,
-from which training cannot resume), each process's `rng_state[_R].pth`, and last, from the
-main process, `trainer_state.json` with `global_step`. A folder is complete when that last
-file names its step and what it names before it is there. The RNG files are not required:
-`resume_from_checkpoint` warns without them and goes on.
+from which training cannot resume), each process's `rng_state[_R].pth`, and, from the main
+process, `trainer_state.json` with `global_step`. There is no barrier before it: another
+process's RNG file may come after it. A folder is complete when `trainer_state.json` names
+its step, the files before it are there, and so are the RNG files: without one a resume goes
+on silently with fresh generators and is no longer bit-exact (TRL 1.16, transformers 5.10).
+The world size is not in the folder: a missing last rank's RNG file goes unseen, a gap in the
+ranks does not. transformers' just-in-time save on SIGTERM (`enable_jit_checkpoint`) marks a
+folder it is still writing with `checkpoint-is-incomplete.txt`.
 
 Judged here: plain and DDP runs. FSDP's sharded optimizer (`optimizer_0/`) and DeepSpeed's
 own `global_stepN/` inside the folder are not (a folder of theirs reads as incomplete).
@@ -14,6 +18,7 @@ own `global_stepN/` inside the folder are not (a folder of theirs reads as incom
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..probe import exists, intact_safetensors, intact_zip, names, nonempty_file, read_json
@@ -21,6 +26,8 @@ from ..verdict import Corrupt, Incomplete
 from .base import Layout
 
 PREFIX = "checkpoint-"
+JIT_MARKER = "checkpoint-is-incomplete.txt"
+_RNG = re.compile(r"rng_state(?:_([0-9]+))?\.pth")
 STATE = "trainer_state.json"
 OPTIMIZER_FILES = ("optimizer.pt", "scheduler.pt")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -41,7 +48,23 @@ def _weights(folder: Path) -> list[str]:
     return present[:1]
 
 
+def _rng_files(folder: Path) -> list[str]:
+    """`rng_state.pth` (one process) or `rng_state_0..R.pth`, with no rank missing below R."""
+    found = {m.group(1): n for n in names(folder, "") if (m := _RNG.fullmatch(n))}
+    if not found:
+        raise Incomplete("no rng_state*.pth: each process writes its own with the save")
+    ranks = sorted(int(r) for r in found if r is not None)
+    missing = sorted(set(range(ranks[-1] + 1)) - set(ranks)) if ranks else []
+    if missing:
+        raise Incomplete(
+            f"rng_state_{missing[0]}.pth is missing (ranks up to {ranks[-1]} wrote theirs)"
+        )
+    return sorted(found.values())
+
+
 def check(folder: Path, step: int, deep: bool) -> str:
+    if exists(folder, JIT_MARKER):
+        raise Incomplete(f"{JIT_MARKER}: transformers' save on SIGTERM did not finish")
     if not exists(folder, STATE):
         raise Incomplete(f"no {STATE}: the Trainer writes it last")
     state = read_json(folder, STATE, written_atomically=False)
@@ -51,12 +74,15 @@ def check(folder: Path, step: int, deep: bool) -> str:
     weights = _weights(folder)
     for name in (*weights, *OPTIMIZER_FILES):
         nonempty_file(folder, name, "the Trainer writes it before trainer_state.json")
-        if deep:
+    rng = _rng_files(folder)
+    for name in rng:
+        nonempty_file(folder, name, "its process writes it with the save")
+    if deep:
+        for name in (*weights, *OPTIMIZER_FILES, *rng):
             if name.endswith(".safetensors"):
                 intact_safetensors(folder, name)
             else:
                 intact_zip(folder, name)
-    rng = [n for n in names(folder, "") if n.startswith("rng_state") and n.endswith(".pth")]
     return f"{STATE} at step {step}, {len(weights)} weight file(s), optimizer, {len(rng)} RNG files"
 
 
