@@ -105,7 +105,7 @@ class Trainer:
 
     def where(self) -> dict[str, Any]:
         return {"node": ray.get_runtime_context().get_node_id(),
-                "node_rank": os.environ.get("RLINF_NODE_RANK")}  # fmt: skip
+                "node_rank": os.environ.get("NODE_RANK")}  # rljob's Ray launcher sets it  # fmt: skip
 
     def setup(self, master: tuple[str, int]) -> None:
         import torch
