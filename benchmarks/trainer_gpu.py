@@ -48,8 +48,6 @@ from rljob_contract import EXIT_CHECKPOINTED_ON_REQUEST
 
 HERE = Path(__file__).resolve().parent
 PARTS = ("resume", "notice", "ckpt")
-# rljob_testenv.scenario.EXACT_METRICS (devtools is not on the GPU machine's path)
-EXACT_METRICS = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")
 
 # (full, --quick) defaults
 DEFAULTS: dict[str, tuple[Any, Any]] = {
@@ -237,6 +235,8 @@ def final_state(run: TrainerRun, step: int) -> dict[str, dict[str, Any]]:
 
 
 def metric_steps_differing(a: list[dict], b: list[dict]) -> list[int]:
+    from rljob_trainer.metrics import EXACT_METRICS
+
     got = {e["step"]: [e.get(k) for k in EXACT_METRICS] for e in a}
     want = {e["step"]: [e.get(k) for k in EXACT_METRICS] for e in b}
     return sorted(s for s in set(got) | set(want) if got.get(s) != want.get(s))

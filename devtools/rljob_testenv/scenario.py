@@ -20,12 +20,11 @@ from typing import Any
 from rljob_contract.progress import PROGRESS_FILE_NAME
 from rljob_contract.steps import step_dir_name
 from rljob_operator import constants as c
+from rljob_trainer.metrics import EXACT_METRICS
 
 from .ports import free_port
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
-# Metrics an uninterrupted and a resumed run must agree on exactly (time fields excluded).
-EXACT_METRICS = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")
 PLACEHOLDER_IMAGE = "example.invalid/urgent:never-pulled"
 
 

@@ -16,9 +16,8 @@ import torch
 from kube_steps import free_port, wait_for
 from rljob_contract import ENV_GRACE_SECONDS, ENV_TERMINATION_LOG
 from rljob_contract.manifest import MANIFEST_NAME
-from rljob_testenv.scenario import EXACT_METRICS
 from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_FROM_STEP, ENV_TEST_SLOW_ROLLOUT_TOKEN
-from rljob_trainer.metrics import read_metrics
+from rljob_trainer.metrics import EXACT_METRICS, read_metrics
 from safetensors.torch import load_file
 from tiny_trainer import TINY
 

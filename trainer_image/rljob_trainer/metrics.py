@@ -20,6 +20,8 @@ from typing import Any
 from rljob_contract import progress
 
 METRICS_FILE_NAME = "metrics.jsonl"
+# The metrics an uninterrupted and a resumed run agree on exactly (time fields excluded).
+EXACT_METRICS = ("loss", "reward", "accuracy", "kl", "clip_frac", "grad_norm", "lr")
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 # Characters a Hydra/OmegaConf override value may carry unquoted without changing meaning.
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./@+:~%-]+")
@@ -34,7 +34,7 @@ class Framework:
     save_interval: tuple[str, int | None] | None = None
     # Whether its trainer saves when its pods are told to go: "trainer" (by itself),
     # "bridge" (rljob's bridge into its loop, spec.ray.saveOnNotice), "" (not known to).
-    save_on_notice: str = ""
+    save_on_notice: Literal["trainer", "bridge", ""] = ""
     # Whether the trainer can drop the step in progress to save the last finished one in time.
     abandons_step: bool = False
     # Variables each pod gets from the framework (spec, the pod's rank).
