@@ -291,8 +291,9 @@ def write_dist_ckpt(folder: Path) -> None:
 VERL_MEGATRON_TEARS: dict[str, Callable[[Path], None]] = {
     "no_ckpt_contents": lambda f: remove(f / "actor/ckpt_contents.json"),
     "contents_target_missing": lambda f: remove(f / "actor/optimizer/dist_ckpt"),
-    "contents_for_other_step": lambda f: write_text(
-        f / "actor/ckpt_contents.json", json.dumps({"global_step": 1, "contents": {"a": {}}})
+    "contents_for_other_step": lambda f: write_text(  # another step than the folder's
+        f / "actor/ckpt_contents.json",
+        json.dumps({"global_step": int(f.name.rsplit("_", 1)[1]) + 7, "contents": {"a": {}}}),
     ),
     "truncated_common_pt": lambda f: truncate(f / "actor/model/dist_ckpt/common.pt"),
     "no_data_pt": lambda f: remove(f / "data.pt"),
@@ -385,7 +386,9 @@ def build_rljob_megatron(root: Path, step: int, tear: str | None = None) -> Path
 HF_TRAINER_TEARS: dict[str, Callable[[Path], None]] = {
     "no_trainer_state": lambda f: remove(f / "trainer_state.json"),
     "trainer_state_cut": lambda f: write_text(f / "trainer_state.json", '{"global_step": 4'),
-    "state_of_another_step": lambda f: write_text(f / "trainer_state.json", '{"global_step": 39}'),
+    "state_of_another_step": lambda f: write_text(  # another step than the folder's
+        f / "trainer_state.json", json.dumps({"global_step": int(f.name.rsplit("-", 1)[1]) + 7})
+    ),
     "no_optimizer": lambda f: remove(f / "optimizer.pt"),
     "empty_scheduler": lambda f: (f / "scheduler.pt").write_bytes(b""),
     "truncated_weights": lambda f: truncate(f / "model.safetensors"),
@@ -561,7 +564,7 @@ TORN = {
         BAD,
         "though actor/ckpt_contents.json lists",
     ),
-    ("verl-megatron", "contents_for_other_step"): (BAD, BAD, "is for step 1"),
+    ("verl-megatron", "contents_for_other_step"): (BAD, BAD, "is for step 47"),
     ("verl-megatron", "truncated_common_pt"): (OK, BAD, "model/dist_ckpt/common.pt: no zip end"),
     ("verl-megatron", "no_data_pt"): (INC, INC, "data.pt is missing"),
     ("verl-megatron-old", "no_metadata_json"): (INC, INC, "dist_ckpt/metadata.json is missing"),
@@ -577,7 +580,7 @@ TORN = {
         "no trainer_state.json: the Trainer writes it last",
     ),
     ("hf-trainer", "trainer_state_cut"): (INC, INC, "trainer_state.json is not complete JSON yet"),
-    ("hf-trainer", "state_of_another_step"): (BAD, BAD, "global_step 39, the folder's name 40"),
+    ("hf-trainer", "state_of_another_step"): (BAD, BAD, "global_step 47, the folder's name 40"),
     ("hf-trainer", "no_optimizer"): (
         INC,
         INC,
