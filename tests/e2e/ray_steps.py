@@ -23,15 +23,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from e2e_steps import CLAIM, MOUNT, POOL_LABEL
+from e2e_steps import CLAIM, MOUNT, POOL_LABEL, delete_pods, running_gang, status
 from kube_steps import free_port, wait_for
 from rljob_contract import progress
 from rljob_operator import constants as c
 from rljob_podside.ray_node import head_reachable
+from rljob_testenv.scenario import preemptor_pod, trainer_pods
 
 DRIVER = Path(__file__).with_name("ray_trainer.py")
 RAY = Path(sys.executable).with_name("ray")
 STEPS, EVERY = 16, 4
+WORKER, HEAD = 1, 0  # pods of a two-node gang, by rank
 STEP = re.compile(r"ray_trainer: step (\d+)/")
 SAVED = re.compile(r"ray_trainer: saved \S*/global_step_(\d+)")
 # The head's word, once the bridge reported the framework's save on notice.
@@ -57,6 +59,23 @@ def reported(checkpoints: Path) -> tuple[int, int]:
     except (OSError, ValueError):
         return (-1, 0)
     return (shown[progress.ATTEMPT], shown[progress.STEP])
+
+
+def preempt(api_client, core, namespace, job, attempt, victim, checkpoints, at, high) -> None:
+    """Wait for attempt `attempt`'s step `at` of the loop of a two-node Ray job, then have the
+    scheduler preempt its pod of rank `victim`, and wait for the next attempt's gang to run."""
+    # The head turns Ready (its probe) once both Ray nodes joined and the driver runs.
+    wait_for(lambda: (st := status(api_client, namespace, job)).get("attempt") == attempt
+             and (st.get("ray") or {}).get("driver") == "Running", 120,
+             f"attempt {attempt}'s status.ray.driver to be Running")  # fmt: skip
+    # The step the bridge reports from the framework's loop (an actor's own log lines reach
+    # the head's log in bursts).
+    wait_for(lambda: reported(checkpoints) >= (attempt, at), 180, f"the loop's step {at}")
+    node = trainer_pods(core, namespace, attempt)[victim].spec.node_name
+    core.create_namespaced_pod(namespace, preemptor_pod(f"urgent-{attempt}", node, high, 1))
+    running_gang(core, namespace, attempt + 1, 2, timeout=300)
+    # The next preemption needs a free node again; the job's own pods never wait for this one.
+    delete_pods(core, namespace, "app=preemptor")
 
 
 def checkpoint_subdir(framework: str) -> str:
@@ -114,9 +133,15 @@ def ray_job(
 
 # --------------------------------------------------------------------------- the reference
 @contextmanager
-def local_ray_cluster(nnodes: int, logs: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """`ray start` for a head and nnodes-1 workers on this machine; yields the head address
-    and the environment its clients need, once every node is alive in the head's GCS.
+def local_ray_cluster(
+    nnodes: int,
+    logs: Path,
+    node_args: tuple[str, ...] = ("--num-cpus=1",),
+    env: dict[str, str] | None = None,
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """`ray start` for a head and nnodes-1 workers on this machine, each with `node_args` and
+    `env` on top of this process's environment; yields the head address and the environment
+    its clients need, once every node is alive in the head's GCS.
 
     The GCS listens seconds before the head's raylet registers in it, and a worker's
     `ray start` or a driver's `ray.init` gives up when it finds no head there in time (40 s,
@@ -137,13 +162,13 @@ def local_ray_cluster(nnodes: int, logs: Path) -> Iterator[tuple[str, dict[str, 
     nodes: list[subprocess.Popen] = []
     temp = Path(tempfile.mkdtemp(prefix="rjref-", dir="/tmp"))
     (temp / "home").mkdir()
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(temp / "home")}
+    env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(temp / "home")}
 
     def start(rank: int, role: list[str]) -> None:
         with (logs / f"node-{rank}.log").open("wb") as log:
             nodes.append(subprocess.Popen(
                 [str(RAY), "start", *role, f"--temp-dir={temp}/n{rank}", "--block",
-                 "--num-cpus=1", "--disable-usage-stats"],
+                 *node_args, "--disable-usage-stats"],
                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             ))  # fmt: skip
 
@@ -196,10 +221,10 @@ def run_reference(framework: str, root: Path, timeout: float = 300) -> Path:
 
 
 # --------------------------------------------------------------------------- final state
-def final_state(framework: str, checkpoints: Path) -> dict[str, Any]:
-    """Every rank's weights, optimizer and scheduler state and RNG of the last step, by name,
-    as the framework's own files hold them."""
-    actor = checkpoints / f"global_step_{STEPS}" / "actor"
+def final_state(framework: str, checkpoints: Path, step: int = STEPS) -> dict[str, Any]:
+    """Every rank's weights, optimizer and scheduler state and RNG at `step` (the last), by
+    name, as the framework's own files hold them."""
+    actor = checkpoints / f"global_step_{step}" / "actor"
     with warnings.catch_warnings():  # DTensors and their mesh unpickled without a group
         warnings.simplefilter("ignore")
         if framework == "verl":
@@ -211,7 +236,7 @@ def final_state(framework: str, checkpoints: Path) -> dict[str, Any]:
             }
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-        target = checkpoints.parent / f"final-{STEPS}.pt"
+        target = checkpoints.parent / f"final-{step}.pt"
         dcp_to_torch_save(str(actor / "dcp_checkpoint"), str(target))
         state = _flatten(_load(target))
         state.update(_flatten(_load(actor / "model_state_dict" / "full_weights.pt"), "full."))

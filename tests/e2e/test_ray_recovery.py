@@ -1,9 +1,16 @@
 """verl- and RLinf-shaped jobs on a real two-node Ray cluster under rljob, preempted by the
 scheduler at the worker and at the head between periodic saves, save on notice through the
-framework's own step-end decision (rljob's bridge: verl's V1 trainer, its default, and its
-legacy one; RLinf's runner), lose no step, and resume bit-exactly through the framework's
-switch. With a save on notice too slow for the grace period they go
-back to the last periodic save, and say what was lost.
+framework's own step-end decision (rljob's bridge: verl's legacy trainer, RLinf's runner),
+lose no step, and resume bit-exactly through the framework's switch. With a save on notice too
+slow for the grace period they go back to the last periodic save, and say what was lost.
+
+The driver here is a stand-in (ray_trainer.py) whose steps end through the frameworks' real
+functions (verl's V1 `PPOTrainer.step`, legacy `should_save_ckpt_esi`, `Tracking`,
+`FSDPCheckpointManager`; RLinf's `Timer`, `check_progress`, `FSDP2Strategy`). It stays for
+what verl's own driver does not cover here: verl's V1 trainer preempted at the worker and then
+the head runs its real `main_ppo` (test_verl_main_ppo.py); the stand-in keeps verl's legacy
+trainer, RLinf (its real entry point is not run here), an early warning during model load,
+and a save on notice slower than the grace, which it makes slow on purpose.
 
 Each job's pods run rljob's Ray launcher on node agents: rank 0 starts the Ray head, waits
 for both nodes and runs ray_trainer.py once as the driver; rank 1 joins with `ray start
@@ -25,7 +32,6 @@ from e2e_steps import (
     assert_nothing_left,
     attempts_of,
     create_job,
-    delete_pods,
     running_gang,
     status,
     wait_for,
@@ -33,13 +39,16 @@ from e2e_steps import (
 )
 from ray_steps import (
     EVERY,
+    HEAD,
     RESUMED,
     SAVED_ON_NOTICE,
     STEP,
     STEPS,
+    WORKER,
     assert_same_state,
     checkpoint_subdir,
     final_state,
+    preempt,
     ray_job,
     reported,
     run_reference,
@@ -47,7 +56,6 @@ from ray_steps import (
 from rljob_contract import progress
 from rljob_operator.frameworks import resume_overrides
 from rljob_testenv.ports import free_port
-from rljob_testenv.scenario import preemptor_pod, trainer_pods
 
 JOB = "rayjob"
 
@@ -70,36 +78,14 @@ def last(pattern, text: str) -> int:
     return max((int(m) for m in pattern.findall(text)), default=0)
 
 
-def preempt(api_client, core, namespace, attempt, victim, checkpoints, at, high) -> None:
-    """Wait for attempt `attempt`'s step `at` of the loop, then have the scheduler preempt its
-    pod of rank `victim`, and wait for the next attempt's gang to run."""
-    # The head turns Ready (its probe) once both Ray nodes joined and the driver runs.
-    wait_for(lambda: (st := status(api_client, namespace, JOB)).get("attempt") == attempt
-             and (st.get("ray") or {}).get("driver") == "Running", 120,
-             f"attempt {attempt}'s status.ray.driver to be Running")  # fmt: skip
-    # The step the bridge reports from the framework's loop (an actor's own log lines reach
-    # the head's log in bursts).
-    wait_for(lambda: reported(checkpoints) >= (attempt, at), 180, f"the loop's step {at}")
-    node = trainer_pods(core, namespace, attempt)[victim].spec.node_name
-    core.create_namespaced_pod(namespace, preemptor_pod(f"urgent-{attempt}", node, high, 1))
-    running_gang(core, namespace, attempt + 1, 2, timeout=300)
-    # The next preemption needs a free node again; the job's own pods never wait for this one.
-    delete_pods(core, namespace, "app=preemptor")
-
-
-# verl's V1 trainer (its default), and its legacy trainer whose save is ESI's
+# verl's legacy trainer, whose save is ESI's (its default V1 trainer: test_verl_main_ppo.py)
 LEGACY_VERL = ("trainer.use_v1=false",)
-WORKER, HEAD = 1, 0
 
 
 @pytest.mark.parametrize(
     ("framework", "victims", "extra_args"),
-    [
-        ("verl", (WORKER, HEAD), ()),
-        ("verl", (WORKER,), LEGACY_VERL),
-        ("rlinf", (WORKER, HEAD), ()),
-    ],
-    ids=["verl-worker-then-head", "verl-legacy-worker", "rlinf-worker-then-head"],
+    [("verl", (WORKER,), LEGACY_VERL), ("rlinf", (WORKER, HEAD), ())],
+    ids=["verl-legacy-worker", "rlinf-worker-then-head"],
 )
 def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     framework, victims, extra_args, api_client, core, namespace, rng, agents, claim,
@@ -122,7 +108,7 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
         # Past the first periodic save, with steps left after the last preemption.
         at = rng.randint(resumed + 1, resumed + 3) if resumed else rng.randint(EVERY + 1, 7)
         ats.append(at)
-        preempt(api_client, core, namespace, attempt, victim, checkpoints, at, high)
+        preempt(api_client, core, namespace, JOB, attempt, victim, checkpoints, at, high)
         resumed = status(api_client, namespace, JOB)["recoveries"][-1]["resumedFromStep"]
     job = wait_succeeded(api_client, namespace, JOB, timeout=300)
 
@@ -237,7 +223,7 @@ def test_a_save_on_notice_too_slow_for_the_grace_goes_back_to_the_last_periodic_
     create_job(api_client, namespace,
                ray_job(JOB, framework, namespace, port, low, grace=4, extra_args=slow))  # fmt: skip
     running_gang(core, namespace, 0, 2)
-    preempt(api_client, core, namespace, 0, WORKER, checkpoints, at, high)
+    preempt(api_client, core, namespace, JOB, 0, WORKER, checkpoints, at, high)
     job = wait_succeeded(api_client, namespace, JOB, timeout=300)
 
     (recovery,) = job["status"]["recoveries"]

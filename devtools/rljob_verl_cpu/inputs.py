@@ -1,7 +1,7 @@
 """Inputs for verl's real GRPO driver made here, with no hub: a tiny random Qwen2 model, a
 word-level tokenizer with a chat template, and train/val parquet files in verl's RL format.
 
-    python build_inputs.py WORK_DIR      # writes WORK_DIR/model and WORK_DIR/data
+    python -m rljob_verl_cpu.inputs WORK_DIR [TRAIN_ROWS]   # writes WORK_DIR/model and /data
 """
 
 from __future__ import annotations
@@ -74,15 +74,17 @@ def rows(count: int) -> list[dict]:
     return made
 
 
-def main(work: Path) -> None:
+def make_inputs(work: Path, train_rows: int = 8) -> None:
+    """WORK/model (tokenizer and weights) and WORK/data/{train,val}.parquet; `train_rows` /
+    data.train_batch_size is the number of steps in an epoch."""
     tok = tokenizer()
     tok.save_pretrained(work / "model")
     model(tok).save_pretrained(work / "model")
     (work / "data").mkdir(parents=True, exist_ok=True)
-    pd.DataFrame(rows(8)).to_parquet(work / "data" / "train.parquet")
+    pd.DataFrame(rows(train_rows)).to_parquet(work / "data" / "train.parquet")
     pd.DataFrame(rows(4)).to_parquet(work / "data" / "val.parquet")
-    print(f"model, tokenizer ({len(tok)} tokens) and data in {work}")
+    print(f"model, tokenizer ({len(tok)} tokens) and {train_rows} training rows in {work}")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    make_inputs(Path(sys.argv[1]), *(int(a) for a in sys.argv[2:3]))
