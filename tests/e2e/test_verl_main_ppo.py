@@ -57,10 +57,12 @@ EXACT = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_leng
 
 
 def trained_state(checkpoints: Path) -> dict:
-    """final_state without the worker processes' global RNGs (torch CPU, numpy, random): two
-    uninterrupted runs of this driver leave them different while weights, optimizer and
-    scheduler are bitwise equal (docs/frameworks.md: something in verl's worker draws from
-    them a number of times that depends on timing; the model has no dropout)."""
+    """final_state without the worker processes' global RNGs (torch CPU, numpy, random):
+    nothing in verl seeds them, so they hold a seed of their own in every run (the torch CPU
+    generator's initial seed was 1293449438874636151 in one uninterrupted run and
+    10788884813701380398 in another; numpy's and Python's states freshly seeded from the OS).
+    No trained value depends on them: the model has no dropout and the rollout seeds each
+    request itself. Weights, optimizer and scheduler are compared bit for bit."""
     return {k: v for k, v in final_state("verl", checkpoints, STEPS).items() if ".rng." not in k}
 
 
