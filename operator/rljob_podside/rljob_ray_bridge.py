@@ -297,12 +297,32 @@ def wrap_should_save_ckpt_esi(should_save: Callable[..., bool], loop: Loop = LOO
     return should_save_ckpt_esi
 
 
+def saves_asynchronously(trainer: Any) -> bool:
+    """verl's `actor_rollout_ref.actor.checkpoint.async_save` (Megatron's asynchronous
+    checkpointing): verl's `_save_checkpoint` then returns before the shards are written, and
+    nothing on the driver says when they are."""
+    try:
+        checkpoint = trainer.config.actor_rollout_ref.actor.get("checkpoint") or {}
+        return checkpoint.get("async_save", False) is True
+    except Exception:  # a trainer without that setting saves synchronously
+        return False
+
+
+ASYNC_SAVE = (
+    "actor_rollout_ref.actor.checkpoint.async_save is on: verl's save returns before its "
+    "shards are written and never says when they are, so no save on notice can be reported "
+    "complete (rljob resumes from the newest complete folder)"
+)
+
+
 def v1_saves_on_notice(trainer: Any, loop: Loop) -> bool:
     """Whether the bridge must have verl's V1 trainer save the step it just finished."""
     loop.save_paths_seen.add(VERL)
     save_freq = trainer.config.trainer.save_freq
     if not positive(save_freq):
         loop.cannot_save(VERL, f"trainer.save_freq is {save_freq}: verl saves no checkpoint")
+    if saves_asynchronously(trainer):
+        loop.cannot_save(VERL, f"{version_of(VERL)}: {ASYNC_SAVE}")
     if not loop.notice() or loop.saving_on_notice is not None or not loop.can_save(VERL):
         return False
     step = trainer.global_steps
@@ -339,14 +359,20 @@ def wrap_save_checkpoint(
 ):
     """verl's trainers' own `_save_checkpoint`: where it saves the step the bridge asked for
     (verl's periodic save of that step, or the legacy trainer's ESI save), report the save and
-    hold the loop as soon as it returns, before the step's validation and log."""
+    hold the loop as soon as it returns, before the step's validation and log. An
+    asynchronous save is never reported: save on notice is off from then on, and says why."""
 
     def saved(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = save(self, *args, **kwargs)
         step = getattr(self, "global_steps", None)
         if isinstance(step, int) and loop.saving_on_notice in (step, -1):
-            loop.saving_on_notice = step
-            report_saved(loop, hold)
+            if saves_asynchronously(self):
+                loop.cannot_save(VERL, f"{version_of(VERL)}: {ASYNC_SAVE}")
+                loop.framework = VERL
+                loop.write(step, progress.RUNNING)  # the head reads why, and stops waiting
+            else:
+                loop.saving_on_notice = step
+                report_saved(loop, hold)
         return result
 
     return saved

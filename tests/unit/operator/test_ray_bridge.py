@@ -139,6 +139,34 @@ def test_verls_v1_save_on_notice_is_reported_as_soon_as_verls_save_returns(loop)
     )
 
 
+def test_verls_asynchronous_save_is_never_reported_as_a_save_on_notice(loop):
+    """With Megatron's async_save verl's `_save_checkpoint` returns before the shards are
+    written: the V1 trainer is not asked to save on notice, the legacy trainer's ESI save is
+    not reported, the loop is never held, and the record says why."""
+    import types
+
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    give_notice(loop)
+    saved: list[int] = []
+    trainer = v1_trainer(14, 30, 10, saved)
+    trainer.config = OmegaConf.merge(
+        trainer.config, {"actor_rollout_ref": {"actor": {"checkpoint": {"async_save": True}}}}
+    )
+    bridge.wrap_v1_step(PPOTrainer.step, loop, hold=hold)(trainer, {}, {})  # not held
+    assert saved == [] and loop.saving_on_notice is None
+    assert "async_save is on" in loop.why_unavailable(bridge.VERL)
+
+    legacy = bridge.Loop(loop.notice_file, str(loop.checkpoint_dir), "3")
+    legacy.saving_on_notice = -1  # verl's ESI rule fired on notice
+    esi_save = bridge.wrap_save_checkpoint(lambda self: saved.append(20), legacy, hold=hold)
+    esi_save(types.SimpleNamespace(global_steps=20, config=trainer.config))  # not held
+    assert saved == [20]
+    assert record(legacy)[progress.STATUS] == progress.RUNNING
+    assert "async_save is on" in record(legacy)[progress.SAVE_ON_NOTICE_UNAVAILABLE]
+
+
 @pytest.mark.parametrize("asked", [20, -1], ids=["v1-periodic-save", "legacy-esi-save"])
 def test_verls_own_save_of_the_step_asked_for_reports_and_holds_when_it_returns(loop, asked):
     """verl's periodic save of the step the notice came in (V1), or the legacy trainer's ESI
