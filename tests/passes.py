@@ -8,6 +8,7 @@ from typing import Any
 
 from builders import job_ref
 from rljob_operator.api.spec import parse_spec
+from rljob_operator.api.status import JobStatus
 from rljob_operator.reconcile import decide as decide_module
 from rljob_operator.reconcile import run
 from rljob_operator.reconcile.lookup import CheckpointFinder, Inspection
@@ -19,9 +20,9 @@ from rljob_operator.runtime.cache import ClusterCache
 Nodes = dict[str, dict[str, Any] | None]
 
 
-def with_status(job: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-    """The job as it will look once `status` is written."""
-    return dict(job, status=status)
+def with_status(job: dict[str, Any], status: JobStatus | dict[str, Any]) -> dict[str, Any]:
+    """The job as it will look once `status` (a plan's, or one written by hand) is written."""
+    return dict(job, status=status.to_dict() if isinstance(status, JobStatus) else status)
 
 
 def decide(

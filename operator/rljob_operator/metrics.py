@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from .api.status import AttemptEnd, Recovery
+from .api.status import JobStatus
 from .api.timestamps import parse_iso
 from .reconcile import goodput
 
@@ -37,15 +37,15 @@ LOST_STEPS = Histogram(
 )
 
 
-def record_transition(old: dict[str, Any], new: dict[str, Any]) -> None:
+def record_transition(old: JobStatus, new: JobStatus) -> None:
     """Count what changed between two statuses of one job."""
-    end = AttemptEnd.from_dict(new["lastEnd"]) if new.get("lastEnd") else None
-    reason = end.reason if end else "Unknown"
-    if new.get("preemptions", 0) > old.get("preemptions", 0):
+    reason = new.last_end.reason if new.last_end else "Unknown"
+    if new.preemptions > old.preemptions:
         PREEMPTIONS.labels(reason=reason).inc()
-    if new.get("failures", 0) > old.get("failures", 0):
+    if new.failures > old.failures:
         FAILURES.labels(reason=reason).inc()
-    before, after = _last_recovery(old), _last_recovery(new)
+    before = old.recoveries[-1] if old.recoveries else None
+    after = new.recoveries[-1] if new.recoveries else None
     if after is None or after.gang_created_at is None:
         return
     if before and before.attempt == after.attempt and before.gang_created_at:
@@ -55,11 +55,6 @@ def record_transition(old: dict[str, Any], new: dict[str, Any]) -> None:
     RECOVERY_LATENCY.observe(latency.total_seconds())
     if after.lost_steps is not None:
         LOST_STEPS.observe(after.lost_steps)
-
-
-def _last_recovery(status: dict[str, Any]) -> Recovery | None:
-    recoveries = status.get("recoveries") or []
-    return Recovery.from_dict(recoveries[-1]) if recoveries else None
 
 
 class GoodputCollector:
@@ -87,9 +82,9 @@ class GoodputCollector:
             labels=labels,
         )
         for job in self.jobs():
-            meta, status = job["metadata"], job.get("status") or {}
+            meta, status = job["metadata"], JobStatus.from_dict(job.get("status"))
             stamp = meta.get("creationTimestamp")
-            if not status.get("goodput") or not stamp:
+            if not status.goodput or not stamp:
                 continue
             figures = goodput.current(status, parse_iso(stamp), now)
             key = [meta["namespace"], meta["name"]]

@@ -428,6 +428,7 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     job's PriorityBoost condition carries the API server's words."""
     from chart_helpers import service_account_kubeconfig
     from kubernetes import config
+    from rljob_operator.api.status import JobStatus
     from rljob_operator.api.timestamps import iso
     from rljob_operator.kube import API_REQUESTS, CountingApiClient, Kube
     from rljob_operator.reconcile import run
@@ -464,13 +465,13 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     before = patches._value.get()
     plans = []
     for _ in range(21):
-        plan = Plan(status=json_copy(job["status"]))
+        plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
         snap = take_snapshot(
             job, [], {}, datetime.now(UTC), settings=Settings(max_priority_boost=50)
         )
         run.plan_boost_write(plan, snap, Folder(), cache)
         job["status"] = json_copy(
-            plan.status
+            plan.status.to_dict()
         )  # as if stored: this pass's one request is the boost's
         run.apply(kube, cache, job, plan, lambda *event: None)
         plans.append(plan)

@@ -1,30 +1,31 @@
-"""The job's status: Kubernetes-style conditions as pure list operations, and typed records
-for its structures."""
+"""The job's status as a type (JobStatus) with a typed record for each of its structures, and
+Kubernetes-style conditions as pure list operations."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, Self
 
-from .reasons import EndKind
+from .reasons import EndKind, Phase
 
 Condition = dict[str, Any]
 
 
-def find_condition(conditions: list[Condition], cond_type: str) -> Condition | None:
+def find_condition(conditions: Iterable[Condition], cond_type: str) -> Condition | None:
     return next((c for c in conditions if c.get("type") == cond_type), None)
 
 
 def set_condition(
-    conditions: list[Condition],
+    conditions: Iterable[Condition],
     cond_type: str,
     status: bool,
     reason: str,
     message: str,
     now: str,
     generation: int | None,
-) -> tuple[list[Condition], bool]:
+) -> tuple[tuple[Condition, ...], bool]:
     """Return the conditions with one set, and whether anything changed.
 
     lastTransitionTime moves only when the status flips, as the convention asks.
@@ -41,9 +42,9 @@ def set_condition(
         "observedGeneration": generation,
     }
     if current == updated:
-        return conditions, False
+        return tuple(conditions), False
     others = [c for c in conditions if c.get("type") != cond_type]
-    return [*others, updated], True
+    return (*others, updated), True
 
 
 def _camel(name: str) -> str:
@@ -52,8 +53,15 @@ def _camel(name: str) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """A StrEnum as the plain string the API server stores (YAML dumpers refuse subclasses)."""
-    return value.value if isinstance(value, Enum) else value
+    """A value as the plain JSON the API server stores: a StrEnum as its string (YAML dumpers
+    refuse subclasses), a record as its dict, a tuple as a list."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    return value
 
 
 class Record:
@@ -157,3 +165,91 @@ class CheckpointLookup(Record):
     message: str | None = None  # why the last one failed
     retry_after: str | None = None  # when the next look may start
     waiting: str | None = None  # e.g. inspector pod grpo-inspect-a0: 0/3 nodes are available: ...
+
+
+@dataclass(frozen=True)
+class RayStatus(Record):
+    """status.ray: what `kubectl get` shows of a Ray gang (reconcile.observe.ray_status)."""
+
+    nodes: int
+    nodes_running: int
+    driver: str
+
+
+@dataclass(frozen=True)
+class JobStatus(Record):
+    """The job's status: read once per pass (reconcile.snapshot), changed by the decisions,
+    written back as a merge patch of what differs (reconcile.run). A key that is missing
+    reads as what the operator starts from; the conditions are written even when there is
+    none, as the operator always has."""
+
+    phase: Phase | None = None
+    attempt: int = 0
+    preemptions: int = 0
+    failures: int = 0
+    observed_generation: int | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    attempt_creation_time: str | None = None
+    restart_after: str | None = None  # a failure's back-off ends then
+    checkpoint_lookup: CheckpointLookup | None = None
+    ray: RayStatus | None = None
+    last_end: AttemptEnd | None = None
+    pod_group: str | None = None
+    resume_from: ResumeFrom | None = None
+    latest_checkpoint: LatestCheckpoint | None = None
+    priority_boost: BoostBasis | None = None
+    bad_checkpoints: tuple[BadCheckpoint, ...] = ()
+    recoveries: tuple[Recovery, ...] = ()
+    # As written: its figures are rounded, so reading and writing them again would move them
+    # (reconcile.goodput reads and writes it).
+    goodput: dict[str, Any] | None = None
+    conditions: tuple[Condition, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: value for key, value in super().to_dict().items()
+                if value != [] or key == "conditions"}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Self:
+        data = data or {}
+
+        def one(kind: type[Record], key: str) -> Any:
+            value = data.get(key)
+            return kind.from_dict(value) if value else None
+
+        def each(kind: type[Record], key: str) -> tuple[Any, ...]:
+            return tuple(kind.from_dict(value) for value in data.get(key) or ())
+
+        return cls(
+            phase=Phase(data["phase"]) if data.get("phase") else None,
+            attempt=data.get("attempt", 0),
+            preemptions=data.get("preemptions", 0),
+            failures=data.get("failures", 0),
+            observed_generation=data.get("observedGeneration"),
+            start_time=data.get("startTime"),
+            completion_time=data.get("completionTime"),
+            attempt_creation_time=data.get("attemptCreationTime"),
+            restart_after=data.get("restartAfter"),
+            checkpoint_lookup=one(CheckpointLookup, "checkpointLookup"),
+            ray=one(RayStatus, "ray"),
+            last_end=one(AttemptEnd, "lastEnd"),
+            pod_group=data.get("podGroup"),
+            resume_from=one(ResumeFrom, "resumeFrom"),
+            latest_checkpoint=one(LatestCheckpoint, "latestCheckpoint"),
+            priority_boost=one(BoostBasis, "priorityBoost"),
+            bad_checkpoints=each(BadCheckpoint, "badCheckpoints"),
+            recoveries=each(Recovery, "recoveries"),
+            goodput=data.get("goodput"),
+            conditions=tuple(data.get("conditions") or ()),
+        )
+
+    def with_condition(
+        self, cond_type: str, status: bool, reason: str, message: str, now: str,
+        generation: int | None,
+    ) -> JobStatus:  # fmt: skip
+        """The status with one condition set (see set_condition)."""
+        conditions, _ = set_condition(
+            self.conditions, cond_type, status, reason, message, now, generation
+        )
+        return replace(self, conditions=conditions)

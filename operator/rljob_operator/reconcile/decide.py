@@ -56,20 +56,20 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     wake_when_tolerance_ends(p, pods, snap.nodes)
     skip_pods_already_going(p.plan, pods)
     release_once_stopped(p.plan, pods)
-    p.account(snap.job)
+    p.account()
     return p.plan
 
 
 def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
     spec, trainer_pods = p.snap.spec, list(p.snap.trainers)
     if isinstance(spec, SpecError):
-        if p.status.get("phase") != Phase.FAILED:
+        if p.status.phase != Phase.FAILED:
             p.fail(Reason.INVALID_SPEC, str(spec))
         p.plan.delete = [pod["metadata"]["name"] for pod in trainer_pods]
         return
     p.not_ready_tolerance = spec.restart_policy.node_not_ready_tolerance_seconds
 
-    if p.status.get("phase") in TERMINAL_PHASES:
+    if p.status.phase in TERMINAL_PHASES:
         finished(p, spec, trainer_pods)
         return
     if spec.suspend:
@@ -80,8 +80,8 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
 
     seen = observe(spec, p.status, trainer_pods, p.snap.nodes, p.now, p.snap.admission)
     if spec.launcher == "ray":
-        p.status["ray"] = ray_status(seen, spec.nnodes)
-    done = seen.finished(spec, p.status["attempt"])
+        p.update(ray=ray_status(seen, spec.nnodes))
+    done = seen.finished(spec, p.status.attempt)
     if done:
         reason, message = done
         p.phase(Phase.SUCCEEDED, reason, message)
@@ -102,7 +102,7 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
     p.plan.delete = list(seen.stale)
     if seen.stale_unended:  # the old gang may still run (a trainer saving on SIGTERM)
         p.requeue(1)
-    elif not p.status.get("attemptCreationTime"):
+    elif not p.status.attempt_creation_time:
         start_attempt(p, spec, lookup)  # the old pods that are left have ended
     else:
         progress(p, spec, seen)
@@ -112,5 +112,5 @@ def fail(snap: Snapshot, reason: Reason, message: str) -> Plan:
     """A plan that fails the job for a reason found outside `decide` (for example at creation)."""
     p = Pass(snap)
     p.fail(reason, message)
-    p.account(snap.job)
+    p.account()
     return p.plan

@@ -27,8 +27,7 @@ def attempt_ended(p: Pass, spec: JobSpec, seen: Observed) -> None:
     """
     disruptive = bool(seen.disruptions)
     decisive = (seen.disruptions or seen.failures)[0]
-    status, policy = p.status, spec.restart_policy
-    attempt = status["attempt"]
+    policy, attempt = spec.restart_policy, p.status.attempt
     end = AttemptEnd(
         attempt=attempt,
         kind=EndKind.DISRUPTION if disruptive else EndKind.FAILURE,
@@ -38,17 +37,17 @@ def attempt_ended(p: Pass, spec: JobSpec, seen: Observed) -> None:
         node=decisive.node or "",
         time=iso(p.now),
     )
-    status["lastEnd"] = end.to_dict()
+    p.update(last_end=end)
     where = f"pod {end.pod}" + (f" on node {end.node}" if end.node else "")
     what = f"{end.reason} ({end.message}; {where})"
     if disruptive:
-        status["preemptions"] += 1
-        limit, count = "maxPreemptions", status["preemptions"]
+        limit, count = "maxPreemptions", p.status.preemptions + 1
+        p.update(preemptions=count)
         budget_left = policy.max_preemptions is None or count <= policy.max_preemptions
         p.event(EventType.WARNING, Reason.PREEMPTED, f"attempt {attempt} disrupted: {what}")
     else:
-        status["failures"] += 1
-        limit, count = "maxFailures", status["failures"]
+        limit, count = "maxFailures", p.status.failures + 1
+        p.update(failures=count)
         budget_left = count <= policy.max_failures
         p.event(EventType.WARNING, Reason.TRAINER_FAILED, f"attempt {attempt} failed: {what}")
     p.plan.delete = [
@@ -62,15 +61,15 @@ def attempt_ended(p: Pass, spec: JobSpec, seen: Observed) -> None:
         p.phase(Phase.FAILED, BUDGET_EXHAUSTED[end.kind], message)
         p.event(EventType.WARNING, Reason.JOB_FAILED, message)
         return
-    status["attempt"] = attempt + 1
-    status.pop("attemptCreationTime", None)
-    backoff = 0 if disruptive else policy.failure_backoff(status["failures"])
+    backoff = 0 if disruptive else policy.failure_backoff(p.status.failures)
+    p.update(
+        attempt=attempt + 1,
+        attempt_creation_time=None,
+        restart_after=iso(p.now + timedelta(seconds=backoff)) if backoff else None,
+        recoveries=record_detection(p.status.recoveries, end, p.now),
+    )
     if backoff:
-        status["restartAfter"] = iso(p.now + timedelta(seconds=backoff))
         p.requeue(backoff)
-    else:
-        status.pop("restartAfter", None)
-    record_detection(status, end, p.now)
     p.phase(Phase.RESTARTING, end.reason, f"restarting as attempt {attempt + 1} after {kind} "
             f"of {where}: {end.message}")  # fmt: skip
     p.requeue(1)

@@ -27,9 +27,9 @@ def finished(p: Pass, spec: JobSpec, trainer_pods: list[dict[str, Any]]) -> None
         ]
     )
     ttl = spec.ttl_seconds_after_finished
-    if ttl is None or not p.status.get("completionTime"):
+    if ttl is None or not p.status.completion_time:
         return
-    expires = parse_iso(p.status["completionTime"]) + timedelta(seconds=ttl)
+    expires = parse_iso(p.status.completion_time) + timedelta(seconds=ttl)
     if p.now >= expires:
         p.plan.delete_job = True
     else:
@@ -38,11 +38,10 @@ def finished(p: Pass, spec: JobSpec, trainer_pods: list[dict[str, Any]]) -> None
 
 def suspend(p: Pass, trainer_pods: list[dict[str, Any]]) -> None:
     """Suspended means no pods; the next attempt resumes from the newest checkpoint."""
-    if p.status.get("attemptCreationTime"):
-        p.status["attempt"] += 1
-        p.status.pop("attemptCreationTime", None)
+    if p.status.attempt_creation_time:
+        p.update(attempt=p.status.attempt + 1, attempt_creation_time=None)
     p.plan.delete = not_deleting(trainer_pods)
-    if p.status.get("phase") != Phase.SUSPENDED:
+    if p.status.phase != Phase.SUSPENDED:
         p.phase(Phase.SUSPENDED, Reason.JOB_SUSPENDED, "spec.suspend is true: the job has no pods")
         p.event(
             EventType.NORMAL, Reason.SUSPENDED, "the job is suspended; its pods are being stopped"

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from ..api.reasons import TERMINAL_PHASES, Phase
+from ..api.status import JobStatus
 from ..api.timestamps import iso_precise, parse_iso
 
 RUNNING, RECOVERING, WAITING = "running", "recovering", "waiting"
@@ -93,28 +94,27 @@ class Goodput:
         )
 
 
-def bucket_of(status: dict[str, Any]) -> str | None:
+def bucket_of(status: JobStatus) -> str | None:
     """Where the time goes while the job has this status; None once it has finished."""
-    phase = status.get("phase")
+    phase = status.phase
     if phase in TERMINAL_PHASES:
         return None
     if phase == Phase.RUNNING:
         return RUNNING
-    if phase == Phase.RESTARTING and not status.get("restartAfter"):
+    if phase == Phase.RESTARTING and not status.restart_after:
         return RECOVERING
     return WAITING
 
 
-def stored(status: dict[str, Any], created: datetime, now: datetime) -> Goodput:
+def stored(status: JobStatus, created: datetime, now: datetime) -> Goodput:
     """The figures in the status; a job without any (new, or from an older operator) starts
     from its creation if it has no phase yet, else from now."""
-    data = status.get("goodput")
-    if data:
-        return Goodput.from_dict(data)
-    start = created if not status.get("phase") else now
+    if status.goodput:
+        return Goodput.from_dict(status.goodput)
+    start = created if not status.phase else now
     return Goodput(since=start, as_of=start)
 
 
-def current(status: dict[str, Any], created: datetime, now: datetime) -> Goodput:
+def current(status: JobStatus, created: datetime, now: datetime) -> Goodput:
     """The figures extended from the last update to `now`, for gauges and reports."""
     return stored(status, created, now).advanced(bucket_of(status), now)

@@ -206,8 +206,8 @@ class CheckpointFinder:
 
 
 def _terminated(pod: dict[str, Any]) -> dict[str, Any] | None:
-    for status in pod.get("status", {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated")
+    for container in pod.get("status", {}).get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
         if terminated:
             return terminated
     return None

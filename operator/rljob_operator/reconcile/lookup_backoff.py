@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ..api.reasons import ConditionType, EventType, Phase, Reason
-from ..api.status import CheckpointLookup
+from ..api.status import CheckpointLookup, find_condition
 from ..api.timestamps import iso, parse_iso
 from .plan import Pass
 
@@ -17,14 +17,9 @@ MAX_LOOKUP_BACKOFF_SECONDS = 300
 LOOKUP_FAILURES_BEFORE_CONDITION = 3
 
 
-def lookup_record(p: Pass) -> CheckpointLookup | None:
-    record = p.status.get("checkpointLookup")
-    return CheckpointLookup.from_dict(record) if record else None
-
-
 def lookup_backing_off(p: Pass) -> bool:
     """Whether the last failed lookup's back-off still runs (then come back when it ends)."""
-    last = lookup_record(p)
+    last = p.status.checkpoint_lookup
     if last and last.retry_after and p.now < parse_iso(last.retry_after):
         p.requeue((parse_iso(last.retry_after) - p.now).total_seconds())
         return True
@@ -32,14 +27,14 @@ def lookup_backing_off(p: Pass) -> bool:
 
 
 def lookup_failed(p: Pass, message: str) -> None:
-    last = lookup_record(p)
+    last = p.status.checkpoint_lookup
     failures = (last.failures if last else 0) + 1
     delay = min(LOOKUP_BACKOFF_SECONDS * 2 ** (failures - 1), MAX_LOOKUP_BACKOFF_SECONDS)
     record = CheckpointLookup(failures, message, iso(p.now + timedelta(seconds=delay)))
-    p.status["checkpointLookup"] = record.to_dict()
+    p.update(checkpoint_lookup=record)
     p.event(EventType.WARNING, Reason.CHECKPOINT_LOOKUP_FAILED,
             f"{message} (failure {failures}; next try in {delay}s)")  # fmt: skip
-    if not p.status.get("phase"):
+    if not p.status.phase:
         p.phase(Phase.PENDING, Reason.CHECKPOINT_LOOKUP_FAILED,
                 f"looking for a checkpoint failed: {message}")  # fmt: skip
     if failures >= LOOKUP_FAILURES_BEFORE_CONDITION:
@@ -49,7 +44,7 @@ def lookup_failed(p: Pass, message: str) -> None:
 
 
 def lookup_succeeded(p: Pass) -> None:
-    p.status.pop("checkpointLookup", None)
-    if any(x["type"] == ConditionType.CHECKPOINT_LOOKUP_FAILED for x in p.status["conditions"]):
+    p.update(checkpoint_lookup=None)
+    if find_condition(p.status.conditions, ConditionType.CHECKPOINT_LOOKUP_FAILED):
         p.condition(ConditionType.CHECKPOINT_LOOKUP_FAILED, False, Reason.LOOKUP_SUCCEEDED,
                     "the checkpoint directory was read")  # fmt: skip

@@ -12,7 +12,6 @@ from dataclasses import replace
 from ..api.reasons import Phase
 from ..api.status import CheckpointLookup
 from ..launcher.inspector import inspector_name
-from .lookup_backoff import lookup_record
 from .observe import Stuck
 from .plan import LookupPending, Pass
 from .stuck import inspector, report_stuck
@@ -20,12 +19,10 @@ from .stuck import inspector, report_stuck
 
 def lookup_pending(p: Pass, pending: LookupPending) -> None:
     told = report_stuck(p, pending.stuck, inspector(pending.inspector))
-    record = replace(lookup_record(p) or CheckpointLookup(), waiting=told[1] if told else None)
-    if record == CheckpointLookup():
-        p.status.pop("checkpointLookup", None)
-    else:
-        p.status["checkpointLookup"] = record.to_dict()
-    if told and not p.status.get("phase"):
+    last = p.status.checkpoint_lookup or CheckpointLookup()
+    record = replace(last, waiting=told[1] if told else None)
+    p.update(checkpoint_lookup=None if record == CheckpointLookup() else record)
+    if told and not p.status.phase:
         reason, message = told
         p.phase(Phase.PENDING, reason, f"looking for a checkpoint: {message}")
 
@@ -33,6 +30,6 @@ def lookup_pending(p: Pass, pending: LookupPending) -> None:
 def lookup_answered(p: Pass) -> None:
     """The inspector that was stuck has reported, or ended: the conditions it set turn
     False (reconcile.lookup_backoff keeps or drops the record)."""
-    record = lookup_record(p)
+    record = p.status.checkpoint_lookup
     if record and record.waiting:
-        report_stuck(p, Stuck(), inspector(inspector_name(p.ref.name, p.status["attempt"])))
+        report_stuck(p, Stuck(), inspector(inspector_name(p.ref.name, p.status.attempt)))

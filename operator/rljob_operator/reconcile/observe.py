@@ -11,6 +11,7 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import JobSpec
+from ..api.status import JobStatus, RayStatus
 from ..launcher.launchers import launcher_of
 from ..preemption.classify import Outcome, PodEnd, classify_facts
 from ..preemption.facts import PodFacts, facts
@@ -95,14 +96,14 @@ class Observed:
 
 def observe(
     spec: JobSpec,
-    status: dict[str, Any],
+    status: JobStatus,
     pods: list[dict[str, Any]],
     nodes: dict[str, dict[str, Any] | None],
     now: datetime,
     admission: Admission | None = None,
 ) -> Observed:
     """`admission`: why Kueue has not admitted the attempt's pod group, where it says."""
-    attempt = status.get("attempt", 0)
+    attempt = status.attempt
     current: dict[int, PodEnd] = {}
     stale: list[str] = []
     stale_unended: list[str] = []
@@ -136,7 +137,7 @@ def observe(
         requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
         if pod_facts.phase == "Running" and pod_facts.exit_code is None and not requested:
             unrequested.append(meta["name"])
-    created = bool(status.get("attemptCreationTime"))
+    created = bool(status.attempt_creation_time)
     missing = tuple(r for r in range(spec.nnodes) if r not in current) if created else ()
     for rank in missing:
         gone = "the pod is gone: deleted by someone other than rljob"
@@ -150,7 +151,7 @@ def observe(
     )  # fmt: skip
 
 
-def ray_status(seen: Observed, nnodes: int) -> dict[str, Any]:
+def ray_status(seen: Observed, nnodes: int) -> RayStatus:
     """What `kubectl get` shows of the Ray cluster: its nodes' pods and the driver.
 
     The head starts the driver only once every Ray node has joined, so a running
@@ -163,4 +164,4 @@ def ray_status(seen: Observed, nnodes: int) -> dict[str, Any]:
         driver = "Running" if 0 in seen.ready else "WaitingForNodes"
     else:
         driver = str(head.outcome)
-    return {"nodes": nnodes, "nodesRunning": seen.running, "driver": driver}
+    return RayStatus(nnodes, seen.running, driver)

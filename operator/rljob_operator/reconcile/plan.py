@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from ..api.reasons import CONDITION_FOR_PHASE, EventType, Phase, Reason
 from ..api.spec import RestartPolicy
-from ..api.status import set_condition
+from ..api.status import JobStatus
 from ..api.timestamps import iso, parse_iso
 from ..launcher.pods import ResumeTarget
 from . import goodput
@@ -47,7 +47,7 @@ class LookupPending:
 
 @dataclass
 class Plan:
-    status: dict[str, Any]
+    status: JobStatus
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)  # pod names, deleted with their grace period
     force_delete: list[str] = field(default_factory=list)  # on a node that is gone: grace 0
@@ -70,7 +70,7 @@ class Plan:
     @property
     def lookup_exclude(self) -> tuple[str, ...]:
         """Checkpoints a lookup must pass over: those marked bad."""
-        return tuple(b["path"] for b in self.status.get("badCheckpoints", []))
+        return tuple(b.path for b in self.status.bad_checkpoints)
 
 
 class Pass:
@@ -81,41 +81,37 @@ class Pass:
         self.now = snap.now
         self.ref = snap.ref
         self.generation = snap.job["metadata"].get("generation")
-        job = snap.job
-        status = dict(job.get("status") or {})
-        status.setdefault("attempt", 0)
-        status.setdefault("preemptions", 0)
-        status.setdefault("failures", 0)
-        status.setdefault("conditions", [])
-        status["observedGeneration"] = self.generation
-        self.plan = Plan(status=status)
+        self.plan = Plan(status=replace(snap.status, observed_generation=self.generation))
         self.not_ready_tolerance: float = RestartPolicy().node_not_ready_tolerance_seconds
         self.lost: tuple[int, float | None] | None = None  # (steps, seconds) a new gang lost
 
     @property
-    def status(self) -> dict[str, Any]:
+    def status(self) -> JobStatus:
         return self.plan.status
+
+    def update(self, **changes: Any) -> None:
+        """Change fields of the status being built (JobStatus is frozen: one value per step)."""
+        self.plan.status = replace(self.plan.status, **changes)
 
     def event(self, type_: EventType, reason: str, message: str) -> None:
         self.plan.events.append(Event(type_, reason, message))
 
     def condition(self, cond_type: str, status: bool, reason: str, message: str) -> None:
-        self.status["conditions"], _ = set_condition(
-            self.status["conditions"], cond_type, status, reason, message, iso(self.now),
-            self.generation,
-        )  # fmt: skip
+        self.plan.status = self.status.with_condition(
+            cond_type, status, reason, message, iso(self.now), self.generation
+        )
 
     def phase(self, phase: Phase, reason: str, message: str) -> None:
         """Set the phase and its condition; the other phase conditions become False."""
-        changed = self.status.get("phase") != phase
-        self.status["phase"] = phase.value
+        changed = self.status.phase != phase
+        self.update(phase=phase)
         for name, cond_type in CONDITION_FOR_PHASE.items():
             if name == phase:
                 self.condition(cond_type, True, reason, message)
-            elif any(x["type"] == cond_type for x in self.status["conditions"]):
+            elif any(x["type"] == cond_type for x in self.status.conditions):
                 self.condition(cond_type, False, reason, message)
         if changed and phase in (Phase.SUCCEEDED, Phase.FAILED):
-            self.status["completionTime"] = iso(self.now)
+            self.update(completion_time=iso(self.now))
 
     def fail(self, reason: Reason, message: str) -> None:
         """The job has failed, for a reason the user must act on: say so, once."""
@@ -125,14 +121,11 @@ class Pass:
     def requeue(self, seconds: float) -> None:
         self.plan.requeue(seconds)
 
-    def account(self, job: dict[str, Any]) -> None:
+    def account(self) -> None:
         """Bring status.goodput up to date, only when the pass writes the status anyway."""
-        before = job.get("status") or {}
-
-        def rest(status: dict[str, Any]) -> dict[str, Any]:
-            return {k: v for k, v in status.items() if k != "goodput"}
-
-        if "goodput" in before and rest(before) == rest(self.status) and not self.lost:
+        before, job = self.snap.status, self.snap.job
+        written = job.get("status") or {}  # as stored: what the pass's patch is made against
+        if before.goodput is not None and self.status.to_dict() == written and not self.lost:
             return
         stamp = job["metadata"].get("creationTimestamp")
         created = parse_iso(stamp) if stamp else self.now
@@ -140,4 +133,4 @@ class Pass:
         figures = figures.advanced(goodput.bucket_of(before), self.now)
         if self.lost:
             figures = figures.with_lost(*self.lost)
-        self.status["goodput"] = figures.to_dict()
+        self.update(goodput=figures.to_dict())

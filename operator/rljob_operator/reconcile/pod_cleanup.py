@@ -19,8 +19,8 @@ def holds_our_finalizer(pod: dict[str, Any]) -> bool:
 
 def ends_recorded(p: Pass, pods: list[dict[str, Any]]) -> list[str]:
     """Pods whose end no longer needs keeping: of another attempt, or of a job at rest."""
-    at_rest = p.status.get("phase") in (*TERMINAL_PHASES, Phase.SUSPENDED)
-    attempt = str(p.status["attempt"])
+    at_rest = p.status.phase in (*TERMINAL_PHASES, Phase.SUSPENDED)
+    attempt = str(p.status.attempt)
     return [
         pod["metadata"]["name"]
         for pod in pods

@@ -56,7 +56,7 @@ from typing import Any
 from .. import constants as c
 from ..api.reasons import ConditionType, Phase, Reason
 from ..api.spec import JobSpec, PriorityBoostSpec
-from ..api.status import BoostBasis, find_condition
+from ..api.status import BoostBasis, JobStatus, find_condition
 from ..api.timestamps import iso_precise, parse_iso
 from ..frameworks import framework
 
@@ -278,7 +278,7 @@ class SavedRead:
         return attempt == self.attempt and 0 <= age < policy.min_interval_seconds
 
 
-def saves_on_notice(spec: JobSpec, status: dict[str, Any]) -> bool:
+def saves_on_notice(spec: JobSpec, status: JobStatus) -> bool:
     """Whether the job's trainer saves when its pods are told to go: by itself (rljob's own);
     through rljob's bridge (RLinf, verl) unless turned off or the SaveOnNotice condition says
     it cannot; anything else is not known to."""
@@ -287,41 +287,38 @@ def saves_on_notice(spec: JobSpec, status: dict[str, Any]) -> bool:
         return how == "trainer"
     if not spec.ray.save_on_notice:
         return False
-    said = find_condition(status.get("conditions") or [], ConditionType.SAVE_ON_NOTICE)
+    said = find_condition(status.conditions, ConditionType.SAVE_ON_NOTICE)
     return said is None or said.get("status") != "False"
 
 
-def restart_seconds(status: dict[str, Any]) -> float:
+def restart_seconds(status: JobStatus) -> float:
     """The median time from an end of the job to its next gang all running, over the
     recoveries the status keeps; 0 before the first."""
     spans = []
-    for record in status.get("recoveries") or []:
-        detected, running = record.get("detectedAt"), record.get("firstRunningAt")
+    for record in status.recoveries:
+        detected, running = record.detected_at, record.first_running_at
         if detected and running:
             spans.append(max(0.0, (parse_iso(running) - parse_iso(detected)).total_seconds()))
     return statistics.median(spans) if spans else 0.0
 
 
-def wants_boost(spec: JobSpec, queue: str | None, status: dict[str, Any]) -> bool:
+def wants_boost(spec: JobSpec, queue: str | None, status: JobStatus) -> bool:
     """Whether a pass should look at the job's checkpoints for its boost: it is on, the job
     is in a Kueue queue, and its attempt runs (a pending one has nothing at risk)."""
-    running = status.get("phase") == Phase.RUNNING
+    running = status.phase == Phase.RUNNING
     return spec.queueing.priority_boost.enabled and bool(queue) and running
 
 
-def running_since(status: dict[str, Any], now: datetime) -> datetime:
+def running_since(status: JobStatus, now: datetime) -> datetime:
     """When the attempt's gang was all running (its recovery record), else created."""
-    attempt = status.get("attempt", 0)
-    records = [r for r in status.get("recoveries") or [] if r.get("attempt") == attempt]
-    stamp = (records[-1].get("firstRunningAt") if records else None) or status.get(
-        "attemptCreationTime"
-    )
+    records = [r for r in status.recoveries if r.attempt == status.attempt]
+    stamp = (records[-1].first_running_at if records else None) or status.attempt_creation_time
     return parse_iso(stamp) if stamp else now
 
 
 def plan_boost(
     spec: JobSpec,
-    status: dict[str, Any],
+    status: JobStatus,
     saved: Saved,
     written: Written,
     now: datetime,

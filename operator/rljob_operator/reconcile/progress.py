@@ -14,15 +14,14 @@ from .stuck import report_stuck
 
 
 def progress(p: Pass, spec: JobSpec, seen: Observed) -> None:
-    status = p.status
-    attempt = status["attempt"]
+    attempt = p.status.attempt
     if seen.running:
-        record_first_running(status, attempt, p.now)
+        p.update(recoveries=record_first_running(p.status.recoveries, attempt, p.now))
     finished = sum(1 for e in seen.current.values() if e.outcome is Outcome.SUCCEEDED)
     if seen.running and seen.running + finished == spec.nnodes:
         phase, reason = Phase.RUNNING, Reason.ALL_PODS_RUNNING
         message = f"attempt {attempt}: {seen.running} pods running, {finished} finished"
-        if status.get("phase") != phase:
+        if p.status.phase != phase:
             p.event(EventType.NORMAL, Reason.RUNNING, message)
         p.phase(phase, reason, message)
     else:
@@ -35,7 +34,7 @@ def waiting_for_the_gang(p: Pass, spec: JobSpec) -> None:
     so that the passes that see its pods Pending write nothing. No count of the pods running
     so far: each new count would be one more status write per pod of the gang as it comes up
     (the Running Event says when all run)."""
-    attempt = p.status["attempt"]
+    attempt = p.status.attempt
     p.phase(
         Phase.RESTARTING if attempt else Phase.PENDING,
         Reason.PODS_NOT_RUNNING,

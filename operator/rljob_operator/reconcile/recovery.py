@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from ..api.status import AttemptEnd, Recovery
 from ..api.timestamps import iso_precise
@@ -17,39 +16,32 @@ from .plan import LookupResult
 
 MAX_RECOVERIES = 20
 
-
-def _records(status: dict[str, Any]) -> list[Recovery]:
-    return [Recovery.from_dict(r) for r in status.get("recoveries") or []]
+Recoveries = tuple[Recovery, ...]
 
 
-def _store(status: dict[str, Any], records: list[Recovery]) -> None:
-    status["recoveries"] = [r.to_dict() for r in records[-MAX_RECOVERIES:]]
-
-
-def record_detection(status: dict[str, Any], end: AttemptEnd, now: datetime) -> None:
+def record_detection(records: Recoveries, end: AttemptEnd, now: datetime) -> Recoveries:
     """A new entry: attempt `end.attempt + 1` is to replace the one that ended."""
     detected = Recovery(
         attempt=end.attempt + 1, kind=end.kind, reason=end.reason, pod=end.pod, node=end.node,
         detected_at=iso_precise(now),
     )  # fmt: skip
-    _store(status, [*_records(status), detected])
+    return (*records, detected)[-MAX_RECOVERIES:]
 
 
 def record_gang_creation(
-    status: dict[str, Any],
+    records: Recoveries,
     attempt: int,
     resume: ResumeTarget | None,
     lookup: LookupResult | None,
     now: datetime,
-) -> tuple[int, float | None] | None:
+) -> tuple[Recoveries, tuple[int, float | None] | None]:
     """Complete the entry of `attempt`: when its gang came back, from where, what was lost.
 
-    Returns the steps lost and what they cost to train again (None where the trainer's step
-    time is unknown), if the lost steps are known.
+    Also returns the steps lost and what they cost to train again (None where the trainer's
+    step time is unknown), if the lost steps are known.
     """
-    records = _records(status)
     if not records or records[-1].attempt != attempt:
-        return None
+        return records, None
     last = replace(records[-1], gang_created_at=iso_precise(now))
     if resume:
         last = replace(last, resumed_from_step=resume.step)
@@ -64,12 +56,11 @@ def record_gang_creation(
             lost_seconds=round(seconds, 1) if seconds is not None else None,
         )
         lost = (steps, seconds)
-    _store(status, [*records[:-1], last])
-    return lost
+    return (*records[:-1], last), lost
 
 
-def record_first_running(status: dict[str, Any], attempt: int, now: datetime) -> None:
+def record_first_running(records: Recoveries, attempt: int, now: datetime) -> Recoveries:
     """The entry of `attempt` learns when a pod of its gang first ran (once)."""
-    records = _records(status)
     if records and records[-1].attempt == attempt and not records[-1].first_running_at:
-        _store(status, [*records[:-1], replace(records[-1], first_running_at=iso_precise(now))])
+        return (*records[:-1], replace(records[-1], first_running_at=iso_precise(now)))
+    return records

@@ -26,7 +26,7 @@ from rljob_contract.request import format_request
 from .. import constants as c
 from ..api.reasons import ConditionType, Reason
 from ..api.spec import SpecError
-from ..api.status import set_condition
+from ..api.status import JobStatus
 from ..api.timestamps import iso
 from ..kube import Kube, KubeError, at_once
 from ..launcher.identity import attempt_name
@@ -52,10 +52,12 @@ from .snapshot import Snapshot, take_snapshot
 log = logging.getLogger(__name__)
 
 
-def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch from `old` to `new` (top-level keys; a removed key becomes null)."""
-    patch = {k: v for k, v in new.items() if old.get(k) != v}
-    patch.update({k: None for k in old if k not in new})
+def status_patch(old: dict[str, Any], new: JobStatus) -> dict[str, Any]:
+    """A merge patch from the status as stored to `new` (top-level keys; a removed key becomes
+    null)."""
+    wanted = new.to_dict()
+    patch = {k: v for k, v in wanted.items() if old.get(k) != v}
+    patch.update({k: None for k in old if k not in wanted})
     return patch
 
 
@@ -202,16 +204,16 @@ def plan_boost_write(
     limit = snap.settings.max_priority_boost
     refusal = cache.boost_refusal(snap.ref.namespace, snap.ref.name)
     condition = boost_condition(spec.queueing.priority_boost, limit, refusal)
-    plan.status["conditions"], _ = set_condition(
-        plan.status.get("conditions") or [], ConditionType.PRIORITY_BOOST, *condition,
-        iso(snap.now), snap.job["metadata"].get("generation"),
+    plan.status = plan.status.with_condition(
+        ConditionType.PRIORITY_BOOST, *condition, iso(snap.now),
+        snap.job["metadata"].get("generation"),
     )  # fmt: skip
     if limit <= 0:
         return
     if refusal is not None and refusal.retry_at() > snap.now:
         plan.requeue((refusal.retry_at() - snap.now).total_seconds())
         return
-    attempt = plan.status["attempt"]
+    attempt = plan.status.attempt
     workload = attempt_name(snap.ref.name, attempt)
     annotations = cache.boost_annotations(snap.ref.namespace, workload)
     if annotations is None:
@@ -228,7 +230,7 @@ def plan_boost_write(
     if boost.annotations:
         plan.annotate_workload = (workload, boost.annotations)
         if boost.basis is not None:
-            plan.status["priorityBoost"] = boost.basis.to_dict()
+            plan.status = replace(plan.status, priority_boost=boost.basis)
     if boost.wake_after is not None:
         plan.requeue(boost.wake_after)
 
@@ -246,7 +248,7 @@ def plan_pass(snap: Snapshot, finder: CheckpointFinder) -> Plan:
     """
     plan = decide(snap)
     inspectors = snap.inspectors
-    inspector = inspectors.get(inspector_name(snap.ref.name, plan.status["attempt"]))
+    inspector = inspectors.get(inspector_name(snap.ref.name, plan.status.attempt))
     events = []
     for _ in range(MAX_LOOKUPS_PER_PASS):
         if not plan.needs_checkpoint_lookup or isinstance(snap.spec, SpecError):
@@ -254,7 +256,7 @@ def plan_pass(snap: Snapshot, finder: CheckpointFinder) -> Plan:
         seen = snap.with_status(plan.status)
         try:
             found = finder.lookup(
-                snap.spec, snap.ref, plan.status["attempt"], plan.lookup_exclude, inspector
+                snap.spec, snap.ref, plan.status.attempt, plan.lookup_exclude, inspector
             )
         except LookupFailed as exc:
             found = LookupResult(None, failure=str(exc))
@@ -274,7 +276,7 @@ def plan_pass(snap: Snapshot, finder: CheckpointFinder) -> Plan:
         events += plan.events  # this plan is replaced by the one that knows what was found
         plan = decide(seen, found)
     plan.events = events + plan.events
-    attempt = str(plan.status["attempt"])
+    attempt = str(plan.status.attempt)
     plan.delete += [
         name for name, pod in inspectors.items()
         if not pod["metadata"].get("deletionTimestamp")
@@ -292,7 +294,7 @@ def reconcile(
     tell: PostEvent,
     now: datetime | None = None,
     settings: Settings = DEFAULT_SETTINGS,
-) -> tuple[dict[str, Any], Plan] | None:
+) -> tuple[JobStatus, Plan] | None:
     """One pass for one job; its Events go to `tell`. The caller never runs two passes of one
     job at once (the work queue hands a key to one worker at a time); `settings` are the
     administrator's. The job's status as the pass found it, and the plan it carried out
@@ -305,13 +307,12 @@ def reconcile(
             if pod:  # the garbage collector removes them; the next pass must not release again
                 cache.on_pod(None, pod)
         return None
-    attempt = (job.get("status") or {}).get("attempt", 0)
-    admission = cache.admission(namespace, attempt_name(name, attempt))
     moment = now or datetime.now(UTC)
     shared = cache.shared_of(namespace, name, job["metadata"].get("uid") or None)
-    snap = take_snapshot(job, pods, {}, moment, kube.serves_workload_api, admission, settings,
+    snap = take_snapshot(job, pods, {}, moment, kube.serves_workload_api, settings=settings,
                          shared=shared)  # fmt: skip
-    snap = replace(snap, nodes=_nodes_of(kube, cache, snap.trainers))
+    admission = cache.admission(namespace, attempt_name(name, snap.status.attempt))
+    snap = replace(snap, nodes=_nodes_of(kube, cache, snap.trainers), admission=admission)
     plan = plan_pass(snap, finder)
     plan_boost_write(plan, snap, finder, cache)
     try:
@@ -326,7 +327,7 @@ def reconcile(
         # The API server refused a pod we rendered: retrying cannot help.
         plan = fail(snap, Reason.POD_REJECTED, f"the API server refused the job's pods: {exc}")
         apply(kube, cache, job, plan, tell)
-    return job.get("status") or {}, plan
+    return snap.status, plan
 
 
 def _nodes_of(

@@ -55,7 +55,7 @@ def periodic_saves_off(spec: JobSpec) -> str | None:
 
 def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
     """Set SaveOnNotice from the command and from what the last attempt's bridge said."""
-    current = find_condition(p.status["conditions"], ConditionType.SAVE_ON_NOTICE)
+    current = find_condition(p.status.conditions, ConditionType.SAVE_ON_NOTICE)
     off = periodic_saves_off(spec)
     said = lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
     if off:

@@ -1,7 +1,7 @@
-"""What one pass reads, taken once at its start: the job, its spec parsed and checked, its pods
-split by role, what it owns across attempts, their nodes, Kueue's admission, what the API
-server serves, and the time. Every decision of the pass reads this and nothing else, however
-often the pass decides again after a look at the checkpoints."""
+"""What one pass reads, taken once at its start: the job, its spec parsed and checked, its
+status parsed, its pods split by role, what it owns across attempts, their nodes, Kueue's
+admission, what the API server serves, and the time. Every decision of the pass reads this
+and nothing else, however often the pass decides again after a look at the checkpoints."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError, parse_spec
+from ..api.status import JobStatus
 from ..launcher.identity import JobRef
 from ..launcher.pods import check_template
 from ..queueing import Admission
@@ -22,6 +23,7 @@ from .settings import DEFAULT_SETTINGS, Settings
 class Snapshot:
     job: dict[str, Any]
     spec: JobSpec | SpecError  # the error, where the spec or its template is refused
+    status: JobStatus
     ref: JobRef
     queue: str | None  # the Kueue LocalQueue the job names, if any
     trainers: tuple[dict[str, Any], ...]
@@ -34,9 +36,9 @@ class Snapshot:
     admission: Admission | None = None  # why Kueue has not admitted the attempt, where it says
     settings: Settings = DEFAULT_SETTINGS  # the administrator's
 
-    def with_status(self, status: dict[str, Any]) -> Snapshot:
+    def with_status(self, status: JobStatus) -> Snapshot:
         """The same moment, with the job as it will look once `status` is written."""
-        return replace(self, job=dict(self.job, status=status))
+        return replace(self, job=dict(self.job, status=status.to_dict()), status=status)
 
 
 def take_snapshot(
@@ -64,6 +66,7 @@ def take_snapshot(
     return Snapshot(
         job=job,
         spec=spec,
+        status=JobStatus.from_dict(job.get("status")),
         ref=ref,
         queue=(meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL),
         trainers=tuple(roles[c.ROLE_TRAINER]),

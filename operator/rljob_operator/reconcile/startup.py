@@ -39,11 +39,10 @@ def explicit_resume(spec: JobSpec, attempt: int) -> str | None:
 
 
 def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | LookupPending | None) -> None:
-    status = p.status
-    restart_after = status.get("restartAfter")
+    restart_after = p.status.restart_after
     if restart_after and p.now < parse_iso(restart_after):
         p.requeue((parse_iso(restart_after) - p.now).total_seconds())
-        if status.get("phase") != Phase.RESTARTING:
+        if p.status.phase != Phase.RESTARTING:
             p.phase(
                 Phase.RESTARTING, Reason.BACKOFF_AFTER_FAILURE, f"waiting until {restart_after}"
             )
@@ -71,14 +70,14 @@ def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | LookupPending |
 def _resume_target_accepted(p: Pass, spec: JobSpec, lookup: LookupResult) -> bool:
     """Whether the lookup's answer can be resumed from: the folder the job names must be
     complete, and the newest one must not be the one the last attempt crashed on."""
-    named = explicit_resume(spec, p.status["attempt"])
+    named = explicit_resume(spec, p.status.attempt)
     if named and lookup.target is None:
         p.fail(Reason.INVALID_RESUME_TARGET, f"spec.checkpoint.resume names {named}, which is "
                f"{lookup.detail}: no pod was created")  # fmt: skip
         return False
     suspect = None if named else suspect_checkpoint(p.status, lookup)
     if suspect:
-        p.status["badCheckpoints"] = [*p.status.get("badCheckpoints", []), suspect.to_dict()]
+        p.update(bad_checkpoints=(*p.status.bad_checkpoints, suspect))
         p.event(EventType.WARNING, Reason.CHECKPOINT_MARKED_BAD, f"{suspect.path}: "
                 f"{suspect.reason}; resuming from an older one (the folder is kept)")  # fmt: skip
         p.plan.needs_checkpoint_lookup = True
@@ -89,7 +88,7 @@ def _resume_target_accepted(p: Pass, spec: JobSpec, lookup: LookupResult) -> boo
 def _create_gang(
     p: Pass, spec: JobSpec, resume: ResumeTarget | None, lookup: LookupResult | None
 ) -> None:
-    status, attempt = p.status, p.status["attempt"]
+    status, attempt = p.status, p.status.attempt
     group = attempt_name(p.ref.name, attempt) if gang.wanted(spec, p.snap.workload_api) else None
     try:
         pods = desired_pods(spec, p.ref, attempt, resume, Placement(group, p.snap.queue))
@@ -110,20 +109,18 @@ def _create_gang(
     # that the operator never reads Secrets: each gang's create of it finds it there.
     p.plan.create = [obj for obj in children if (obj["kind"], obj["metadata"]["name"])
                      not in p.snap.shared] + pods  # fmt: skip
-    if status.get("podGroup") and status["podGroup"] != group:
-        p.plan.delete_pod_groups = [status["podGroup"]]  # the last attempt's: its pods are gone
-    if group:
-        status["podGroup"] = group
-    else:
-        status.pop("podGroup", None)
-    status["attemptCreationTime"] = iso(p.now)
-    status.setdefault("startTime", iso(p.now))
-    status.pop("restartAfter", None)
+    if status.pod_group and status.pod_group != group:
+        p.plan.delete_pod_groups = [status.pod_group]  # the last attempt's: its pods are gone
+    p.update(
+        pod_group=group,
+        attempt_creation_time=iso(p.now),
+        start_time=iso(p.now) if status.start_time is None else status.start_time,
+        restart_after=None,
+        resume_from=ResumeFrom(resume.step, resume.path) if resume else None,
+    )
     if resume:
-        status["resumeFrom"] = ResumeFrom(resume.step, resume.path).to_dict()
         where = f"resuming from {resume.path} (step {resume.step})"
     else:
-        status.pop("resumeFrom", None)
         where = "starting fresh"
         if spec.checkpoint.resume == "never":
             where += ": spec.checkpoint.resume is 'never'"
@@ -132,8 +129,9 @@ def _create_gang(
         p.event(EventType.NORMAL, Reason.FRESH_START, f"attempt {attempt}: {where}")
     if lookup and resume:
         latest = LatestCheckpoint(resume.step, resume.path, spec.checkpoint.layout, iso(p.now))
-        status["latestCheckpoint"] = latest.to_dict()
-    p.lost = record_gang_creation(status, attempt, resume, lookup, p.now)
+        p.update(latest_checkpoint=latest)
+    recoveries, p.lost = record_gang_creation(status.recoveries, attempt, resume, lookup, p.now)
+    p.update(recoveries=recoveries)
     if p.lost and p.lost[0] and lookup and lookup.last_finished_step is not None:
         where += (f"; lost steps: {p.lost[0]} (the last finished step was "
                   f"{lookup.last_finished_step}: the trainer did not save on notice)")  # fmt: skip

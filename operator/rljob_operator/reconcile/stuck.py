@@ -75,7 +75,7 @@ def _report(
     """Say so, in the condition and once in an Event per new reason, while a pod is stuck
     (`stuck`: reason and message, the first is told); turn the condition False, with the
     `cleared` reason and message, once none is."""
-    current = find_condition(p.status["conditions"], condition)
+    current = find_condition(p.status.conditions, condition)
     if stuck:
         reason, text = stuck[0]
         fresh = current is None or current["status"] != "True" or current["reason"] != reason

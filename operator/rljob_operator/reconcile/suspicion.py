@@ -6,25 +6,22 @@ kept) and resumes from an older one.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..api.reasons import EndKind
-from ..api.status import AttemptEnd, BadCheckpoint, ResumeFrom
+from ..api.status import BadCheckpoint, JobStatus
 from .plan import LookupResult
 
 
-def suspect_checkpoint(status: dict[str, Any], lookup: LookupResult) -> BadCheckpoint | None:
+def suspect_checkpoint(status: JobStatus, lookup: LookupResult) -> BadCheckpoint | None:
     """The checkpoint the last attempt crashed on while loading it, if that is what happened.
 
     The last attempt resumed from it, failed (not disrupted), finished no step after
     it (per the trainer's progress.json), and it is still the newest complete one.
     Without progress to read, nothing is suspected.
     """
-    if not status.get("resumeFrom") or not status.get("lastEnd"):
+    resumed, last = status.resume_from, status.last_end
+    if resumed is None or last is None:
         return None
-    resumed = ResumeFrom.from_dict(status["resumeFrom"])
-    last = AttemptEnd.from_dict(status["lastEnd"])
-    if last.kind is not EndKind.FAILURE or last.attempt != status["attempt"] - 1:
+    if last.kind is not EndKind.FAILURE or last.attempt != status.attempt - 1:
         return None
     if lookup.target is None or lookup.target.path != resumed.path:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -9,6 +10,7 @@ from builders import NOW, make_job, make_node, make_pod
 from passes import decide, with_status
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
+from rljob_operator.api.status import CheckpointLookup, RayStatus, ResumeFrom
 from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.reconcile.plan import LookupResult
 from rljob_operator.reconcile.settings import Settings
@@ -44,8 +46,8 @@ def test_new_job_with_resume_never_creates_service_and_one_pod_per_node():
 
     assert [o["kind"] for o in plan.create] == ["Service", "Pod", "Pod"]
     assert created_pod_names(plan) == ["grpo-a0-n0", "grpo-a0-n1"]
-    assert plan.status["phase"] == Phase.PENDING
-    assert plan.status["attemptCreationTime"] == "2026-11-29T12:00:00Z"
+    assert plan.status.phase == Phase.PENDING
+    assert plan.status.attempt_creation_time == "2026-11-29T12:00:00Z"
     assert any(e.reason == "GangCreated" and "starting fresh" in e.message for e in plan.events)
 
 
@@ -60,7 +62,7 @@ def test_where_the_workload_api_is_served_a_gang_gets_a_workload_and_a_pod_group
     assert workload["spec"]["podGroupTemplates"] == [
         {"name": "gang", "schedulingPolicy": {"gang": {"minCount": 2}}}
     ]
-    assert group["metadata"]["name"] == plan.status["podGroup"] == "grpo-a0"
+    assert group["metadata"]["name"] == plan.status.pod_group == "grpo-a0"
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
     assert group["spec"]["podGroupTemplateRef"]["workload"]["workloadName"] == "grpo"
     assert group["metadata"]["ownerReferences"][0]["name"] == "grpo"
@@ -77,7 +79,7 @@ def test_the_next_attempt_gets_its_own_pod_group_and_the_last_ones_goes():
 
     plan = decide(ended, [], NODES, NOW, workload_api=True)
 
-    assert plan.status["attempt"] == 1 and plan.status["podGroup"] == "grpo-a1"
+    assert plan.status.attempt == 1 and plan.status.pod_group == "grpo-a1"
     assert plan.delete_pod_groups == ["grpo-a0"]
     assert {
         p["spec"]["schedulingGroup"]["podGroupName"] for p in plan.create if p["kind"] == "Pod"
@@ -112,7 +114,7 @@ def test_without_the_api_when_off_or_for_one_pod_the_gang_is_scheduled_pod_by_po
     plan = decide(job, [], NODES, NOW, workload_api=workload_api)
 
     assert {o["kind"] for o in plan.create} == {"Service", "Pod"}
-    assert "podGroup" not in plan.status
+    assert plan.status.pod_group is None
     assert all("schedulingGroup" not in o["spec"] for o in plan.create if o["kind"] == "Pod")
 
 
@@ -136,8 +138,8 @@ def test_a_template_that_sets_the_kueue_pod_group_itself_is_refused_naming_it():
 
     plan = decide(job, [], NODES, NOW)
 
-    assert plan.status["phase"] == Phase.FAILED and plan.create == []
-    failed = {x["type"]: x for x in plan.status["conditions"]}["Failed"]
+    assert plan.status.phase == Phase.FAILED and plan.create == []
+    failed = {x["type"]: x for x in plan.status.conditions}["Failed"]
     assert failed["reason"] == "InvalidSpec"
     assert failed["message"].startswith(
         "spec.template.metadata.labels[kueue.x-k8s.io/pod-group-name]"
@@ -160,11 +162,11 @@ def test_a_gang_waiting_for_kueue_says_so_in_a_condition_and_a_normal_event():
 
     plan = decide(job, gated_by_kueue(job), NODES, NOW)
 
-    queued = {x["type"]: x for x in plan.status["conditions"]}["PodsUnschedulable"]
+    queued = {x["type"]: x for x in plan.status.conditions}["PodsUnschedulable"]
     assert queued["reason"] == "WaitingForKueue" and "queue team" in queued["message"]
     (event,) = [e for e in plan.events if e.reason == "WaitingForKueue"]
     assert event.type == "Normal"
-    assert plan.status["failures"] == 0 and plan.delete == []
+    assert plan.status.failures == 0 and plan.delete == []
 
 
 @pytest.mark.parametrize(
@@ -188,11 +190,11 @@ def test_a_gang_kueue_does_not_admit_says_why_in_kueues_words(admission, reason,
 
     plan = decide(job, gated_by_kueue(job), NODES, NOW, admission=admission)
 
-    queued = {x["type"]: x for x in plan.status["conditions"]}["PodsUnschedulable"]
+    queued = {x["type"]: x for x in plan.status.conditions}["PodsUnschedulable"]
     assert queued["reason"] == reason and says in queued["message"]
     (event,) = [e for e in plan.events if e.reason == reason]
     assert event.type == event_type
-    assert plan.status["failures"] == 0 and plan.delete == [] and plan.create == []
+    assert plan.status.failures == 0 and plan.delete == [] and plan.create == []
 
 
 def test_auto_resume_asks_for_a_checkpoint_lookup_before_creating_pods():
@@ -213,7 +215,7 @@ def test_auto_resume_injects_the_latest_checkpoint_into_every_pod():
         assert env["RLJOB_RESUME_DIR"] == "/checkpoints/global_step_150"
         assert env["RLJOB_RESUME_STEP"] == "150"
         assert "runner.resume_dir=/checkpoints/global_step_150" in container["args"]
-    assert plan.status["resumeFrom"] == {"step": 150, "path": "/checkpoints/global_step_150"}
+    assert plan.status.resume_from == ResumeFrom(150, "/checkpoints/global_step_150")
 
 
 def test_explicit_resume_path_is_checked_then_used_for_the_first_attempt():
@@ -223,7 +225,7 @@ def test_explicit_resume_path_is_checked_then_used_for_the_first_attempt():
     target = ResumeTarget("/checkpoints/run1/global_step_40", 40)
     plan = decide(job, [], NODES, NOW, LookupResult(target))
 
-    assert plan.status["resumeFrom"] == {"step": 40, "path": "/checkpoints/run1/global_step_40"}
+    assert plan.status.resume_from == ResumeFrom(40, "/checkpoints/run1/global_step_40")
     assert (
         "runner.resume_dir=/checkpoints/run1/global_step_40"
         in plan.create[1]["spec"]["containers"][0]["args"]
@@ -237,8 +239,8 @@ def test_explicit_resume_path_that_is_not_complete_fails_before_any_pod():
         job, [], NODES, NOW, LookupResult(None, detail="incomplete (no rljob_manifest.json)")
     )
 
-    assert plan.create == [] and plan.status["phase"] == Phase.FAILED
-    failed = {x["type"]: x for x in plan.status["conditions"]}["Failed"]
+    assert plan.create == [] and plan.status.phase == Phase.FAILED
+    failed = {x["type"]: x for x in plan.status.conditions}["Failed"]
     assert failed["reason"] == "InvalidResumeTarget"
     assert failed["message"] == (
         "spec.checkpoint.resume names /checkpoints/run1/global_step_40, which is incomplete "
@@ -251,9 +253,9 @@ def test_all_pods_running_makes_the_job_running():
 
     plan = decide(job, pods_of(job), NODES, NOW)
 
-    assert plan.status["phase"] == Phase.RUNNING
+    assert plan.status.phase == Phase.RUNNING
     assert plan.create == [] and plan.delete == []
-    running = next(x for x in plan.status["conditions"] if x["type"] == "Running")
+    running = next(x for x in plan.status.conditions if x["type"] == "Running")
     assert running["status"] == "True" and running["observedGeneration"] == 1
 
 
@@ -262,8 +264,8 @@ def test_all_pods_succeeded_makes_the_job_succeed():
 
     plan = decide(job, pods_of(job, phase="Succeeded", exit_code=0), NODES, NOW)
 
-    assert plan.status["phase"] == Phase.SUCCEEDED
-    assert plan.status["completionTime"] == "2026-11-29T12:00:00Z"
+    assert plan.status.phase == Phase.SUCCEEDED
+    assert plan.status.completion_time == "2026-11-29T12:00:00Z"
     assert any(e.reason == "Succeeded" for e in plan.events)
 
 
@@ -276,7 +278,7 @@ def test_one_pod_succeeded_and_one_running_keeps_the_job_running():
 
     plan = decide(job, pods, NODES, NOW)
 
-    assert plan.status["phase"] == Phase.RUNNING
+    assert plan.status.phase == Phase.RUNNING
     assert plan.delete == []
 
 
@@ -289,12 +291,12 @@ def test_trainer_failure_spends_the_budget_and_restarts_after_backoff():
 
     plan = decide(job, pods, NODES, NOW)
 
-    assert plan.status["failures"] == 1 and plan.status["preemptions"] == 0
-    assert plan.status["attempt"] == 1
-    assert plan.status["phase"] == Phase.RESTARTING
-    assert plan.status["restartAfter"] == "2026-11-29T12:00:10Z"
+    assert plan.status.failures == 1 and plan.status.preemptions == 0
+    assert plan.status.attempt == 1
+    assert plan.status.phase == Phase.RESTARTING
+    assert plan.status.restart_after == "2026-11-29T12:00:10Z"
     assert sorted(plan.delete) == ["grpo-a0-n0", "grpo-a0-n1"]
-    assert plan.status["lastEnd"]["reason"] == "ExitCode"
+    assert plan.status.last_end.reason == "ExitCode"
     assert any(e.type == "Warning" and e.reason == "TrainerFailed" for e in plan.events)
 
 
@@ -344,8 +346,8 @@ def test_failure_budget_exhausted_fails_the_job_with_a_clear_condition():
 
     plan = decide(job, pods, NODES, NOW)
 
-    assert plan.status["phase"] == Phase.FAILED
-    failed = next(x for x in plan.status["conditions"] if x["type"] == "Failed")
+    assert plan.status.phase == Phase.FAILED
+    failed = next(x for x in plan.status.conditions if x["type"] == "Failed")
     assert failed["reason"] == "FailureBudgetExhausted"
     assert "maxFailures" in failed["message"] and "code 2" in failed["message"]
     assert sorted(plan.delete) == ["grpo-a1-n0", "grpo-a1-n1"]
@@ -360,10 +362,10 @@ def test_preemption_restarts_at_once_without_spending_the_failure_budget():
 
     plan = decide(job, pods, NODES, NOW)
 
-    assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
-    assert plan.status["attempt"] == 1
-    assert "restartAfter" not in plan.status
-    assert plan.status["recoveries"][-1]["reason"] == "PreemptionByScheduler"
+    assert (plan.status.preemptions, plan.status.failures) == (1, 0)
+    assert plan.status.attempt == 1
+    assert plan.status.restart_after is None
+    assert plan.status.recoveries[-1].reason == "PreemptionByScheduler"
 
 
 def test_two_pods_preempted_together_make_one_recovery():
@@ -372,9 +374,9 @@ def test_two_pods_preempted_together_make_one_recovery():
 
     plan = decide(job, pods, NODES, NOW)
 
-    assert plan.status["preemptions"] == 1
-    assert len(plan.status["recoveries"]) == 1
-    assert plan.status["attempt"] == 1
+    assert plan.status.preemptions == 1
+    assert len(plan.status.recoveries) == 1
+    assert plan.status.attempt == 1
 
 
 def test_disruption_outranks_peer_failures_of_the_same_attempt():
@@ -388,8 +390,8 @@ def test_disruption_outranks_peer_failures_of_the_same_attempt():
 
     plan = decide(job, pods, nodes, NOW)
 
-    assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
-    assert plan.status["lastEnd"]["reason"] == "NodeLost"
+    assert (plan.status.preemptions, plan.status.failures) == (1, 0)
+    assert plan.status.last_end.reason == "NodeLost"
 
 
 def test_a_vanished_pod_of_a_created_attempt_is_a_disruption():
@@ -397,8 +399,8 @@ def test_a_vanished_pod_of_a_created_attempt_is_a_disruption():
 
     plan = decide(job, [make_pod(job, 0, 1, node="gpu-node-1")], NODES, NOW)
 
-    assert plan.status["preemptions"] == 1
-    assert plan.status["lastEnd"]["reason"] == "PodDeleted"
+    assert plan.status.preemptions == 1
+    assert plan.status.last_end.reason == "PodDeleted"
     assert plan.delete == ["grpo-a0-n1"]
 
 
@@ -425,14 +427,14 @@ def test_recovery_records_gang_creation_and_first_running_pod():
     job = with_status(job, recreated.status)
     running = decide(job, pods_of(job, attempt=1), NODES, NOW + timedelta(seconds=3))
 
-    recovery = running.status["recoveries"][-1]
-    assert recovery["attempt"] == 1
-    assert recovery["detectedAt"] == "2026-11-29T12:00:00.000000Z"
-    assert recovery["gangCreatedAt"] == "2026-11-29T12:00:01.000000Z"
-    assert recovery["firstRunningAt"] == "2026-11-29T12:00:03.000000Z"
-    assert recovery["resumedFromStep"] == 20
-    assert (recovery["lastFinishedStep"], recovery["lostSteps"]) == (27, 7)
-    assert running.status["phase"] == Phase.RUNNING
+    recovery = running.status.recoveries[-1]
+    assert recovery.attempt == 1
+    assert recovery.detected_at == "2026-11-29T12:00:00.000000Z"
+    assert recovery.gang_created_at == "2026-11-29T12:00:01.000000Z"
+    assert recovery.first_running_at == "2026-11-29T12:00:03.000000Z"
+    assert recovery.resumed_from_step == 20
+    assert (recovery.last_finished_step, recovery.lost_steps) == (27, 7)
+    assert running.status.phase == Phase.RUNNING
 
 
 def test_max_preemptions_exhausted_fails_the_job():
@@ -440,8 +442,8 @@ def test_max_preemptions_exhausted_fails_the_job():
 
     plan = decide(job, pods_of(job, disruption="PreemptionByScheduler"), NODES, NOW)
 
-    assert plan.status["phase"] == Phase.FAILED
-    assert plan.status["conditions"][-1]["reason"] == "DisruptionBudgetExhausted"
+    assert plan.status.phase == Phase.FAILED
+    assert plan.status.conditions[-1]["reason"] == "DisruptionBudgetExhausted"
 
 
 def test_suspend_deletes_the_pods_and_the_next_attempt_resumes():
@@ -449,15 +451,15 @@ def test_suspend_deletes_the_pods_and_the_next_attempt_resumes():
 
     plan = decide(job, pods_of(job), NODES, NOW)
 
-    assert plan.status["phase"] == Phase.SUSPENDED
+    assert plan.status.phase == Phase.SUSPENDED
     assert sorted(plan.delete) == ["grpo-a0-n0", "grpo-a0-n1"]
-    assert plan.status["attempt"] == 1 and "attemptCreationTime" not in plan.status
-    assert (plan.status["preemptions"], plan.status["failures"]) == (0, 0)
+    assert plan.status.attempt == 1 and plan.status.attempt_creation_time is None
+    assert (plan.status.preemptions, plan.status.failures) == (0, 0)
 
     job = with_status(make_job(checkpoint={"resume": "never"}), plan.status)
     resumed = decide(job, [], NODES, NOW)
     assert created_pod_names(resumed) == ["grpo-a1-n0", "grpo-a1-n1"]
-    suspended = next(x for x in resumed.status["conditions"] if x["type"] == "Suspended")
+    suspended = next(x for x in resumed.status.conditions if x["type"] == "Suspended")
     assert suspended["status"] == "False"
 
 
@@ -479,8 +481,8 @@ def test_spec_that_slipped_past_admission_fails_with_the_field_named():
 
     plan = decide(job, [], NODES, NOW)
 
-    assert plan.status["phase"] == Phase.FAILED
-    assert "spec.command" in plan.status["conditions"][-1]["message"]
+    assert plan.status.phase == Phase.FAILED
+    assert "spec.command" in plan.status.conditions[-1]["message"]
 
 
 def test_condition_keeps_its_transition_time_when_only_the_message_changes():
@@ -490,7 +492,7 @@ def test_condition_keeps_its_transition_time_when_only_the_message_changes():
 
     again = decide(job, pods_of(job), NODES, NOW + timedelta(minutes=5))
 
-    running = next(x for x in again.status["conditions"] if x["type"] == "Running")
+    running = next(x for x in again.status.conditions if x["type"] == "Running")
     assert running["lastTransitionTime"] == "2026-11-29T12:00:00Z"
     assert again.events == []
 
@@ -505,7 +507,7 @@ def test_no_checkpoint_found_starts_fresh_and_says_why():
     assert created_pod_names(plan) == ["grpo-a0-n0", "grpo-a0-n1"]
     fresh = next(e for e in plan.events if e.reason == "FreshStart")
     assert "step 30: incomplete" in fresh.message
-    assert "resumeFrom" not in plan.status
+    assert plan.status.resume_from is None
 
 
 def crashed_after_resuming_from(step, progress):
@@ -526,12 +528,12 @@ def test_checkpoint_the_gang_crashed_loading_is_marked_bad_and_skipped():
 
     assert plan.needs_checkpoint_lookup and plan.create == []
     assert plan.lookup_exclude == ("/checkpoints/global_step_40",)
-    assert plan.status["badCheckpoints"][0]["step"] == 40
+    assert plan.status.bad_checkpoints[0].step == 40
     assert any(e.reason == "CheckpointMarkedBad" for e in plan.events)
 
     older = LookupResult(ResumeTarget("/checkpoints/global_step_30", 30), last_finished_step=40)
     retry = decide(with_status(job, plan.status), [], NODES, NOW, older)
-    assert retry.status["resumeFrom"]["step"] == 30
+    assert retry.status.resume_from.step == 30
     assert created_pod_names(retry) == ["grpo-a2-n0", "grpo-a2-n1"]
 
 
@@ -540,8 +542,8 @@ def test_checkpoint_is_not_marked_bad_when_the_gang_made_progress_after_it():
 
     plan = decide(job, [], NODES, NOW, lookup)
 
-    assert "badCheckpoints" not in plan.status
-    assert plan.status["resumeFrom"]["step"] == 40
+    assert plan.status.bad_checkpoints == ()
+    assert plan.status.resume_from.step == 40
 
 
 def test_termination_taint_asks_every_running_trainer_to_checkpoint_once():
@@ -554,7 +556,7 @@ def test_termination_taint_asks_every_running_trainer_to_checkpoint_once():
     plan = decide(job, pods_of(job), nodes, NOW)
 
     assert sorted(plan.request_checkpoint) == ["grpo-a0-n0", "grpo-a0-n1"]
-    assert plan.status["attempt"] == 0 and plan.delete == []
+    assert plan.status.attempt == 0 and plan.delete == []
     asked = pods_of(job)
     for pod in asked:
         pod["metadata"]["annotations"]["rljob.io/checkpoint-request"] = "2026-11-29T12:00:00Z"
@@ -626,7 +628,7 @@ def test_finalizers_are_released_once_the_end_is_recorded_and_the_pod_has_stoppe
     pods = [evicted, make_pod(job, 0, 1, node="gpu-node-1")]
 
     ended = decide(job, pods, NODES, NOW)
-    assert ended.status["attempt"] == 1  # the end of attempt 0 is recorded
+    assert ended.status.attempt == 1  # the end of attempt 0 is recorded
     assert ended.delete == ["grpo-a0-n1"]
     # Neither has stopped. A release beside n1's delete could return it not yet going, and the
     # next pass would delete it again; one while they stop would hold up the next gang's pass.
@@ -649,7 +651,7 @@ def test_finished_job_releases_its_pods():
 
     plan = decide(job, pods_of(job, phase="Succeeded", exit_code=0), NODES, NOW)
 
-    assert plan.status["phase"] == Phase.SUCCEEDED
+    assert plan.status.phase == Phase.SUCCEEDED
     assert sorted(plan.release) == ["grpo-a0-n0", "grpo-a0-n1"]
 
 
@@ -660,7 +662,7 @@ def test_pods_on_a_deleted_node_are_deleted_without_grace():
 
     plan = decide(job, pods, nodes, NOW)
 
-    assert plan.status["lastEnd"]["reason"] == "NodeLost"
+    assert plan.status.last_end.reason == "NodeLost"
     assert plan.force_delete == ["grpo-a0-n0"]
     assert plan.delete == ["grpo-a0-n1"]  # its trainer still gets its grace period to save
 
@@ -685,10 +687,10 @@ def test_ray_driver_exit_0_succeeds_the_job_and_stops_the_workers():
 
     plan = decide(job, [head, worker], NODES, NOW)
 
-    assert plan.status["phase"] == Phase.SUCCEEDED
-    assert plan.status["conditions"][-1]["reason"] == "DriverSucceeded"
+    assert plan.status.phase == Phase.SUCCEEDED
+    assert plan.status.conditions[-1]["reason"] == "DriverSucceeded"
     assert (plan.delete, plan.force_delete) == ([], ["grpo-a0-n1"])  # nothing left to drain
-    assert plan.status["ray"]["driver"] == "Succeeded"
+    assert plan.status.ray.driver == "Succeeded"
 
 
 def test_ray_worker_preempted_then_driver_crash_is_one_disruption():
@@ -698,9 +700,9 @@ def test_ray_worker_preempted_then_driver_crash_is_one_disruption():
 
     plan = decide(job, [head, worker], NODES, NOW)
 
-    assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
-    assert plan.status["lastEnd"]["reason"] == "PreemptionByScheduler"
-    assert plan.status["phase"] == Phase.RESTARTING and plan.status["attempt"] == 1
+    assert (plan.status.preemptions, plan.status.failures) == (1, 0)
+    assert plan.status.last_end.reason == "PreemptionByScheduler"
+    assert plan.status.phase == Phase.RESTARTING and plan.status.attempt == 1
 
 
 def test_ray_head_preempted_then_worker_exit_is_one_disruption():
@@ -710,8 +712,8 @@ def test_ray_head_preempted_then_worker_exit_is_one_disruption():
 
     plan = decide(job, [head, worker], NODES, NOW)
 
-    assert (plan.status["preemptions"], plan.status["failures"]) == (1, 0)
-    assert plan.status["ray"]["driver"] == "Disrupted"
+    assert (plan.status.preemptions, plan.status.failures) == (1, 0)
+    assert plan.status.ray.driver == "Disrupted"
 
 
 def test_ray_driver_failing_on_healthy_nodes_spends_max_failures():
@@ -721,8 +723,8 @@ def test_ray_driver_failing_on_healthy_nodes_spends_max_failures():
 
     plan = decide(job, [head, worker], NODES, NOW)
 
-    assert (plan.status["preemptions"], plan.status["failures"]) == (0, 1)
-    assert plan.status["lastEnd"] == dict(plan.status["lastEnd"], kind="Failure", reason="ExitCode")
+    assert (plan.status.preemptions, plan.status.failures) == (0, 1)
+    assert (plan.status.last_end.kind, plan.status.last_end.reason) == ("Failure", "ExitCode")
 
 
 def test_ray_restart_gives_the_resume_switch_to_the_driver_only():
@@ -743,18 +745,18 @@ def test_ray_status_follows_the_head_from_waiting_for_nodes_to_running():
     job = started(ray_job())
     head, worker = make_pod(job, 0, 0, node="gpu-node-0"), make_pod(job, 0, 1, node="gpu-node-1")
 
-    waiting = decide(job, [head, worker], NODES, NOW).status["ray"]
-    running = decide(job, [ready(head), worker], NODES, NOW).status["ray"]
-    pending = decide(job, [make_pod(job, 0, 0, phase="Pending"), worker], NODES, NOW).status["ray"]
+    waiting = decide(job, [head, worker], NODES, NOW).status.ray
+    running = decide(job, [ready(head), worker], NODES, NOW).status.ray
+    pending = decide(job, [make_pod(job, 0, 0, phase="Pending"), worker], NODES, NOW).status.ray
 
-    assert waiting == {"nodes": 2, "nodesRunning": 2, "driver": "WaitingForNodes"}
-    assert running == {"nodes": 2, "nodesRunning": 2, "driver": "Running"}
-    assert pending == {"nodes": 2, "nodesRunning": 1, "driver": "Pending"}
+    assert waiting == RayStatus(nodes=2, nodes_running=2, driver="WaitingForNodes")
+    assert running == RayStatus(nodes=2, nodes_running=2, driver="Running")
+    assert pending == RayStatus(nodes=2, nodes_running=1, driver="Pending")
 
 
 def test_torchrun_job_has_no_ray_status():
     job = started(make_job())
-    assert "ray" not in decide(job, pods_of(job), NODES, NOW).status
+    assert decide(job, pods_of(job), NODES, NOW).status.ray is None
 
 
 # ------------------------------------------------------------------ failed checkpoint lookups
@@ -764,10 +766,10 @@ def test_a_failed_lookup_backs_off_and_never_starts_fresh():
     plan = decide(job, [], NODES, NOW, LookupResult(None, failure="inspector exited 1"))
 
     assert plan.create == [] and not plan.needs_checkpoint_lookup
-    assert plan.status["checkpointLookup"] == {
-        "failures": 1, "message": "inspector exited 1", "retryAfter": "2026-11-29T12:00:05Z",
-    }  # fmt: skip
-    assert plan.status["phase"] == Phase.PENDING and plan.requeue_after == 5
+    assert plan.status.checkpoint_lookup == CheckpointLookup(
+        failures=1, message="inspector exited 1", retry_after="2026-11-29T12:00:05Z"
+    )
+    assert plan.status.phase == Phase.PENDING and plan.requeue_after == 5
     assert [e.reason for e in plan.events] == ["CheckpointLookupFailed"]
     # Until the back-off ends, no pass looks again.
     waiting = decide(with_status(job, plan.status), [], NODES, NOW + timedelta(seconds=3))
@@ -781,21 +783,21 @@ def test_the_third_failed_lookup_in_a_row_sets_a_condition_that_a_success_clears
     for failures in (1, 2, 3):
         plan = decide(job, [], NODES, now, LookupResult(None, failure=f"try {failures}"))
         job, now = with_status(job, plan.status), now + timedelta(seconds=600)
-    conditions = {x["type"]: x for x in plan.status["conditions"]}
+    conditions = {x["type"]: x for x in plan.status.conditions}
     assert conditions["CheckpointLookupFailed"]["status"] == "True"
     assert (
         "3 checkpoint lookups in a row failed; the last: try 3"
         in conditions["CheckpointLookupFailed"]["message"]
     )
-    assert plan.status["checkpointLookup"]["retryAfter"] == "2026-11-29T12:20:20Z"  # 5, 10, 20 s
+    assert plan.status.checkpoint_lookup.retry_after == "2026-11-29T12:20:20Z"  # 5, 10, 20 s
 
     found = decide(job, [], NODES, now, LookupResult(ResumeTarget("/checkpoints/global_step_4", 4)))
 
-    assert "checkpointLookup" not in found.status
-    assert {x["type"]: x["status"] for x in found.status["conditions"]}[
+    assert found.status.checkpoint_lookup is None
+    assert {x["type"]: x["status"] for x in found.status.conditions}[
         "CheckpointLookupFailed"
     ] == "False"
-    assert found.status["resumeFrom"]["step"] == 4
+    assert found.status.resume_from.step == 4
 
 
 def test_a_template_that_sets_rljobs_part_fails_the_job_naming_the_field_and_creates_nothing():
@@ -805,7 +807,7 @@ def test_a_template_that_sets_rljobs_part_fails_the_job_naming_the_field_and_cre
 
     plan = decide(job, [], NODES, NOW)
 
-    assert plan.status["phase"] == Phase.FAILED and plan.create == []
+    assert plan.status.phase == Phase.FAILED and plan.create == []
     (warning,) = [e for e in plan.events if e.reason == "InvalidSpec"]
     assert warning.message == "spec.env: MASTER_PORT: rljob sets these on the job's pods"
 
@@ -834,11 +836,11 @@ def test_an_image_that_cannot_be_pulled_is_a_condition_and_one_event_not_a_failu
 
     plan = decide(job, pods, NODES, NOW)
 
-    cond = next(x for x in plan.status["conditions"] if x["type"] == "ContainersNotStarting")
+    cond = next(x for x in plan.status.conditions if x["type"] == "ContainersNotStarting")
     assert cond["status"] == "True" and cond["reason"] == "ErrImagePull"
     assert "grpo-a0-n0" in cond["message"] and "not found: trainer:1" in cond["message"]
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "ErrImagePull")]
-    assert plan.status["phase"] == Phase.PENDING and plan.status["failures"] == 0
+    assert plan.status.phase == Phase.PENDING and plan.status.failures == 0
     assert plan.create == [] and plan.delete == []
 
     # The kubelet backs off: the same reason again is no new Event; a new reason is.
@@ -847,7 +849,7 @@ def test_an_image_that_cannot_be_pulled_is_a_condition_and_one_event_not_a_failu
     _waiting(pods[0], "ImagePullBackOff", "Back-off pulling image")
     backoff = decide(with_status(job, again.status), pods, NODES, NOW + timedelta(seconds=20))
     assert [e.reason for e in backoff.events] == ["ImagePullBackOff"]
-    assert backoff.status["failures"] == 0
+    assert backoff.status.failures == 0
 
 
 def _unschedulable(pod, message):
@@ -873,17 +875,17 @@ def test_a_gang_the_scheduler_cannot_place_says_why_in_a_condition_and_one_event
 
     plan = decide(job, pods, NODES, NOW)
 
-    cond = next(x for x in plan.status["conditions"] if x["type"] == "PodsUnschedulable")
+    cond = next(x for x in plan.status.conditions if x["type"] == "PodsUnschedulable")
     assert (cond["status"], cond["reason"]) == ("True", "Unschedulable")
     assert cond["message"] == f"pod grpo-a0-n0: {why}"
     assert [(e.type, e.reason) for e in plan.events] == [("Warning", "Unschedulable")]
-    assert plan.status["phase"] == Phase.PENDING and plan.status["failures"] == 0
+    assert plan.status.phase == Phase.PENDING and plan.status.failures == 0
     again = decide(with_status(job, plan.status), pods, NODES, NOW + timedelta(seconds=5))
     assert again.events == []  # the same reason: no second Event
 
     placed = decide(with_status(job, again.status), pods_of(job), NODES, NOW)
 
-    cond = next(x for x in placed.status["conditions"] if x["type"] == "PodsUnschedulable")
+    cond = next(x for x in placed.status.conditions if x["type"] == "PodsUnschedulable")
     assert (cond["status"], cond["reason"]) == ("False", "PodsScheduled")
 
 
@@ -895,9 +897,9 @@ def test_the_condition_clears_once_the_containers_start():
 
     plan = decide(with_status(job, first.status), pods_of(job), NODES, NOW + timedelta(seconds=5))
 
-    cond = next(x for x in plan.status["conditions"] if x["type"] == "ContainersNotStarting")
+    cond = next(x for x in plan.status.conditions if x["type"] == "ContainersNotStarting")
     assert cond["status"] == "False" and cond["reason"] == "ContainersStarted"
-    assert plan.status["phase"] == Phase.RUNNING
+    assert plan.status.phase == Phase.RUNNING
 
 
 @pytest.mark.parametrize(
@@ -964,30 +966,30 @@ def test_pods_no_scheduler_has_seen_are_reported_once_the_wait_is_over_naming_th
 
     early = decide(job, pods, NODES, NOW, settings=Settings(scheduler_wait_seconds=60))
 
-    assert "PodsUnschedulable" not in [x["type"] for x in early.status["conditions"]]
+    assert "PodsUnschedulable" not in [x["type"] for x in early.status.conditions]
     assert early.events == [] and early.requeue_after == pytest.approx(40.5)  # no event comes
 
     late = decide(with_status(job, early.status), pods, NODES, NOW + timedelta(seconds=41),
                   settings=Settings(scheduler_wait_seconds=60))  # fmt: skip
 
-    cond = next(x for x in late.status["conditions"] if x["type"] == "PodsUnschedulable")
+    cond = next(x for x in late.status.conditions if x["type"] == "PodsUnschedulable")
     assert (cond["status"], cond["reason"]) == ("True", "NotSeenByScheduler")
     assert cond["message"] == ("pod grpo-a0-n0 has not been seen by a scheduler for 60 s "
                                "(schedulerName volcano): is that scheduler running?")  # fmt: skip
     assert [(e.type, e.reason, e.message) for e in late.events] == [
         ("Warning", "NotSeenByScheduler", cond["message"])
     ]
-    assert late.status["failures"] == 0 and late.delete == [] and late.create == []
+    assert late.status.failures == 0 and late.delete == [] and late.create == []
     # The message does not grow with the wait: a later pass writes nothing, tells nothing.
     again = decide(with_status(job, late.status), pods, NODES, NOW + timedelta(seconds=300),
                    settings=Settings(scheduler_wait_seconds=60))  # fmt: skip
-    assert again.events == [] and again.status["conditions"] == late.status["conditions"]
+    assert again.events == [] and again.status.conditions == late.status.conditions
 
     placed = decide(
         with_status(job, again.status), pods_of(job), NODES, NOW + timedelta(seconds=310)
     )
 
-    cond = next(x for x in placed.status["conditions"] if x["type"] == "PodsUnschedulable")
+    cond = next(x for x in placed.status.conditions if x["type"] == "PodsUnschedulable")
     assert (cond["status"], cond["reason"]) == ("False", "PodsScheduled")
 
 
@@ -1009,13 +1011,13 @@ def test_a_pod_a_scheduler_has_tried_gated_or_bound_is_not_unseen(seen_by):
 
     plan = decide(job, pods, NODES, NOW)
 
-    reasons = [x["reason"] for x in plan.status["conditions"] if x["type"] == "PodsUnschedulable"]
+    reasons = [x["reason"] for x in plan.status.conditions if x["type"] == "PodsUnschedulable"]
     assert "NotSeenByScheduler" not in reasons
 
 
 # ------------------------------------------------------------------ save on notice (RLinf, verl)
 def save_on_notice(plan):
-    return next((c for c in plan.status["conditions"] if c["type"] == "SaveOnNotice"), None)
+    return next((c for c in plan.status.conditions if c["type"] == "SaveOnNotice"), None)
 
 
 @pytest.mark.parametrize(
@@ -1070,7 +1072,7 @@ def test_the_bridges_word_from_the_last_attempt_becomes_the_condition_and_an_eve
     assert condition["message"].startswith(why) and "last periodic save" in condition["message"]
     assert [e.type for e in plan.events if e.reason == "SaveOnNoticeUnavailable"] == ["Warning"]
     # A later attempt whose bridge hooked the loop: True again.
-    later = with_status(job, {**plan.status, "attempt": 2, "attemptCreationTime": None})
+    later = with_status(job, replace(plan.status, attempt=2, attempt_creation_time=None))
     mended = decide(later, [], NODES, NOW, LookupResult(ResumeTarget("/c/global_step_12", 12), 12))
     assert (save_on_notice(mended)["status"], save_on_notice(mended)["reason"]) == (
         "True", "SaveOnNoticeAvailable"

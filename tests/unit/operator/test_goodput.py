@@ -7,6 +7,7 @@ from datetime import timedelta
 from builders import NOW, make_job
 from passes import decide, fail, with_status
 from rljob_operator.api.reasons import Phase
+from rljob_operator.api.status import JobStatus
 from rljob_operator.api.timestamps import iso, parse_iso
 from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.metrics import GoodputCollector
@@ -63,14 +64,14 @@ def test_a_pass_that_changes_nothing_leaves_the_figures_as_they_were():
 
     later = decide(job, pods_of(job, attempt=1), NODES, at(1000))
 
-    assert later.status == job["status"]  # nothing to write: no API call for goodput
+    assert later.status.to_dict() == job["status"]  # nothing to write: no API call for goodput
 
 
 def test_current_extends_the_stored_figures_to_now_without_a_write():
     job = live_job_through_one_preemption()
     created = parse_iso(job["metadata"]["creationTimestamp"])
 
-    figures = goodput.current(job["status"], created, at(1124))
+    figures = goodput.current(JobStatus.from_dict(job["status"]), created, at(1124))
 
     assert figures.running == 1100.0 and figures.wall == 1124.0
     assert figures.ettr == 1100 / 1124
@@ -89,9 +90,9 @@ def test_lost_steps_priced_with_the_trainers_step_time_come_off_the_running_time
 
     recreated = decide(job, [], NODES, at(110), lookup)
 
-    figures = recreated.status["goodput"]
+    figures = recreated.status.goodput
     assert (figures["lostSteps"], figures["lostSeconds"]) == (7, 28.0)
-    assert recreated.status["recoveries"][-1]["lostSeconds"] == 28.0
+    assert recreated.status.recoveries[-1].lost_seconds == 28.0
     assert figures["ettr"] == round((100 - 28) / 110, 4)
 
 
@@ -101,7 +102,7 @@ def test_lost_steps_without_a_step_time_are_counted_but_not_priced():
     job = with_status(job, decide(job, preempted, NODES, at(50)).status)
     lookup = LookupResult(ResumeTarget("/checkpoints/global_step_20", 20), last_finished_step=25)
 
-    figures = decide(job, [], NODES, at(60), lookup).status["goodput"]
+    figures = decide(job, [], NODES, at(60), lookup).status.goodput
 
     assert (figures["lostSteps"], figures["lostSeconds"]) == (5, 0.0)
     assert figures["runningSeconds"] == 50.0
@@ -132,7 +133,7 @@ def test_a_finished_job_stops_the_clock():
     assert job["status"]["phase"] == Phase.SUCCEEDED
     assert job["status"]["goodput"]["runningSeconds"] == 300.0
     created = parse_iso(job["metadata"]["creationTimestamp"])
-    assert goodput.current(job["status"], created, at(9000)).wall == 300.0
+    assert goodput.current(JobStatus.from_dict(job["status"]), created, at(9000)).wall == 300.0
 
 
 def test_a_job_from_an_older_operator_is_accounted_from_the_first_pass_that_sees_it():
@@ -141,7 +142,7 @@ def test_a_job_from_an_older_operator_is_accounted_from_the_first_pass_that_sees
 
     plan = decide(job, pods_of(job), NODES, at(500))
 
-    figures = plan.status["goodput"]
+    figures = plan.status.goodput
     assert figures["since"] == figures["asOf"] == "2026-11-29T12:08:20.000000Z"
     assert "ettr" not in figures  # no time has passed: no ratio to show
 
@@ -160,7 +161,7 @@ def test_a_job_failed_outside_decide_is_accounted_too():
 
     plan = fail(job, at(30), "PodRejected", "the API server refused the job's pods")
 
-    assert plan.status["goodput"]["runningSeconds"] == 30.0
+    assert plan.status.goodput["runningSeconds"] == 30.0
 
 
 def test_the_gauges_extend_each_jobs_figures_to_the_scrape():

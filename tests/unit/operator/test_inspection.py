@@ -10,6 +10,7 @@ import pytest
 from builders import NOW, make_job
 from passes import plan_pass
 from rljob_operator import constants as c
+from rljob_operator.api.status import CheckpointLookup, ResumeFrom
 from rljob_operator.reconcile.lookup import CheckpointFinder
 
 # No volume the operator reads itself: every look goes through an inspector pod.
@@ -64,7 +65,7 @@ def test_an_inspector_that_reported_is_read_then_deleted_by_the_plan_that_record
 
     plan = plan_pass(job, [done], NODES, FINDER, NOW)
 
-    assert plan.status["resumeFrom"] == {"step": 30, "path": "/checkpoints/global_step_30"}
+    assert plan.status.resume_from == ResumeFrom(30, "/checkpoints/global_step_30")
     assert [o["metadata"]["name"] for o in plan.create if o["kind"] == "Pod"] == [
         "grpo-a0-n0", "grpo-a0-n1",
     ]  # fmt: skip
@@ -85,11 +86,11 @@ def test_a_bad_checkpoint_found_by_an_inspector_is_recorded_and_the_next_look_wa
 
     plan = plan_pass(job, [done], NODES, FINDER, NOW)
 
-    assert [b["path"] for b in plan.status["badCheckpoints"]] == [path]
+    assert [b.path for b in plan.status.bad_checkpoints] == [path]
     assert [e.reason for e in plan.events].count("CheckpointMarkedBad") == 1
     assert plan.create == [] and plan.delete == ["grpo-inspect-a1"]
 
-    gone = plan_pass(dict(job, status=plan.status), [], NODES, FINDER, NOW)
+    gone = plan_pass(dict(job, status=plan.status.to_dict()), [], NODES, FINDER, NOW)
     (inspector,) = gone.create
     assert inspector["spec"]["containers"][0]["command"][-2:] == ["--exclude", path]
 
@@ -124,7 +125,7 @@ def test_layout_auto_is_rljob_for_the_rljob_trainer_whatever_its_backend(spec, l
     report = {"found": True, "path": "/checkpoints/global_step_30", "step": 30}
     plan = plan_pass(job, [reported(inspector, report)], NODES, FINDER, NOW)
 
-    assert plan.status["latestCheckpoint"]["layout"] == layout
+    assert plan.status.latest_checkpoint.layout == layout
 
 
 UNSCHEDULABLE = {"phase": "Pending", "conditions": [{
@@ -152,22 +153,22 @@ def test_an_inspector_that_cannot_start_says_why_in_the_gangs_words_until_it_run
 
     plan = plan_pass(job, [stuck], NODES, FINDER, NOW)
 
-    conditions = {x["type"]: x for x in plan.status["conditions"]}
+    conditions = {x["type"]: x for x in plan.status.conditions}
     assert (conditions[condition]["status"], conditions[condition]["reason"]) == ("True", reason)
     assert conditions[condition]["message"] == says
-    assert plan.status["checkpointLookup"] == {"failures": 0, "waiting": says}
-    assert plan.status["phase"] == "Pending"
+    assert plan.status.checkpoint_lookup == CheckpointLookup(failures=0, waiting=says)
+    assert plan.status.phase == "Pending"
     assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", reason, says)]
     assert plan.create == [] and plan.delete == []
-    job["status"] = plan.status
+    job["status"] = plan.status.to_dict()
     assert plan_pass(job, [stuck], NODES, FINDER, NOW).events == []  # the same reason: told once
 
     running = plan_pass(job, [dict(stuck, status={"phase": "Running"})], NODES, FINDER, NOW)
 
-    cleared = {x["type"]: x for x in running.status["conditions"]}[condition]
+    cleared = {x["type"]: x for x in running.status.conditions}[condition]
     assert cleared["status"] == "False"
     assert "inspector pod grpo-inspect-a0 " in cleared["message"]
-    assert "checkpointLookup" not in running.status
+    assert running.status.checkpoint_lookup is None
     assert running.create == [] and running.events == []
 
 
@@ -175,16 +176,16 @@ def test_an_inspector_that_reports_while_its_condition_is_true_clears_it_and_the
     job = job_with_volume()
     inspector = first_inspector(job)
     stuck = dict(inspector, status=UNSCHEDULABLE)
-    job["status"] = plan_pass(job, [stuck], NODES, FINDER, NOW).status
+    job["status"] = plan_pass(job, [stuck], NODES, FINDER, NOW).status.to_dict()
     done = reported(inspector, {"found": True, "path": "/checkpoints/global_step_30", "step": 30})
 
     plan = plan_pass(job, [done], NODES, FINDER, NOW)
 
-    conditions = {x["type"]: x for x in plan.status["conditions"]}
+    conditions = {x["type"]: x for x in plan.status.conditions}
     assert (conditions["PodsUnschedulable"]["status"],
             conditions["PodsUnschedulable"]["reason"]) == ("False", "PodsScheduled")  # fmt: skip
-    assert "checkpointLookup" not in plan.status
-    assert plan.status["resumeFrom"]["step"] == 30
+    assert plan.status.checkpoint_lookup is None
+    assert plan.status.resume_from.step == 30
     assert [o["metadata"]["name"] for o in plan.create if o["kind"] == "Pod"] == [
         "grpo-a0-n0", "grpo-a0-n1",
     ]  # fmt: skip
@@ -198,10 +199,10 @@ def test_failed_looks_so_far_stay_on_record_while_the_next_inspector_is_stuck():
 
     plan = plan_pass(job, [stuck], NODES, FINDER, NOW)
 
-    record = plan.status["checkpointLookup"]
-    assert record["failures"] == 2 and record["retryAfter"] == "2026-11-29T11:59:00Z"
-    assert record["waiting"].startswith("inspector pod grpo-inspect-a0: 0/3 nodes")
-    job["status"] = plan.status
+    record = plan.status.checkpoint_lookup
+    assert record.failures == 2 and record.retry_after == "2026-11-29T11:59:00Z"
+    assert record.waiting.startswith("inspector pod grpo-inspect-a0: 0/3 nodes")
+    job["status"] = plan.status.to_dict()
     running = plan_pass(job, [dict(stuck, status={"phase": "Running"})], NODES, FINDER, NOW)
-    assert "waiting" not in running.status["checkpointLookup"]
-    assert running.status["checkpointLookup"]["failures"] == 2
+    assert running.status.checkpoint_lookup.waiting is None
+    assert running.status.checkpoint_lookup.failures == 2

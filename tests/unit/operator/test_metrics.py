@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import REGISTRY
+from rljob_operator.api.status import JobStatus
 from rljob_operator.metrics import record_transition
 
 
@@ -36,9 +37,10 @@ def test_preemption_recovery_and_its_latency_are_counted_once():
     latency_sum = sample("rljob_recovery_latency_seconds_sum")
     lost = sample("rljob_lost_steps_sum")
 
-    record_transition({}, ENDED)
-    record_transition(ENDED, RECREATED)
-    record_transition(RECREATED, RECREATED)  # the same status again: nothing new
+    new, ended, recreated = (JobStatus.from_dict(s) for s in ({}, ENDED, RECREATED))
+    record_transition(new, ended)
+    record_transition(ended, recreated)
+    record_transition(recreated, recreated)  # the same status again: nothing new
 
     assert sample("rljob_preemptions_total", reason="PreemptionByScheduler") == preemptions + 1
     assert sample("rljob_recoveries_total", kind="Disruption") == recoveries + 1

@@ -3,13 +3,16 @@ the pass's plan of the write (reconcile.run.plan_boost_write) and the cache it r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from builders import NOW
 from passes import plan_boost_write
 from rljob_operator import constants as c
+from rljob_operator.api.reasons import EndKind, Phase
 from rljob_operator.api.spec import PriorityBoostSpec, SpecError, parse_spec
+from rljob_operator.api.status import JobStatus, Recovery
 from rljob_operator.api.timestamps import iso, iso_precise
 from rljob_operator.reconcile.plan import Plan
 from rljob_operator.reconcile.priority_boost import (
@@ -37,6 +40,16 @@ def ago(seconds: float):
 
 def spec_with(**fields):
     return parse_spec({"image": "trainer:1", **fields})
+
+
+def recovery(attempt=1, detected=None, running=None):
+    """A recovery record of `attempt`, detected and running `detected` and `running` seconds
+    ago where given (a record the operator has not completed yet lacks them)."""
+    return Recovery(
+        attempt, EndKind.DISRUPTION, "PreemptionByScheduler",
+        detected_at=iso_precise(ago(detected)) if detected is not None else "",
+        first_running_at=iso_precise(ago(running)) if running is not None else None,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -105,15 +118,9 @@ def test_a_big_gang_that_just_saved_is_no_cheap_victim_once_its_restart_counts()
 
 
 def test_the_restart_time_is_the_median_of_the_jobs_measured_recoveries():
-    def record(detected, running):
-        return {
-            "detectedAt": iso_precise(ago(detected)),
-            "firstRunningAt": iso_precise(ago(running)),
-        }
-
-    assert restart_seconds({}) == 0.0
-    status = {"recoveries": [record(1000, 900), record(800, 760), record(500, 200),
-                             {"detectedAt": iso_precise(ago(50))}]}  # fmt: skip
+    assert restart_seconds(JobStatus()) == 0.0
+    status = JobStatus(recoveries=(recovery(1, 1000, 900), recovery(2, 800, 760),
+                                   recovery(3, 500, 200), recovery(4, 50)))  # fmt: skip
     assert restart_seconds(status) == pytest.approx(100.0)
 
 
@@ -129,7 +136,7 @@ def test_the_restart_time_is_the_median_of_the_jobs_measured_recoveries():
     ],
 )  # fmt: skip
 def test_who_saves_on_notice(spec, status, saves):
-    assert saves_on_notice(spec_with(**spec), status) is saves
+    assert saves_on_notice(spec_with(**spec), JobStatus.from_dict(status)) is saves
 
 
 def test_a_lost_work_that_does_not_grow_wakes_only_for_the_recheck():
@@ -266,8 +273,7 @@ def queued_job(enabled=True, **boost):
 
 
 def running_status(attempt=1, since=600):
-    return {"attempt": attempt, "phase": "Running", "recoveries": [
-        {"attempt": attempt, "firstRunningAt": iso_precise(ago(since))}]}  # fmt: skip
+    return JobStatus(Phase.RUNNING, attempt, recoveries=(recovery(attempt, running=since),))
 
 
 def workload(name="grpo-a1", revision="7", **annotations):
@@ -294,13 +300,12 @@ def test_the_plan_writes_the_boost_of_the_running_attempts_workload_and_wakes_fo
 
 def test_the_status_says_what_the_written_boost_was_computed_from():
     # 8 GPUs, step 20 s and save 5 s fit the default grace of 30 s: only the restart counts
-    status = {**running_status(), "recoveries": [
-        {"attempt": 1, "detectedAt": iso_precise(ago(900)), "firstRunningAt": iso_precise(ago(600))}]}  # fmt: skip
+    status = replace(running_status(), recoveries=(recovery(1, detected=900, running=600),))
     plan = Plan(status=status)
     plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0, 5.0)),
                      cache_with(workload()), NOW)  # fmt: skip
     assert plan.annotate_workload[1][BOOST] == "24"  # 8 x 300 s / 100
-    assert plan.status["priorityBoost"] == {
+    assert plan.status.priority_boost.to_dict() == {
         "boost": 24, "atRiskGpuSeconds": 2400.0, "gpus": 8, "lostWorkSeconds": 0.0,
         "restartSeconds": 300.0, "time": iso_precise(NOW),
     }  # fmt: skip
@@ -320,7 +325,12 @@ def test_time_since_the_checkpoint_counts_without_progress_and_a_fresh_save_writ
     ("job", "status", "cached", "saved"),
     [
         (queued_job(enabled=False), running_status(), workload(), Saved(1, ago(900))),
-        (queued_job(), {**running_status(), "phase": "Pending"}, workload(), Saved(1, ago(900))),
+        (
+            queued_job(),
+            replace(running_status(), phase=Phase.PENDING),
+            workload(),
+            Saved(1, ago(900)),
+        ),
         (queued_job(), running_status(), workload(name="grpo-a0"), Saved(1, ago(900))),
         (queued_job(), running_status(), workload(), None),  # the volume is not the operator's
     ],
@@ -349,7 +359,7 @@ def test_an_unchanged_boost_inside_its_interval_is_not_written_again():
 
 
 def boost_condition_of(plan):
-    found = [x for x in plan.status.get("conditions", []) if x["type"] == "PriorityBoost"]
+    found = [x for x in plan.status.conditions if x["type"] == "PriorityBoost"]
     return (found[0]["status"], found[0]["reason"]) if found else None
 
 
@@ -389,7 +399,7 @@ def test_a_refused_write_waits_out_a_doubling_back_off_and_the_condition_says_wh
     assert plan.annotate_workload is None and finder.looks == 0
     assert plan.requeue_after == pytest.approx(30)  # the first back-off is 60 s
     assert boost_condition_of(plan) == ("False", "BoostWriteRefused")
-    assert "403 Forbidden" in plan.status["conditions"][0]["message"]
+    assert "403 Forbidden" in plan.status.conditions[0]["message"]
     cache.refuse_boost("ns", "grpo", Refusal(ago(61), 1, "403 Forbidden"))  # due: try again
     plan = Plan(status=running_status())
     plan_boost_write(plan, queued_job(), finder, cache, NOW)
