@@ -49,10 +49,11 @@ def plan_pass(
 
 def plan_boost_write(
     plan: Plan, job: dict[str, Any], finder: CheckpointFinder, cache: ClusterCache,
-    now: datetime, limit: int = 100,
+    now: datetime, limit: int = 100, pods: list[dict[str, Any]] | None = None,
 ) -> None:  # fmt: skip
-    """`limit`: the administrator's largest boost (--max-priority-boost)."""
-    snap = take_snapshot(job, [], {}, now, settings=Settings(max_priority_boost=limit))
+    """`limit`: the administrator's largest boost (--max-priority-boost); `pods`: the job's."""
+    settings = Settings(max_priority_boost=limit)
+    snap = take_snapshot(job, pods or [], {}, now, settings=settings)
     run.plan_boost_write(plan, snap, finder, cache)
 
 

@@ -45,6 +45,15 @@ KUEUE_WORKLOADS = "workloads"
 # write waits its interval even after an operator restart.
 KUEUE_PRIORITY_BOOST_ANNOTATION = "kueue.x-k8s.io/priority-boost"
 PRIORITY_BOOST_TIME_ANNOTATION = "rljob.io/priority-boost-time"
+# The priority classes a Workload's priority comes from, by API group (watched, read-only, for
+# the boost's ceiling below the next class up): Kueue's WorkloadPriorityClasses and the pods'
+# PriorityClasses, with their versions and plurals.
+POD_PRIORITY_GROUP = "scheduling.k8s.io"
+PRIORITY_CLASS_KINDS = {KUEUE_GROUP: "WorkloadPriorityClass", POD_PRIORITY_GROUP: "PriorityClass"}
+PRIORITY_CLASS_APIS = {
+    KUEUE_GROUP: (KUEUE_VERSION, "workloadpriorityclasses"),
+    POD_PRIORITY_GROUP: ("v1", "priorityclasses"),
+}
 
 # Read, not written: a node annotation with the RFC 3339 time the node goes, for whatever
 # learns it from the cloud (preemption.nodes.node_termination).

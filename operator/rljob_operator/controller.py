@@ -119,6 +119,10 @@ class Controller:
         if job:
             self.queue.add(job)
 
+    def priority_class_event(self, group: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        """A WorkloadPriorityClass or PriorityClass: kept for the boosts' ceilings. No pass."""
+        self.cache.on_priority_class(group, event_type, obj)
+
     def shared_event(self, kind: str, event_type: str | None, obj: dict[str, Any]) -> None:
         """A job's Service, ConfigMap or Workload: noted for its next gang, which creates
         only what is missing. No pass: a running gang has what it needs."""

@@ -1,12 +1,12 @@
 """kopf handlers: thin doors into the controller.
 
 kopf's watch streams of the jobs, their pods, what they own across attempts (Services,
-ConfigMaps, the Workload API's Workloads), the nodes and (where Kueue is installed) its
-Workloads feed the controller's cache and work queue; none of the handlers decides anything
-itself, and none keeps state on the job. The periodic work (resync, "come back in N
-seconds") is the controller's own, in plain threads rather than kopf timers, because kopf
-puts a finalizer on every object with a timer, and a job should stay deletable while the
-operator is down.
+ConfigMaps, the Workload API's Workloads), the nodes, (where Kueue is installed) its
+Workloads and WorkloadPriorityClasses, and the PriorityClasses feed the controller's cache
+and work queue; none of the handlers decides anything itself, and none keeps state on the
+job. The periodic work (resync, "come back in N seconds") is the controller's own, in plain
+threads rather than kopf timers, because kopf puts a finalizer on every object with a timer,
+and a job should stay deletable while the operator is down.
 """
 
 from __future__ import annotations
@@ -164,3 +164,22 @@ async def kueue_workload_changed(
     """Why Kueue has not admitted a gang yet, for its job's conditions. Where Kueue is not
     installed, kopf serves this once its CRD appears."""
     memo.controller.admission_event(type, event["object"])
+
+
+@kopf.on.event(c.KUEUE_GROUP, *c.PRIORITY_CLASS_APIS[c.KUEUE_GROUP])
+async def workload_priority_class_changed(
+    type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
+    """Kueue's WorkloadPriorityClasses, for the boost's ceiling below the next class up
+    (reconcile.boost_guards). Where Kueue is not installed, kopf serves this once its CRD
+    appears."""
+    memo.controller.priority_class_event(c.KUEUE_GROUP, type, event["object"])
+
+
+@kopf.on.event(c.POD_PRIORITY_GROUP, *c.PRIORITY_CLASS_APIS[c.POD_PRIORITY_GROUP])
+async def priority_class_changed(
+    type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
+) -> None:
+    """The pods' PriorityClasses, for the boost's ceiling of a Workload whose priority comes
+    from them (reconcile.boost_guards)."""
+    memo.controller.priority_class_event(c.POD_PRIORITY_GROUP, type, event["object"])

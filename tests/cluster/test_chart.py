@@ -167,6 +167,8 @@ def test_rbac_grants_no_more_than_the_operator_uses():
     assert rules(namespaced, "ClusterRole") == [
         (("",), ("nodes",), ("get", "list", "watch"), ()),
         (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch"), ()),
+        (("kueue.x-k8s.io",), ("workloadpriorityclasses",), ("list", "watch"), ()),
+        (("scheduling.k8s.io",), ("priorityclasses",), ("list", "watch"), ()),
         (("",), ("namespaces",), ("list", "watch"), ()),
     ]
     assert rules(namespaced, "Role") == [
@@ -192,7 +194,7 @@ def test_rbac_grants_no_more_than_the_operator_uses():
         *rules(namespaced, "Role")[:13],
         (("kopf.dev",), ("clusterkopfpeerings",), ("list", "watch"), ()),
         (("kopf.dev",), ("clusterkopfpeerings",), ("patch",), ("rljob-system-rljob-operator",)),
-        *rules(namespaced, "ClusterRole")[:2],
+        *rules(namespaced, "ClusterRole")[:4],
     }
 
 

@@ -420,6 +420,69 @@ def test_the_priority_boost_makes_kueue_preempt_the_job_that_loses_least(
         wait_for(lambda: boost_of(api_client, namespace, "y-a0") == "0", 30, "y's boost of 0")
 
 
+CLASSES = {"low": 100, "mid": 150, "high": 1000}  # WorkloadPriorityClasses, by short name
+
+
+@pytest.fixture
+def workload_priority_classes(api_client, kueue_manager):
+    """Kueue's WorkloadPriorityClasses low (100), mid (150) and high (1000) of this test:
+    their names by short name."""
+    custom = client.CustomObjectsApi(api_client)
+    names = {short: f"rljob-test-{short}-{uuid.uuid4().hex[:6]}" for short in CLASSES}
+    for short, name in names.items():
+        body = {"apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}", "kind": "WorkloadPriorityClass",
+                "metadata": {"name": name}, "value": CLASSES[short]}  # fmt: skip
+        custom.create_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses",
+                                            body)  # fmt: skip
+    try:
+        yield names
+    finally:
+        for name in names.values():
+            custom.delete_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION,
+                                                "workloadpriorityclasses", name)  # fmt: skip
+
+
+def of_workload_class(body, name):
+    """The job's pods name a WorkloadPriorityClass, as Kueue reads it (a pod label)."""
+    body["spec"]["template"]["metadata"] = {"labels": {"kueue.x-k8s.io/priority-class": name}}
+    return body
+
+
+def test_a_boost_stays_below_the_next_class_up_which_still_preempts_the_job(
+    api_client, core, namespace, nodes, workload_priority_classes, boosting_operator, volume,
+    local_queue,
+):  # fmt: skip
+    """L, of class low (100), has 990 steps of 10 s unsaved: 99 points at 100 GPU-seconds a
+    point, within the operator's 100. But Kueue would then never let a Workload of class mid
+    (150) preempt it (it needs a priority strictly above 100 + boost), so the boost stops at
+    49, and L's condition says why. M, of class mid, needs both GPUs of the queue: Kueue
+    preempts L for it."""
+    classes = workload_priority_classes
+    create = client.CustomObjectsApi(api_client).create_namespaced_custom_object
+    write_checkpoint(volume / "l", 10)
+    write_progress(volume / "l", 1000, step_seconds=10.0)
+    policy = {"enabled": True, "gpuSecondsPerPoint": 100, "minIntervalSeconds": 1}
+    low = single_gpu_job("l", nodes, local_queue, "l", policy)
+    create(c.GROUP, c.VERSION, namespace, c.PLURAL, of_workload_class(low, classes["low"]))
+    wait_for(lambda: one_running(core, namespace, "l"), 60, "l, admitted")
+
+    wait_for(lambda: boost_of(api_client, namespace, "l-a0") == "49", 30, "l's boost of 49")
+    assert workload(api_client, namespace, "l-a0")["spec"]["priority"] == 100
+    status = get_job(api_client, namespace, "l")["status"]
+    condition = next(x for x in status["conditions"] if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("True", "BoostClamped")
+    assert (f"below WorkloadPriorityClass {classes['mid']} (150), the next class above the "
+            "job's 100") in condition["message"]  # fmt: skip
+    assert status["priorityBoost"]["boost"] == 49
+
+    mid = of_workload_class(queued_job("m", nodes, local_queue), classes["mid"])
+    create(c.GROUP, c.VERSION, namespace, c.PLURAL, mid)  # two pods of one GPU: all the quota
+    wait_for(lambda: stopped(core, namespace, "l"), 60, "Kueue to preempt l for m")
+    for pod in pods_of(core, namespace, "l", 0):  # as its kubelet would
+        finish(core, namespace, pod.metadata.name, 143)
+    wait_for(lambda: running(core, namespace, "m", 0), 60, "m, admitted")
+
+
 def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_why(
     cluster_name, core, namespace, tmp_path
 ):
@@ -454,8 +517,13 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
                    "attemptCreationTime": iso(datetime.now(UTC) - timedelta(hours=2))},
     }  # fmt: skip
     cache = ClusterCache()
+    pod = {"metadata": {"namespace": namespace, "name": "grpo-a0-n0", "uid": "uid-grpo-a0-n0",
+                        "labels": {c.LABEL_JOB: "grpo", c.LABEL_ATTEMPT: "0",
+                                   c.LABEL_ROLE: c.ROLE_TRAINER}}}  # fmt: skip
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "grpo-a0-n0", "uid": "uid-grpo-a0-n0"}
     cache.on_admission("ADDED", {"metadata": {"namespace": namespace, "name": "grpo-a0",
-                                              "resourceVersion": "1"}})  # fmt: skip
+                                              "resourceVersion": "1",
+                                              "ownerReferences": [owner]}})  # fmt: skip
 
     class Folder:  # the job's checkpoint folder: nothing saved for an hour
         def saved(self, spec):
@@ -467,7 +535,7 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     for _ in range(21):
         plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
         snap = take_snapshot(
-            job, [], {}, datetime.now(UTC), settings=Settings(max_priority_boost=50)
+            job, [pod], {}, datetime.now(UTC), settings=Settings(max_priority_boost=50)
         )
         run.plan_boost_write(plan, snap, Folder(), cache)
         job["status"] = json_copy(
@@ -479,7 +547,7 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     assert patches._value.get() - before == 1  # and only the first
     refusal = cache.boost_refusal(namespace, "grpo")
     assert refusal is not None and refusal.count == 1 and "403" in refusal.why
-    condition = next(x for x in plans[-1].status["conditions"] if x["type"] == "PriorityBoost")
+    condition = next(x for x in plans[-1].status.conditions if x["type"] == "PriorityBoost")
     assert (condition["status"], condition["reason"]) == ("False", "BoostWriteRefused")
     assert "Forbidden" in condition["message"] or "forbidden" in condition["message"]
 

@@ -99,4 +99,13 @@ The operator's permissions, derived from its code (docs/install.md explains each
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
+# Priority classes are cluster-scoped: the operator watches their values, so that a job's
+# priority boost never lifts it to the next class above its own (Kueue's
+# WorkloadPriorityClasses, where Kueue is installed, and the pods' PriorityClasses). Read-only.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloadpriorityclasses]
+  verbs: [list, watch]
+- apiGroups: [scheduling.k8s.io]
+  resources: [priorityclasses]
+  verbs: [list, watch]
 {{- end }}

@@ -44,8 +44,9 @@ class ConditionType(StrEnum):
     # than it expects), with why; True again once that is mended.
     SAVE_ON_NOTICE = "SaveOnNotice"
     # Jobs with spec.queueing.priorityBoost.enabled, while their attempt runs in a Kueue
-    # queue: True while rljob writes the boost (also when clamped to the operator's limit),
-    # False while the operator allows none or the API server refuses the writes.
+    # queue: True while rljob writes the boost (also when clamped to the operator's limit or
+    # below the next priority class up), False while the operator allows none, the API server
+    # refuses the writes, or the attempt's Workload is not the job's pods'.
     PRIORITY_BOOST = "PriorityBoost"
 
 
@@ -101,6 +102,7 @@ class Reason(StrEnum):
     BOOST_CLAMPED = "BoostClamped"
     BOOST_NOT_ALLOWED = "BoostNotAllowed"
     BOOST_WRITE_REFUSED = "BoostWriteRefused"
+    BOOST_WORKLOAD_NOT_OWNED = "BoostWorkloadNotOwned"  # the Workload is not the attempt's pods'
     # Events only.
     FRESH_START = "FreshStart"
     RUNNING = "Running"

@@ -19,7 +19,10 @@ least goes first:
                             fit, or times not measured yet)
     restart seconds       = the median time from a past end of this job to its next gang all
                             running (status.recoveries), 0 until one was measured
-    boost                 = min(maxBoost, floor(at risk / gpuSecondsPerPoint))
+    boost                 = min(maxBoost, the ceiling, floor(at risk / gpuSecondsPerPoint))
+    the ceiling           = (the lowest priority class value above the job's priority)
+                            - (the job's priority) - 1, none without a class above
+                            (reconcile.boost_guards)
 
 A preemption of a job that saves on notice loses about nothing but its restart, which a
 big gang pays on every GPU: a 64-GPU gang that just saved is therefore no cheap victim.
@@ -29,8 +32,11 @@ limit (`rljob operator --max-priority-boost`, the chart's kueue.maxPriorityBoost
 cluster's administrator, not the job's author, decides how far a job can be lifted. Kueue
 lets a preemptor take a candidate's place only when the preemptor's priority plus boost is
 higher than the candidate's, so a limit below the gap between two priority classes lets a
-boost reorder jobs of one class but never shield a job from a higher class. A job asking for
-more is clamped, and its PriorityBoost condition says so.
+boost reorder jobs of one class but never shield a job from a higher class; and the boost
+never reaches the next class above the job's own (the ceiling, read from the cluster's
+classes), whatever the limit. A job asking for more is clamped, and its PriorityBoost
+condition says so. A Workload under the attempt's name that the attempt's pods do not own is
+not written at all.
 
 The checkpoint volume is read for the boost at most once per job and minIntervalSeconds (and
 again when a new attempt runs): a write can come no more often, and a pass comes at every
@@ -59,6 +65,7 @@ from ..api.spec import JobSpec, PriorityBoostSpec
 from ..api.status import BoostBasis, JobStatus, find_condition
 from ..api.timestamps import iso_precise, parse_iso
 from ..frameworks import framework
+from .boost_guards import Ceiling
 
 GPU_SUFFIX = "/gpu"  # nvidia.com/gpu, amd.com/gpu, ...
 REFUSAL_BACKOFF_SECONDS = 60.0  # after the first refused write; doubling up to the next
@@ -203,26 +210,44 @@ class Refusal:
         return self.at + timedelta(seconds=min(backoff, MAX_REFUSAL_BACKOFF_SECONDS))
 
 
-def allowed(policy: PriorityBoostSpec, limit: int) -> PriorityBoostSpec:
-    """The job's policy with its maxBoost within the operator's limit (unset: the limit)."""
+def allowed(policy: PriorityBoostSpec, limit: int, top: Ceiling | None = None) -> PriorityBoostSpec:
+    """The job's policy with its maxBoost within the operator's limit (unset: the limit) and
+    below the next priority class above the job's (`top`, reconcile.boost_guards)."""
     asked = limit if policy.max_boost is None else policy.max_boost
-    return replace(policy, max_boost=max(0, min(asked, limit)))
+    cap = limit if top is None else min(limit, top.boost)
+    return replace(policy, max_boost=max(0, min(asked, cap)))
 
 
 def boost_condition(
-    policy: PriorityBoostSpec, limit: int, refusal: Refusal | None
+    policy: PriorityBoostSpec,
+    limit: int,
+    refusal: Refusal | None,
+    top: Ceiling | None = None,
+    foreign: str | None = None,
 ) -> tuple[bool, Reason, str]:
-    """The PriorityBoost condition of a job that wants a boost: (status, reason, message)."""
+    """The PriorityBoost condition of a job that wants a boost: (status, reason, message).
+    `top`: the ceiling below the next class up; `foreign`: why the attempt's Workload is not
+    the job's (reconcile.boost_guards)."""
     if limit <= 0:
         return (False, Reason.BOOST_NOT_ALLOWED,
                 "the operator allows no priority boost (its --max-priority-boost is 0; the "
                 "chart's kueue.priorityBoost and kueue.maxPriorityBoost set it)")  # fmt: skip
+    if foreign is not None:
+        return (False, Reason.BOOST_WORKLOAD_NOT_OWNED,
+                f"the Kueue Workload under the attempt's name is not the job's pod group "
+                f"({foreign}): rljob writes no priority boost on it")  # fmt: skip
     if refusal is not None:
         return (False, Reason.BOOST_WRITE_REFUSED,
                 f"the API server refused the priority boost on the attempt's Workload "
                 f"{refusal.count} time(s) in a row ({refusal.why}); the next try is at "
                 f"{iso_precise(refusal.retry_at())}. The operator needs patch on "
                 "workloads.kueue.x-k8s.io (the chart's kueue.priorityBoost: true)")  # fmt: skip
+    unclassed = allowed(policy, limit).max_boost
+    if top is not None and top.boost < unclassed:
+        return (True, Reason.BOOST_CLAMPED,
+                f"the boost goes up to {top.boost}, {top.describe()}: Kueue preempts the job "
+                "for a higher class only while the job's priority plus boost is below "
+                "it")  # fmt: skip
     if policy.max_boost is not None and policy.max_boost > limit:
         return (True, Reason.BOOST_CLAMPED,
                 f"spec.queueing.priorityBoost.maxBoost {policy.max_boost} is above the "
@@ -230,7 +255,7 @@ def boost_condition(
     return (
         True,
         Reason.BOOSTING,
-        f"the boost follows the work at risk, up to {allowed(policy, limit).max_boost}",
+        f"the boost follows the work at risk, up to {allowed(policy, limit, top).max_boost}",
     )
 
 
@@ -323,10 +348,11 @@ def plan_boost(
     written: Written,
     now: datetime,
     limit: int,
+    top: Ceiling | None = None,
 ) -> BoostPlan:
     """What to write for the boost now, and when to look again; `limit` is the operator's
-    largest boost."""
-    policy = allowed(spec.queueing.priority_boost, limit)
+    largest boost, `top` the ceiling below the next priority class up."""
+    policy = allowed(spec.queueing.priority_boost, limit, top)
     risk = AtRisk(
         gang_gpus(spec), running_since(status, now), saved.at, saved.step, saved.finished_step,
         saved.step_seconds, saved.save_seconds,

@@ -33,6 +33,7 @@ from ..launcher.identity import attempt_name
 from ..launcher.inspector import inspector_name
 from ..runtime.cache import ClusterCache, controller_uid
 from ..runtime.events import PostEvent
+from .boost_guards import ceiling, not_owned
 from .decide import decide, fail
 from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .observe import inspector_stuck
@@ -195,7 +196,8 @@ def plan_boost_write(
 ) -> None:
     """Add the priority boost's condition, write and next look to the plan, where the job
     wants one, the operator allows it, no refused write waits out its back-off, and the
-    attempt's Kueue Workload is in the cache (reconcile.priority_boost decides)."""
+    attempt's Kueue Workload is in the cache and owned by the attempt's pods; below the next
+    priority class up (reconcile.priority_boost and reconcile.boost_guards decide)."""
     spec = snap.spec
     if isinstance(spec, SpecError):
         return
@@ -203,7 +205,14 @@ def plan_boost_write(
         return
     limit = snap.settings.max_priority_boost
     refusal = cache.boost_refusal(snap.ref.namespace, snap.ref.name)
-    condition = boost_condition(spec.queueing.priority_boost, limit, refusal)
+    attempt = plan.status.attempt
+    workload = attempt_name(snap.ref.name, attempt)
+    found = cache.kueue_workload(snap.ref.namespace, workload)
+    top = foreign = None
+    if found is not None:
+        foreign = not_owned(found, snap.trainers, attempt)
+        top = ceiling(found, cache.priority_classes())
+    condition = boost_condition(spec.queueing.priority_boost, limit, refusal, top, foreign)
     plan.status = plan.status.with_condition(
         ConditionType.PRIORITY_BOOST, *condition, iso(snap.now),
         snap.job["metadata"].get("generation"),
@@ -213,11 +222,9 @@ def plan_boost_write(
     if refusal is not None and refusal.retry_at() > snap.now:
         plan.requeue((refusal.retry_at() - snap.now).total_seconds())
         return
-    attempt = plan.status.attempt
-    workload = attempt_name(snap.ref.name, attempt)
-    annotations = cache.boost_annotations(snap.ref.namespace, workload)
-    if annotations is None:
+    if found is None or foreign is not None:
         return
+    annotations = found["metadata"].get("annotations") or {}
     read = cache.saved_read(snap.ref.namespace, snap.ref.name)
     if read is None or not read.fresh(attempt, snap.now, spec.queueing.priority_boost):
         saved = finder.saved(spec)
@@ -226,7 +233,7 @@ def plan_boost_write(
         read = SavedRead(attempt, snap.now, saved)
         cache.keep_saved_read(snap.ref.namespace, snap.ref.name, read)
     saved = read.saved
-    boost = plan_boost(spec, plan.status, saved, written_on(annotations), snap.now, limit)
+    boost = plan_boost(spec, plan.status, saved, written_on(annotations), snap.now, limit, top)
     if boost.annotations:
         plan.annotate_workload = (workload, boost.annotations)
         if boost.basis is not None:

@@ -1,6 +1,7 @@
 """The jobs, their pods, what they own across attempts (Services, ConfigMaps, Workloads:
-their names only), the nodes and Kueue's Workloads (why each waits, and its priority boost),
-as the watches last delivered them.
+their names only), the nodes, Kueue's Workloads (why each waits, its priority boost, its
+priority and owners) and the cluster's priority classes (their values), as the watches last
+delivered them.
 
 kopf's watch streams feed it (handlers.py), and a full list replaces it at start-up and
 now and then (`replace`): a watch that reconnects delivers what exists, but never what was
@@ -24,6 +25,8 @@ from ..queueing import Admission
 
 if TYPE_CHECKING:
     from ..reconcile.priority_boost import Refusal, SavedRead
+# What the cache keeps of a Kueue Workload's spec: its priority and where it comes from.
+PRIORITY_FIELDS = ("priority", "priorityClassRef", "priorityClassSource", "priorityClassName")
 
 Key = tuple[str, str]  # (namespace, name); a node's namespace is ""
 BOOST_ANNOTATIONS = (c.KUEUE_PRIORITY_BOOST_ANNOTATION, c.PRIORITY_BOOST_TIME_ANNOTATION)
@@ -123,7 +126,10 @@ class ClusterCache:
         self._shared_by_job: dict[Key, set[tuple[str, str]]] = {}  # job -> (kind, name)
         self._nodes = Store()
         self._admissions: dict[Key, Admission] = {}  # Kueue pod group -> why not admitted
-        self._boosts = Store()  # Kueue pod group -> its Workload's priority-boost annotations
+        self._boosts = Store()  # Kueue pod group -> its Workload's boost, priority and owners
+        self._classes = {
+            group: Store() for group in c.PRIORITY_CLASS_KINDS
+        }  # priority classes by group
         self._boost_refusals: dict[Key, Refusal] = {}  # job -> its refused boost writes
         self._boost_reads: dict[Key, SavedRead] = {}  # job -> its folder, as last read
 
@@ -243,11 +249,7 @@ class ClusterCache:
         namespace, name = key = key_of(workload)
         conditions = (workload.get("status") or {}).get("conditions") or []
         waiting = find_condition(conditions, c.KUEUE_QUOTA_CONDITION)
-        meta = workload["metadata"]
-        kept = {k: meta[k] for k in ("namespace", "name", "resourceVersion") if k in meta}
-        annotations = meta.get("annotations") or {}
-        kept["annotations"] = {k: annotations[k] for k in BOOST_ANNOTATIONS if k in annotations}
-        boost = {"metadata": kept}
+        boost = _slim_kueue_workload(workload)
         with self._lock:
             # A Workload seen first wakes its job (its boost may be due); a change of the
             # boost alone (rljob's own write) wakes none.
@@ -273,6 +275,30 @@ class ClusterCache:
         with self._lock:
             workload = self._boosts.objects.get((namespace, pod_group))
         return None if workload is None else dict(workload["metadata"]["annotations"])
+
+    def kueue_workload(self, namespace: str, pod_group: str) -> dict[str, Any] | None:
+        """The pod group's Kueue Workload as the cache keeps it (its boost annotations,
+        owners, priority and priority class); None while the cache holds none."""
+        with self._lock:
+            return self._boosts.objects.get((namespace, pod_group))
+
+    def on_priority_class(self, group: str, event_type: str | None, obj: dict[str, Any]) -> None:
+        """Take an event of a WorkloadPriorityClass (kueue.x-k8s.io) or a PriorityClass
+        (scheduling.k8s.io): its name and value. Wakes no job: a boost above 0 is looked at
+        every minIntervalSeconds anyway."""
+        meta = obj["metadata"]
+        kept = {k: meta[k] for k in ("name", "resourceVersion") if k in meta}
+        with self._lock:
+            self._classes[group].apply(event_type, {"metadata": kept, "value": obj.get("value")})
+
+    def priority_classes(self) -> dict[str, dict[str, int]]:
+        """The cluster's priority classes: {group: {name: value}}."""
+        with self._lock:
+            return {
+                group: {name: o["value"] for (_, name), o in store.objects.items()
+                        if isinstance(o.get("value"), int)}
+                for group, store in self._classes.items()
+            }  # fmt: skip
 
     def refuse_boost(self, namespace: str, job: str, refusal: Refusal | None) -> None:
         """Keep the job's refused boost writes (None: its last write went through)."""
@@ -343,6 +369,21 @@ def _slim(obj: dict[str, Any]) -> dict[str, Any]:
     if controller:
         kept["ownerReferences"] = [{"uid": controller, "controller": True}]
     return {"metadata": kept}
+
+
+def _slim_kueue_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a Kueue Workload for the boost: who it is, rljob's two
+    annotations, its owners (Kueue's pod group: the group's pods) and its priority."""
+    meta = workload["metadata"]
+    kept = {k: meta[k] for k in ("namespace", "name", "resourceVersion") if k in meta}
+    annotations = meta.get("annotations") or {}
+    kept["annotations"] = {k: annotations[k] for k in BOOST_ANNOTATIONS if k in annotations}
+    owners = [{k: o[k] for k in ("apiVersion", "kind", "name", "uid") if k in o}
+              for o in meta.get("ownerReferences") or []]  # fmt: skip
+    if owners:
+        kept["ownerReferences"] = owners
+    spec = workload.get("spec") or {}
+    return {"metadata": kept, "spec": {k: spec[k] for k in PRIORITY_FIELDS if k in spec}}
 
 
 def controller_uid(obj: dict[str, Any]) -> str | None:

@@ -1,4 +1,5 @@
 """Kueue's priority boost from the work at risk: the pure policy (reconcile.priority_boost),
+its guards (reconcile.boost_guards: below the next class up, on the job's own Workload only),
 the pass's plan of the write (reconcile.run.plan_boost_write) and the cache it reads."""
 
 from __future__ import annotations
@@ -6,14 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import passes
 import pytest
 from builders import NOW
-from passes import plan_boost_write
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import EndKind, Phase
 from rljob_operator.api.spec import PriorityBoostSpec, SpecError, parse_spec
 from rljob_operator.api.status import JobStatus, Recovery
 from rljob_operator.api.timestamps import iso, iso_precise
+from rljob_operator.reconcile.boost_guards import Ceiling, ceiling, class_group, not_owned
 from rljob_operator.reconcile.plan import Plan
 from rljob_operator.reconcile.priority_boost import (
     AtRisk,
@@ -276,10 +278,36 @@ def running_status(attempt=1, since=600):
     return JobStatus(Phase.RUNNING, attempt, recoveries=(recovery(attempt, running=since),))
 
 
-def workload(name="grpo-a1", revision="7", **annotations):
+def gang(attempt=1, nnodes=2):
+    """The job's trainer pods of `attempt`, as the cache holds them."""
+    return [{"metadata": {"namespace": "ns", "name": f"grpo-a{attempt}-n{i}",
+                          "uid": f"uid-a{attempt}-n{i}",
+                          "labels": {c.LABEL_JOB: "grpo", c.LABEL_ATTEMPT: str(attempt),
+                                     c.LABEL_ROLE: c.ROLE_TRAINER}}}
+            for i in range(nnodes)]  # fmt: skip
+
+
+def owner_refs(pods):
+    """Kueue's owner references of a pod group's Workload: every pod of the group."""
+    return [{"apiVersion": "v1", "kind": "Pod", "name": p["metadata"]["name"],
+             "uid": p["metadata"]["uid"]} for p in pods]  # fmt: skip
+
+
+def workload(name="grpo-a1", revision="7", owners=None, spec=None, **annotations):
+    """The Kueue Workload of a pod group; owned by the job's gang of that attempt unless
+    `owners` says otherwise."""
+    if owners is None:
+        owners = owner_refs(gang(int(name.rsplit("-a", 1)[1])))
     return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": revision,
-                         "annotations": annotations},
+                         "annotations": annotations, "ownerReferences": owners},
+            "spec": spec or {"priority": 0},
             "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}]}}  # fmt: skip
+
+
+def plan_boost_write(plan, job, finder, cache, now, limit=100, pods=None):
+    """A pass's boost plan, with the job's gang of the plan's attempt unless `pods` is given."""
+    pods = gang(plan.status.attempt) if pods is None else pods
+    passes.plan_boost_write(plan, job, finder, cache, now, limit, pods)
 
 
 def cache_with(*workloads):
@@ -469,3 +497,161 @@ def test_the_finder_reads_the_newest_complete_checkpoint_and_progress_of_a_local
     empty = spec_with(checkpoint={"volume": {"persistentVolumeClaim": {"claimName": "ckpts"}},
                                   "directory": "none-yet"})  # fmt: skip
     assert CheckpointFinder({"ckpts": tmp_path}, "inspector:1").saved(empty) == Saved()
+
+
+# ---------------------------------------------------------------- the guards
+WPC, PC = "kueue.x-k8s.io", "scheduling.k8s.io"
+CLASSES = {WPC: {"low": 100, "mid": 150, "high": 1000}, PC: {"urgent": 5000}}
+
+
+def pod_ref(name):
+    """An owner reference to a pod that is not the job's."""
+    return {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": f"uid-{name}"}
+
+
+def of_class(priority, group=WPC, name="low"):
+    """A Workload's spec of `priority` from a class of `group` (v1beta2's priorityClassRef)."""
+    kind = {WPC: "WorkloadPriorityClass", PC: "PriorityClass"}[group]
+    return {"priority": priority, "priorityClassRef": {"group": group, "kind": kind, "name": name}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "boost", "above"),
+    [
+        (of_class(100), 49, "mid"),  # 150 - 100 - 1
+        (of_class(150, name="mid"), 849, "high"),
+        (of_class(900, name="custom"), 99, "high"),  # a priority between the classes
+        (of_class(1000, name="high"), None, None),  # no class above: no ceiling
+        (of_class(149), 0, "mid"),  # right below the next class: no room at all
+        (of_class(100, PC), 4899, "urgent"),  # the pods' PriorityClasses, not Kueue's
+        ({"priority": 0}, 4999, "urgent"),  # no class named: Kueue took the pods' priority
+        ({}, 4999, "urgent"),  # no priority either: Kueue's 0
+        (
+            {
+                "priority": 100,
+                "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass",
+                "priorityClassName": "low",
+            },
+            49,
+            "mid",
+        ),  # v1beta1's fields
+    ],
+)
+def test_the_ceiling_is_one_below_the_gap_to_the_next_class_of_the_same_source(spec, boost, above):
+    top = ceiling({"metadata": {}, "spec": spec}, CLASSES)
+    assert (top and (top.boost, top.name)) == ((boost, above) if above else None)
+
+
+def test_a_boost_at_the_ceiling_leaves_the_job_preemptible_by_the_next_class():
+    """Kueue's SatisfiesPreemptionPolicy (LowerPriority): the preemptor's effective priority
+    must be strictly higher than the candidate's (priority + boost)."""
+    for priority in (0, 100, 120, 149, 150, 999):
+        top = ceiling({"spec": of_class(priority)}, CLASSES)
+        if top is None:
+            continue
+        assert priority + top.boost < top.value  # the next class still preempts
+        assert priority + top.boost + 1 == top.value or top.boost == 0
+
+
+def test_the_class_source_reads_v1beta2s_ref_then_v1beta1s_source_else_the_pods():
+    assert class_group({"spec": of_class(1)}) == WPC
+    assert class_group({"spec": of_class(1, PC)}) == PC
+    v1beta1 = {"priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass"}
+    assert class_group({"spec": v1beta1}) == WPC
+    assert class_group({"spec": {}}) == PC
+
+
+@pytest.mark.parametrize(
+    ("owners", "why"),
+    [
+        (owner_refs(gang(1)), None),
+        (owner_refs(gang(1)[:1]), None),  # one of the gang's pods (Kueue adds the others)
+        ([], "it has no owner"),
+        ([*owner_refs(gang(1)), pod_ref("intruder")], "its owner Pod intruder (uid uid-intruder)"),
+        (owner_refs(gang(0)), "its owner Pod grpo-a0-n0"),  # the last attempt's pods
+        (
+            [{"apiVersion": "batch/v1", "kind": "Job", "name": "grpo-a1", "uid": "uid-a1-n0"}],
+            "its owner Job grpo-a1",
+        ),  # same uid, not a pod
+    ],
+    ids=[
+        "the-gang",
+        "one-of-the-gang",
+        "no-owner",
+        "a-foreign-pod-joined",
+        "another-attempt",
+        "not-a-pod",
+    ],
+)
+def test_a_workload_is_the_jobs_only_where_every_owner_is_a_pod_of_its_attempt(owners, why):
+    found = not_owned(workload(owners=owners), gang(0) + gang(1), 1)
+    assert found is None if why is None else why in found
+
+
+def test_the_boost_is_clamped_below_the_next_class_and_the_condition_names_it():
+    """600 s x 8 GPUs at risk / 100 a point = 48 points wanted; the job's class low (100) with
+    mid at 130 next above it allows at most 29, and the condition says why. The classes come
+    from the cache, as the watches deliver them."""
+    cache = cache_with(workload(spec=of_class(100)))
+    for name, value in {"low": 100, "mid": 130, "high": 1000}.items():
+        cache.on_priority_class(WPC, "ADDED", {"metadata": {"name": name, "resourceVersion": "1"},
+                                              "value": value})  # fmt: skip
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0)), cache, NOW)
+    assert plan.annotate_workload[1][BOOST] == "29"
+    condition = next(x for x in plan.status.conditions if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("True", "BoostClamped")
+    assert (
+        "below WorkloadPriorityClass mid (130), the next class above the job's 100"
+        in (condition["message"])
+    )
+    # The class goes: the boost follows the work at risk again, up to the operator's limit.
+    cache.on_priority_class(WPC, "DELETED", {"metadata": {"name": "mid", "resourceVersion": "2"},
+                                             "value": 130})  # fmt: skip
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0)), cache,
+                     NOW + timedelta(seconds=20))  # fmt: skip
+    assert boost_condition_of(plan) == ("True", "Boosting")
+
+
+def test_a_class_gap_wider_than_the_boost_leaves_it_and_its_condition_alone():
+    cache = cache_with(workload(spec=of_class(100)))
+    cache.on_priority_class(WPC, None, {"metadata": {"name": "high"}, "value": 1000})
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0)), cache, NOW)
+    assert plan.annotate_workload[1][BOOST] == "48"
+    assert boost_condition_of(plan) == ("True", "Boosting")
+
+
+def test_a_workload_the_attempts_pods_do_not_own_is_not_written_and_the_job_says_why():
+    foreign = [*owner_refs(gang(1)[:1]), pod_ref("other")]
+    finder = Finder(Saved(100, ago(900), 130, 20.0))
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), finder, cache_with(workload(owners=foreign)), NOW)
+    assert plan.annotate_workload is None and finder.looks == 0
+    condition = next(x for x in plan.status.conditions if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("False", "BoostWorkloadNotOwned")
+    assert (
+        "its owner Pod other (uid uid-other) is not a pod of the job's attempt 1"
+        in (condition["message"])
+    )
+    plan = Plan(status=running_status())  # a gang not in the cache owns nothing either
+    plan_boost_write(plan, queued_job(), finder, cache_with(workload()), NOW, pods=[])
+    assert plan.annotate_workload is None
+    assert boost_condition_of(plan) == ("False", "BoostWorkloadNotOwned")
+
+
+def test_the_cache_keeps_a_workloads_priority_and_owners_and_the_classes_values():
+    cache = cache_with(workload(spec={**of_class(100), "podSets": [{"count": 2}]}))
+    kept = cache.kueue_workload("ns", "grpo-a1")
+    assert kept["spec"] == of_class(100)  # not its pod sets
+    assert [o["uid"] for o in kept["metadata"]["ownerReferences"]] == ["uid-a1-n0", "uid-a1-n1"]
+    cache.on_priority_class(PC, None, {"metadata": {"name": "urgent", "resourceVersion": "3"},
+                                       "value": 5000, "description": "x"})  # fmt: skip
+    cache.on_priority_class(PC, "MODIFIED", {"metadata": {"name": "urgent",
+                                                          "resourceVersion": "2"},
+                                             "value": 1})  # a late event of before  # fmt: skip
+    assert cache.priority_classes() == {WPC: {}, PC: {"urgent": 5000}}
+    assert Ceiling(0, "PriorityClass", "urgent", 5000, 4999).describe() == (
+        "below PriorityClass urgent (5000), the next class above the job's 4999"
+    )
