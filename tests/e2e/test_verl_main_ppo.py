@@ -115,6 +115,9 @@ def main_ppo_job(namespace: str, port: int, priority_class: str, inputs: str) ->
     return job
 
 
+# Three starts of verl's stack (about a minute each on 2 idle cores) and the reference run:
+# 5.5-6.5 minutes alone, more beside the other lane.
+@pytest.mark.timeout(1200)
 def test_verls_own_driver_preempted_at_the_worker_then_the_head_resumes_bit_exactly(
     api_client, core, namespace, rng, agents, claim, priority_classes, e2e_operator,
     verl_inputs, verl_reference,
