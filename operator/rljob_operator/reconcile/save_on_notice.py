@@ -34,12 +34,13 @@ def override(command: tuple[str, ...], key: str) -> str | None:
 
 
 def periodic_saves_off(spec: JobSpec) -> str | None:
-    """Why the job's command saves no checkpoint, where it says so (or leaves verl's default)."""
+    """Why the job's command saves no checkpoint, where it says so (or leaves verl's default).
+    The container runs the command followed by the args: an override may be in either."""
     setting = framework(spec.framework).save_interval
     if setting is None:
         return None
     key, default = setting
-    command = spec.entry_command
+    command = (*spec.entry_command, *spec.args)
     value = override(command, key)
     if value is None:
         own_config = any(arg.split("=")[0] in CONFIG_FLAGS for arg in command)

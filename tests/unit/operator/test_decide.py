@@ -1046,17 +1046,17 @@ def test_a_command_that_turns_the_frameworks_checkpoints_off_is_warned_at_admiss
 
 
 @pytest.mark.parametrize(
-    "command",
+    ("command", "args"),
     [
-        [*VERL_MAIN, "trainer.save_freq=10"],
-        [*VERL_MAIN, "--config-name=my_grpo"],  # the user's config may set it: the bridge reads it
+        ([*VERL_MAIN, "trainer.save_freq=10"], []),
+        (VERL_MAIN, ["trainer.save_freq=10"]),  # in spec.args, where most users put overrides
+        (VERL_MAIN, ["--config-name=my_grpo"]),  # the user's config may: the bridge reads it
     ],
 )
-def test_a_command_that_saves_or_may_save_gets_no_warning(command):
-    plan = decide(make_job(framework="verl", command=command, checkpoint={"resume": "never"}),
-                  [], NODES, NOW)  # fmt: skip
+def test_a_command_that_saves_or_may_save_gets_no_warning(command, args):
+    job = make_job(framework="verl", command=command, args=args, checkpoint={"resume": "never"})
 
-    assert save_on_notice(plan) is None
+    assert save_on_notice(decide(job, [], NODES, NOW)) is None
 
 
 def test_the_bridges_word_from_the_last_attempt_becomes_the_condition_and_an_event():
