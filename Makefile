@@ -11,7 +11,7 @@ LOCK := requirements/operator.lock
 STAMP := $(VENV)/.installed-$(shell cat $(PROJECTS) $(LOCK) | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all demo demo-real test unit cluster-test lint fmt venv binaries node-binaries kueue-binaries images host-deps lock cluster-up cluster-down clean chart-crds crd
+.PHONY: all demo demo-verl demo-real test unit cluster-test lint fmt venv binaries node-binaries kueue-binaries images host-deps lock cluster-up cluster-down clean chart-crds crd
 
 all: test
 
@@ -91,6 +91,10 @@ test: venv host-deps node-binaries kueue-binaries images lint
 ## The main job: start a local cluster and run the demo.
 demo: venv binaries
 	$(BIN)/python hack/demo.py
+
+## The demo with verl's own GRPO driver (python -m verl.trainer.main_ppo) as the job, on CPU.
+demo-verl: venv binaries
+	$(BIN)/python hack/demo.py --framework verl
 
 ## The same demo on real nodes: kubelet + containerd, the images built from the Dockerfiles,
 ## the operator installed by its chart (root, host-deps and ~30 GB of disk; the first run

@@ -1,5 +1,10 @@
 """`make demo`: a GRPO job is preempted on a local cluster, resumes, and ends bit-exactly.
 
+The job is rljob's own GRPO trainer by default, or with --framework verl (`make demo-verl`)
+verl's own GRPO driver (`python -m verl.trainer.main_ppo`) on a gang of two Ray pods, on CPU;
+what differs between the two (the manifest, where the steps and metrics are read, the
+reference run, the comparison) is in hack/demo_frameworks.py, the rest is here.
+
 1. starts the local cluster `demo` (kube-apiserver, etcd, scheduler, controller-manager;
    kwok runs no node here), installs the CRD, and starts two GPU nodes and the operator:
    - by default (`make demo`), two node agents (nodes whose pods run as local processes,
@@ -8,15 +13,15 @@
    - with --real-nodes (`make demo-real`), two real nodes (a kubelet and a containerd each)
      that run the trainer image, and the operator installed by its Helm chart, which reads
      the claim through its inspector pod;
-2. applies examples/grpo-demo.yaml (a ReadWriteMany claim and a 2-node RLTrainingJob of
-   rljob's own trainer; the demo binds the claim to a local volume and sets the step count
-   and model size), and shows its progress live;
+2. applies the framework's example (examples/grpo-demo.yaml, examples/verl-grpo-demo.yaml: a
+   ReadWriteMany claim and a 2-node RLTrainingJob; the demo binds the claim to a local volume
+   and sets the step count), and shows its progress live;
 3. part-way, a pod of a higher PriorityClass needs the GPUs of one of the job's nodes: the
    scheduler preempts the job's pod there, and the demo shows the recovery as the operator
    reports it (detected, old gang gone, resume target, new gang running);
 4. once the job has succeeded, runs the same config uninterrupted (after the job, so the
    two never share the CPU; reused from the cache when an earlier demo ran the same config
-   with the same trainer code) and checks that the final weights are bitwise identical;
+   with the same code) and checks that the final state is bitwise identical;
 5. prints a report, writes a plot of reward and loss per step with the preemptions marked,
    and removes the cluster (unless --keep) and every process it started.
 """
@@ -24,9 +29,7 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -35,27 +38,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from demo_frameworks import FRAMEWORKS, DemoFramework, Logged, Reference, Setting, Verdict
 from demo_stacks import AgentStack, RealNodeStack
 from rljob_operator.api.timestamps import unix_seconds
 from rljob_testenv import scenario
-from rljob_trainer.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "demo"
 NAMESPACE = "default"
-JOB = "grpo-demo"
 CLAIM = "rljob-checkpoints"
-EXAMPLE = REPO / "examples" / "grpo-demo.yaml"
-CHART = REPO / "charts" / "rljob-operator"
 GPUS_PER_NODE = 2  # a preemptor that wants the whole node evicts the job's pod there
 URGENT_CLASS = "rljob-demo-urgent"
-MODEL_SIZES = {  # d_model x layers; the trainer's benchmark sizes (docs/trainer.md)
-    "tiny": [],  # the packaged config: d_model 64, 2 layers
-    "small": ["model.d_model=128", "model.n_layers=2", "model.d_ff=512"],
-    "medium": ["model.d_model=256", "model.n_layers=4", "model.d_ff=1024"],
-    "large": ["model.d_model=384", "model.n_layers=8", "model.d_ff=1536"],
-}
-TRAINER_SOURCES = REPO / "trainer_image" / "rljob_trainer"
 
 
 def goodput_lines(figures: dict[str, Any]) -> list[str]:
@@ -78,11 +71,20 @@ def goodput_lines(figures: dict[str, Any]) -> list[str]:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
+    parser.add_argument(
+        "--framework", choices=sorted(FRAMEWORKS), default="rljob",
+        help="whose trainer the job runs: rljob's own (default) or verl's main_ppo",
+    )  # fmt: skip
+    parser.add_argument(
+        "--steps", type=int,
+        help="training steps (default: " + ", ".join(
+            f"{name} {kind.default_steps}" for name, kind in FRAMEWORKS.items()) + ")",
+    )  # fmt: skip
     parser.add_argument(
         "--preemptions", type=int, default=1, help="how often to preempt the job (default 1)"
     )
-    parser.add_argument("--model-size", choices=sorted(MODEL_SIZES), default="tiny")
+    sizes = sorted({size for kind in FRAMEWORKS.values() for size in kind.model_sizes})
+    parser.add_argument("--model-size", choices=sizes, help="rljob's trainer: default tiny")
     parser.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
     parser.add_argument("--out", type=Path, help="output folder (default out/demo-<time>)")
     parser.add_argument("--cluster", default=NAME, help=f"local cluster name (default {NAME})")
@@ -93,6 +95,12 @@ def parse_args() -> argparse.Namespace:
         "the chart-installed operator, instead of node agents; needs root and ~30 GB of disk",
     )
     args = parser.parse_args()
+    kind = FRAMEWORKS[args.framework]
+    if args.real_nodes and not kind.real_nodes:
+        parser.error(f"--framework {args.framework} runs on node agents only")
+    if args.model_size and args.model_size not in kind.model_sizes:
+        parser.error(f"--framework {args.framework} has no --model-size {args.model_size}")
+    args.steps = args.steps or kind.default_steps
     if args.steps < 4 * (args.preemptions + 1):
         parser.error(f"--steps {args.steps} is too short for {args.preemptions} preemptions")
     return args
@@ -164,8 +172,7 @@ class Demo:
             else AgentStack(self.out, NAMESPACE, CLAIM, GPUS_PER_NODE)
         )
         self.client, self.config = client, config
-        self.overrides = [f"runner.max_steps={args.steps}", *MODEL_SIZES[args.model_size]]
-        self.seen: dict[tuple[int, int], dict[str, Any]] = {}  # (attempt, step) -> metrics
+        self.seen: dict[tuple[int, int], Logged] = {}  # (attempt, step) -> what it logged
         self.recoveries: list[Recovery] = []
         self.events_seen: set[str] = set()
 
@@ -190,10 +197,8 @@ class Demo:
         api = self.client.ApiClient(configuration)
         self.core = self.client.CoreV1Api(api)
         self.custom = self.client.CustomObjectsApi(api)
-        self.claim_dir = self.nodes.start(self.kubeconfig, self.name, say)
-        volume = onrealnodes.shared_folder_volume(
-            "demo-checkpoints", self.claim_dir, NAMESPACE, CLAIM
-        )
+        claim_dir = self.nodes.start(self.kubeconfig, self.name, say)
+        volume = onrealnodes.shared_folder_volume("demo-checkpoints", claim_dir, NAMESPACE, CLAIM)
         urgent = {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
@@ -202,35 +207,27 @@ class Demo:
             "description": "rljob demo: an urgent job that may preempt training",
         }
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([volume, urgent]))
-
-    def manifests(self) -> list[dict[str, Any]]:
-        docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
-        job = next(d for d in docs if d["kind"] == "RLTrainingJob")
-        args = [a for a in job["spec"]["args"] if not a.startswith("runner.max_steps=")]
-        job["spec"]["args"] = [*args, *self.overrides]
-        if self.nodes.trainer_image:
-            job["spec"]["image"] = self.nodes.trainer_image
-        return docs
+        setting = Setting(
+            steps=self.args.steps, out=self.out, claim=claim_dir, image=self.nodes.trainer_image,
+            model_size=self.args.model_size,
+            pod_log=lambda pod: self.nodes.pod_log(self.name, NAMESPACE, pod),
+        )  # fmt: skip
+        self.framework: DemoFramework = FRAMEWORKS[self.args.framework](setting)
+        self.framework.prepare(say)
 
     # ------------------------------------------------------------------ watching
     def job(self) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(
-            "rljob.io", "v1alpha1", NAMESPACE, "rltrainingjobs", JOB
+            "rljob.io", "v1alpha1", NAMESPACE, "rltrainingjobs", self.framework.job
         )
-
-    @property
-    def run_dir(self) -> Path:
-        return self.claim_dir / "grpo-demo" / "grpo_tiny"
-
-    def progress(self) -> dict[str, Any]:
-        return scenario.read_progress(self.run_dir / "checkpoints") or {}
 
     def pods(self, attempt: int | None = None) -> list[Any]:
         return scenario.trainer_pods(self.core, NAMESPACE, attempt)
 
     def show_events(self) -> None:
         events = self.core.list_namespaced_event(
-            NAMESPACE, field_selector=f"involvedObject.kind=RLTrainingJob,involvedObject.name={JOB}"
+            NAMESPACE,
+            field_selector=f"involvedObject.kind=RLTrainingJob,involvedObject.name={self.framework.job}",
         ).items
         for event in sorted(events, key=lambda e: e.metadata.creation_timestamp):
             if event.metadata.name in self.events_seen:
@@ -239,18 +236,19 @@ class Demo:
             self.screen.say(f"event {event.reason}: {event.message}", timeline=False)
 
     def run_job(self) -> dict[str, Any]:
-        say, steps = self.screen.say, self.args.steps
+        say, steps, framework = self.screen.say, self.args.steps, self.framework
         targets = [
             steps * (i + 1) // (self.args.preemptions + 1) for i in range(self.args.preemptions)
         ]
-        self.kubectl(
-            "apply", "-n", NAMESPACE, "-f", "-", input=yaml.safe_dump_all(self.manifests())
-        )
+        manifests = yaml.safe_dump_all(framework.manifests())
+        (self.out / "applied.yaml").write_text(manifests)
+        self.kubectl("apply", "-n", NAMESPACE, "-f", "-", input=manifests)
         self.submitted = time.time()
         self.screen.start = self.submitted
         say(
-            f"submitted {EXAMPLE.relative_to(REPO)}: {JOB}, 2 nodes x 1 process, {steps} steps, "
-            f"model {self.args.model_size}; preempting after steps {', '.join(map(str, targets))}"
+            f"submitted {framework.example.relative_to(REPO)} (as applied: applied.yaml): "
+            f"{framework.job}, {framework.shape}, {steps} steps; preempting after steps "
+            f"{', '.join(map(str, targets))}"
         )
         shown: set[str] = set()
         deadline = time.monotonic() + 60 * 30
@@ -260,19 +258,19 @@ class Demo:
             job = self.job()
             status = job.get("status") or {}
             attempt = status.get("attempt", 0)
-            progress = self.progress()
-            for entry in read_metrics(self.run_dir / "metrics.jsonl"):
-                self.seen[(entry.get("attempt", 0), entry["step"])] = entry
+            progress = framework.progress()
+            for entry in framework.logged(attempt):
+                self.seen[(entry.attempt, entry.step)] = entry
             self.show_events()
             if "running" not in shown and attempt == 0 and status.get("phase") == "Running":
                 shown.add("running")
                 nodes = sorted({p.spec.node_name for p in pods if p.spec.node_name})
-                say(f"gang of attempt 0 running on {', '.join(nodes)} (torchrun starting)")
+                say(f"gang of attempt 0 running on {', '.join(nodes)} ({framework.starting})")
             first = [e for (a, _), e in self.seen.items() if a == 0]
             if "first" not in shown and first:
                 shown.add("first")
-                entry = min(first, key=lambda e: e["step"])
-                say("attempt 0 finished its first training step", at=entry["time"])
+                entry = min(first, key=lambda e: e.step)
+                say("attempt 0 finished its first training step", at=entry.time)
             self.follow_recoveries(status, progress, pods)
             if status.get("phase") in ("Succeeded", "Failed"):
                 self.screen.clear()
@@ -290,10 +288,10 @@ class Demo:
             if latest:
                 entry = latest[1]
                 self.screen.bar(
-                    entry["step"],
+                    entry.step,
                     steps,
-                    f"reward {entry['reward']:.3f}  loss "
-                    f"{entry['loss']:+.4f}  attempt {attempt}  {status.get('phase', '')}",
+                    f"reward {entry.reward:.3f}  loss "
+                    f"{entry.loss:+.4f}  attempt {attempt}  {status.get('phase', '')}",
                 )
             time.sleep(0.5)
         raise RuntimeError("the job did not finish in 30 minutes")
@@ -371,74 +369,22 @@ class Demo:
                 say(f"  the urgent pod on {seen.node} is done: its node is free again")
             if "trained" not in seen.shown and progress.get("attempt") == new:
                 seen.shown.add("trained")
-                times = [e["time"] for (a, _), e in self.seen.items() if a == new]
+                times = [e.time for (a, _), e in self.seen.items() if a == new]
                 seen.first_step = min(times) if times else time.time()
                 since = seen.first_step - (unix_seconds(record["detectedAt"]) or seen.first_step)
                 say(f"  training again: step {progress['step']}, {since:.1f}s after detection")
 
-    # ------------------------------------------------------------------ the reference
-    def reference(self) -> tuple[Path, str]:
-        """The final checkpoint folder and metrics of an uninterrupted run of the same config."""
-        spec = next(d for d in self.manifests() if d["kind"] == "RLTrainingJob")["spec"]
-        args = [a for a in spec["args"] if not a.startswith("runner.output_dir=")]
-        env = {
-            "RLJOB_SAVE_INTERVAL": str(spec["checkpoint"]["saveInterval"]),
-            "RLJOB_MAX_TO_KEEP": str(spec["checkpoint"]["maxToKeep"]),
-        }
-        import torch
-        from rljob_testenv import binaries
-
-        key = hashlib.sha256(json.dumps([args, env]).encode())
-        for source in sorted(TRAINER_SOURCES.rglob("*")):
-            if source.is_file() and source.suffix in (".py", ".yaml"):
-                key.update(source.read_bytes())
-        key.update(torch.__version__.encode())
-        cache = binaries.cache_root() / "demo-reference" / key.hexdigest()[:16]
-        model = scenario.final_model(cache, self.args.steps)
-        if model.exists():
-            return cache, f"reused from {cache} (an earlier demo ran this config and trainer code)"
-        run = self.out / "reference"
-        shutil.rmtree(run, ignore_errors=True)
-        self.screen.say(
-            "reference: the same config, uninterrupted, 2 ranks under a local "
-            "torchrun (run now, after the job, so that the two never share the CPU)",
-            timeline=False,
-        )
-        started = time.time()
-        metrics = run / "grpo_tiny" / "metrics.jsonl"
-
-        def show() -> None:
-            done = read_metrics(metrics)
-            if done:
-                text = f"reward {done[-1]['reward']:.3f}  (reference)"
-                self.screen.bar(done[-1]["step"], self.args.steps, text)
-
-        trainer_args = [*args, f"runner.output_dir={run}"]
-        scenario.run_reference(trainer_args, env, self.out / "reference.log", while_running=show)
-        self.screen.clear()
-        model.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(scenario.final_model(run / "grpo_tiny" / "checkpoints", self.args.steps), model)
-        shutil.copy(metrics, cache / "metrics.jsonl")
-        return cache, f"run after the job in {time.time() - started:.0f}s (cached in {cache})"
-
     # ------------------------------------------------------------------ the verdict
-    def compare(self, reference: Path) -> tuple[bool, bool, int]:
-        """(weights bitwise equal, metrics equal at every step, tensors compared)."""
-        from safetensors import safe_open
-
-        steps = self.args.steps
-        model = scenario.final_model(self.run_dir / "checkpoints", steps)
-        same_weights = not scenario.differing_tensors(model, scenario.final_model(reference, steps))
-        metrics = read_metrics(self.run_dir / "metrics.jsonl")
-        same_metrics = len(metrics) == steps and not scenario.differing_steps(
-            metrics, read_metrics(reference / "metrics.jsonl")
+    def reference(self) -> Reference:
+        """The framework's uninterrupted run, its progress on the bar."""
+        reference = self.framework.reference(
+            lambda message: self.screen.say(message, timeline=False),
+            lambda step, text: self.screen.bar(step, self.args.steps, text),
         )
-        with safe_open(str(model), "pt") as tensors:
-            return same_weights, same_metrics, len(list(tensors.keys()))
+        self.screen.clear()
+        return reference
 
-    def report(
-        self, job: dict[str, Any], reference_note: str, verdict: tuple[bool, bool, int]
-    ) -> str:
+    def report(self, job: dict[str, Any], reference: Reference, verdict: Verdict) -> str:
         status = job["status"]
         start = self.submitted
         done = unix_seconds(status.get("completionTime")) or time.time()
@@ -447,8 +393,8 @@ class Demo:
             "=" * 78,
             "rljob demo report",
             "=" * 78,
-            f"job {JOB}: 2 nodes x 1 process, {self.args.steps} steps, model {self.args.model_size}"
-            f"; {status['phase']} in {done - start:.1f}s after {status['attempt'] + 1} attempts "
+            f"job {self.framework.job}: {self.framework.shape}, {self.args.steps} steps; "
+            f"{status['phase']} in {done - start:.1f}s after {status['attempt'] + 1} attempts "
             f"({status['preemptions']} preemption(s), {status['failures']} failure(s))",
             "",
             "timeline (seconds since the job was submitted):",
@@ -474,20 +420,16 @@ class Demo:
                     f"after detection), {seen.first_step - detected:.1f}s to its first step"
                 )
         lines += ["", *goodput_lines(status.get("goodput") or {})]
-        same_weights, same_metrics, tensors = verdict
         lines += [
             "",
-            f"reference (uninterrupted): {reference_note}",
-            f"final weights ({tensors} tensors) bitwise identical to the uninterrupted run: "
-            f"{'YES' if same_weights else 'NO'}",
-            f"loss, reward, KL, grad norm ... of all {self.args.steps} steps identical: "
-            f"{'YES' if same_metrics else 'NO'}",
+            f"reference (uninterrupted): {reference.note}",
+            *verdict.lines,
             f"plot: {self.out / 'demo.png'}",
             f"logs: {self.nodes.logs()}",
         ]
         return "\n".join(lines)
 
-    def plot(self, reference: Path, bit_exact: bool) -> Path:
+    def plot(self, reference: Reference, verdict: Verdict) -> Path:
         """Reward and loss per step: the job's attempts over the reference (a wide grey band
         under them), lost steps as crosses, the preemptions as red lines; below, the job's
         value minus the reference's at every step."""
@@ -496,18 +438,23 @@ class Demo:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        final = {e["step"]: e for e in read_metrics(self.run_dir / "metrics.jsonl")}
-        ref = {e["step"]: e for e in read_metrics(reference / "metrics.jsonl")}
+        final: dict[int, Logged] = {}  # a step the job did again after a resume: the later
+        for (_, step), entry in sorted(self.seen.items()):
+            final[step] = entry
+        ref = reference.curve
         fig, axes = plt.subplots(
             3, 1, figsize=(10, 8.5), sharex=True, gridspec_kw={"height_ratios": [3, 3, 1.4]}
         )
         colors = plt.get_cmap("tab10")
-        panels = ((axes[0], "reward", "mean reward"), (axes[1], "loss", "GRPO loss"))
+        panels = (
+            (axes[0], "reward", self.framework.reward_label),
+            (axes[1], "loss", self.framework.loss_label),
+        )
         for ax, key, label in panels:
             steps = sorted(ref)
             ax.plot(
                 steps,
-                [ref[s][key] for s in steps],
+                [getattr(ref[s], key) for s in steps],
                 color="0.6",
                 lw=7,
                 alpha=0.45,
@@ -516,11 +463,11 @@ class Demo:
             )
             for attempt in sorted({a for a, _ in self.seen}):
                 mine = sorted(s for a, s in self.seen if a == attempt)
-                kept = [s for s in mine if final.get(s, {}).get("attempt") == attempt]
+                kept = [s for s in mine if final[s].attempt == attempt]
                 lost = [s for s in mine if s not in kept]
                 ax.plot(
                     kept,
-                    [self.seen[(attempt, s)][key] for s in kept],
+                    [getattr(self.seen[(attempt, s)], key) for s in kept],
                     color=colors(attempt),
                     lw=1.6,
                     marker=".",
@@ -529,7 +476,7 @@ class Demo:
                 if lost:
                     ax.plot(
                         lost,
-                        [self.seen[(attempt, s)][key] for s in lost],
+                        [getattr(self.seen[(attempt, s)], key) for s in lost],
                         color="black",
                         marker="x",
                         ls="none",
@@ -541,7 +488,7 @@ class Demo:
             steps = sorted(s for s in final if s in ref)
             axes[2].plot(
                 steps,
-                [final[s][key] - ref[s][key] for s in steps],
+                [getattr(final[s], key) - getattr(ref[s], key) for s in steps],
                 ls=style,
                 marker=".",
                 label=f"{key}: job - reference",
@@ -568,14 +515,9 @@ class Demo:
             )
         axes[0].legend(loc="lower right", fontsize=8)
         axes[2].set_xlabel("training step")
-        verdict = (
-            "final weights bitwise identical to the uninterrupted run"
-            if bit_exact
-            else "final weights DIFFER from the uninterrupted run"
-        )
         fig.suptitle(
-            f"rljob demo: GRPO, 2 nodes x 1 process, {self.args.steps} steps, preempted "
-            f"{len(self.recoveries)}x; {verdict}",
+            f"rljob demo: {self.framework.shape}\n{self.args.steps} steps, preempted "
+            f"{len(self.recoveries)}x; {verdict.headline}",
             fontsize=10.5,
         )
         fig.tight_layout()
@@ -613,13 +555,13 @@ def main() -> int:
             print(json.dumps(job["status"], indent=1))
             return 1
         print(demo.kubectl("get", "rltj", "-n", NAMESPACE))
-        reference, note = demo.reference()
-        verdict = demo.compare(reference)
-        demo.plot(reference, verdict[0] and verdict[1])
-        report = demo.report(job, note, verdict)
+        reference = demo.reference()
+        verdict = demo.framework.compare(reference, job["status"])
+        demo.plot(reference, verdict)
+        report = demo.report(job, reference, verdict)
         print(report)
         (demo.out / "report.txt").write_text(report + "\n")
-        return 0 if verdict[0] and verdict[1] else 1
+        return 0 if verdict.same else 1
     except KeyboardInterrupt:
         print("\ninterrupted", flush=True)
         return 130

@@ -4,8 +4,9 @@ and stops, apart from what it shows. The real nodes' set-up is the tests' own
 
 Each has the same members: `nodes`, `trainer_image` (None: the one the job names),
 `urgent_image` (what the demo's preemptor runs), `up` (the control plane and the nodes; its
-kubeconfig), `start` (the operator; the host folder behind the checkpoint claim), `logs`
-(where to look) and `stop` (what start started; a line saying what was left).
+kubeconfig), `start` (the operator; the host folder behind the checkpoint claim), `pod_log`
+(a pod's log so far: the verl demo reads verl's step metrics there), `logs` (where to look)
+and `stop` (what start started; a line saying what was left).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class AgentStack:
 
     def __init__(self, out: Path, namespace: str, claim: str, gpus_per_node: int) -> None:
         self.out, self.namespace, self.claim, self.gpus = out, namespace, claim, gpus_per_node
+        self.root = out / "nodeagent"  # the agents' pod folders, claims and logs
         self.agents: Any = None
         self.operator: OperatorProcess | None = None
 
@@ -39,13 +41,12 @@ class AgentStack:
 
     def start(self, kubeconfig: Path, name: str, say: Callable[[str], None]) -> Path:
         """Start the nodes and the operator; return the host folder behind the claim."""
-        root = self.out / "nodeagent"
-        self.agents = spawn(kubeconfig, list(self.nodes), root, gpus=self.gpus)
+        self.agents = spawn(kubeconfig, list(self.nodes), self.root, gpus=self.gpus)
         say(
             f"node agents up: {', '.join(self.nodes)} ({self.gpus} GPUs each; pods run as "
-            f"local processes, logs in {root / 'logs'})"
+            f"local processes, logs in {self.root / 'logs'})"
         )
-        folder = claim_dir(root, self.namespace, self.claim)
+        folder = claim_dir(self.root, self.namespace, self.claim)
         self.start_operator(kubeconfig, folder)
         say(f"operator up (log: {self.out / 'operator.log'})")
         return folder
@@ -58,6 +59,13 @@ class AgentStack:
         self.operator.start()
 
     urgent_image = PLACEHOLDER_IMAGE  # a node agent runs no image
+
+    def pod_log(self, name: str, namespace: str, pod: str) -> str:
+        """The agent's log file of the pod, which outlives the pod; "" before it starts."""
+        try:
+            return (self.root / "logs" / namespace / f"{pod}.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def logs(self) -> str:
         return f"{self.out} (operator.log, nodeagent/logs/, reference.log)"
@@ -100,6 +108,10 @@ class RealNodeStack:
 
     urgent_image = nodeconfig.PAUSE_IMAGE  # on every node: the urgent pod really runs
 
+    def pod_log(self, name: str, namespace: str, pod: str) -> str:
+        """The kubelet's log of the pod's container; "" once the pod is gone."""
+        return cluster.kubectl(name, "logs", "-n", namespace, pod, check=False)
+
     def logs(self) -> str:
         return f"{self.out} (operator.log, pods/, reference.log)"
 
@@ -113,7 +125,7 @@ class RealNodeStack:
         listed = cluster.kubectl(
             name, "get", "pods", "-n", self.namespace, "-o", "name", check=False
         )
-        for pod in listed.split():
-            log = cluster.kubectl(name, "logs", "-n", self.namespace, pod, check=False)
-            (pods / f"{pod.removeprefix('pod/')}.log").write_text(log)
+        for entry in listed.split():
+            pod = entry.removeprefix("pod/")
+            (pods / f"{pod}.log").write_text(self.pod_log(name, self.namespace, pod))
         return "operator and pod logs saved"

@@ -135,9 +135,23 @@ def run_reference(
         f"--rdzv-endpoint=127.0.0.1:{free_port()}", "-m", "rljob_trainer", *trainer_args,
     ]  # fmt: skip
     clean = {k: v for k, v in os.environ.items() if not k.startswith("RLJOB_")}
+    run_watched(argv, {**clean, **env}, log, timeout=timeout, while_running=while_running)
+
+
+def run_watched(
+    argv: Sequence[str],
+    env: dict[str, str],
+    log: Path,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    while_running: Callable[[], None] | None = None,
+) -> None:
+    """Run a reference to its end with its output in `log`, calling `while_running` every half
+    second (the demo shows the reference's progress with it). Raises RuntimeError, with the end
+    of the log, if it fails or outlasts `timeout`."""
     deadline = time.monotonic() + timeout if timeout else None
     with log.open("wb") as out:
-        process = subprocess.Popen(argv, env={**clean, **env}, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         while process.poll() is None:
             if deadline and time.monotonic() > deadline:
                 process.kill()

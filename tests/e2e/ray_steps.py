@@ -6,32 +6,24 @@ on a local two-node Ray cluster started here with `ray start`, outside Kubernete
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from e2e_steps import CLAIM, MOUNT, POOL_LABEL, delete_pods, running_gang, status
 from kube_steps import free_port, wait_for
 from rljob_contract import progress
 from rljob_operator import constants as c
-from rljob_podside.ray_node import head_reachable
+from rljob_testenv.localray import local_ray_cluster
 from rljob_testenv.scenario import preemptor_pod, trainer_pods
+from rljob_verl_cpu.results import flatten
 
 DRIVER = Path(__file__).with_name("ray_trainer.py")
-RAY = Path(sys.executable).with_name("ray")
 STEPS, EVERY = 16, 4
 WORKER, HEAD = 1, 0  # pods of a two-node gang, by rank
 STEP = re.compile(r"ray_trainer: step (\d+)/")
@@ -132,77 +124,6 @@ def ray_job(
 
 
 # --------------------------------------------------------------------------- the reference
-@contextmanager
-def local_ray_cluster(
-    nnodes: int,
-    logs: Path,
-    node_args: tuple[str, ...] = ("--num-cpus=1",),
-    env: dict[str, str] | None = None,
-) -> Iterator[tuple[str, dict[str, str]]]:
-    """`ray start` for a head and nnodes-1 workers on this machine, each with `node_args` and
-    `env` on top of this process's environment; yields the head address and the environment
-    its clients need, once every node is alive in the head's GCS.
-
-    The GCS listens seconds before the head's raylet registers in it, and a worker's
-    `ray start` or a driver's `ray.init` gives up when it finds no head there in time (40 s,
-    60 s): so workers start once the head is registered, and the driver once all are. The
-    test asks the GCS itself (one cheap call), never `ray status` (a Python process of
-    about 3 s each, on the cores the nodes start on). Node n writes to `logs`/node-n.log.
-
-    Each node runs `--block` in a session of its own, so that stopping it ends its Ray
-    processes and no one else's (never `ray stop`, which would end every Ray on the host).
-    The cluster and its clients get a home of their own, as the node agent gives each pod:
-    Ray 2.60 turns token authentication on for every head started where `~/.ray/auth_token`
-    exists (any local `ray.init()` on the host writes one), and its clients then fail.
-    """
-    from ray._raylet import GcsClient  # Ray's own GCS client, as `ray status` uses it
-
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    nodes: list[subprocess.Popen] = []
-    temp = Path(tempfile.mkdtemp(prefix="rjref-", dir="/tmp"))
-    (temp / "home").mkdir()
-    env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "HOME": str(temp / "home")}
-
-    def start(rank: int, role: list[str]) -> None:
-        with (logs / f"node-{rank}.log").open("wb") as log:
-            nodes.append(subprocess.Popen(
-                [str(RAY), "start", *role, f"--temp-dir={temp}/n{rank}", "--block",
-                 *node_args, "--disable-usage-stats"],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            ))  # fmt: skip
-
-    try:
-        start(0, ["--head", f"--port={port}", "--include-dashboard=false"])
-        wait_for(lambda: head_reachable(address), 120, "the reference Ray head's GCS", 0.1)
-        gcs = GcsClient(address=address)
-        wait_for(lambda: _alive_nodes(gcs, nodes) == 1, 120, "the reference Ray head", 0.1)
-        for rank in range(1, nnodes):
-            start(rank, [f"--address={address}"])
-        wait_for(lambda: _alive_nodes(gcs, nodes) == nnodes, 120,
-                 f"{nnodes} reference Ray nodes", 0.1)  # fmt: skip
-        yield address, env
-    finally:
-        for node in nodes:  # SIGKILL: SIGTERM would drain each node for 30 s
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(node.pid, signal.SIGKILL)
-            node.wait(30)
-        shutil.rmtree(temp, ignore_errors=True)
-
-
-def _alive_nodes(gcs: Any, nodes: list[subprocess.Popen]) -> int:
-    """How many Ray nodes the GCS holds alive; AssertionError once a node's `ray start` ended."""
-    from ray.core.generated.gcs_pb2 import GcsNodeInfo
-
-    for rank, node in enumerate(nodes):
-        assert node.poll() is None, f"reference Ray node {rank} exited with {node.returncode}"
-    try:
-        shown = gcs.get_all_node_info(timeout=5)
-    except Exception:  # the GCS's RPC errors while the head starts: "not yet"
-        return 0
-    return sum(1 for info in shown.values() if info.state == GcsNodeInfo.GcsNodeState.ALIVE)
-
-
 def run_reference(framework: str, root: Path, timeout: float = 300) -> Path:
     """The uninterrupted run on a local two-node Ray cluster; its checkpoint directory."""
     logs = root.parent / f"reference-{framework}"
@@ -232,38 +153,19 @@ def final_state(framework: str, checkpoints: Path, step: int = STEPS) -> dict[st
                 f"{rank}.{kind}.{k}": v
                 for rank in range(2)
                 for kind in ("model", "optim", "extra_state")
-                for k, v in _flatten(_load(actor / f"{kind}_world_size_2_rank_{rank}.pt")).items()
+                for k, v in flatten(_load(actor / f"{kind}_world_size_2_rank_{rank}.pt")).items()
             }
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
         target = checkpoints.parent / f"final-{step}.pt"
         dcp_to_torch_save(str(actor / "dcp_checkpoint"), str(target))
-        state = _flatten(_load(target))
-        state.update(_flatten(_load(actor / "model_state_dict" / "full_weights.pt"), "full."))
+        state = flatten(_load(target))
+        state.update(flatten(_load(actor / "model_state_dict" / "full_weights.pt"), "full."))
         return state
 
 
 def _load(path: Path) -> Any:
     return torch.load(path, weights_only=False)  # the frameworks' own files: RNG states too
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts, lists and tuples as one level of dotted names; DTensors as their local
-    shard, numpy arrays as tensors, so that every leaf compares exactly."""
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list | tuple):
-        items = enumerate(value)
-    else:
-        if hasattr(value, "to_local"):
-            value = value.to_local()
-        elif isinstance(value, np.ndarray):
-            value = torch.from_numpy(value)
-        return {prefix.rstrip("."): value}
-    out: dict[str, Any] = {}
-    for key, item in items:
-        out.update(_flatten(item, f"{prefix}{key}."))
-    return out
 
 
 def assert_same_state(got: dict[str, Any], want: dict[str, Any]) -> None:

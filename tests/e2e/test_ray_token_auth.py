@@ -22,11 +22,11 @@ from pathlib import Path
 
 from builders import job_ref, make_job
 from kube_steps import free_port, wait_for
-from ray_steps import RAY
 from rljob_operator.api.spec import parse_spec
 from rljob_operator.launcher import ray
 from rljob_operator.launcher.pods import desired_secret
 from rljob_operator.reconcile.run import with_fresh_secrets
+from rljob_testenv.localray import RAY
 
 
 def dashboard_status(port: int, token: str | None) -> int:

@@ -15,7 +15,6 @@ here and put on the job's volume.
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -37,42 +36,31 @@ from ray_steps import (
     SAVED_ON_NOTICE,
     WORKER,
     assert_same_state,
-    final_state,
-    local_ray_cluster,
     preempt,
     ray_job,
 )
 from rljob_operator.frameworks import resume_overrides
+from rljob_testenv.localray import local_ray_cluster
 from rljob_testenv.ports import free_port
-from rljob_verl_cpu import recipe
+from rljob_verl_cpu import recipe, results
 from rljob_verl_cpu.inputs import make_inputs
 
 JOB = "verljob"
 STEPS, EVERY = 12, 4  # steps left after the second preemption
-# The metrics verl's console logger prints for each step ("step:N - name:value - ..."), of
-# those that depend on nothing but the data and the weights (no timings).
-STEP_LINE = re.compile(r"(?:^|\) )step:(\d+) - (.*)", re.M)
-COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours the prefix of a forwarded line
-EXACT = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean")
-
-
-def trained_state(checkpoints: Path) -> dict:
-    """final_state without the worker processes' global RNGs (torch CPU, numpy, random):
-    nothing in verl seeds them, so they hold a seed of their own in every run (the torch CPU
-    generator's initial seed was 1293449438874636151 in one uninterrupted run and
-    10788884813701380398 in another; numpy's and Python's states freshly seeded from the OS).
-    No trained value depends on them: the model has no dropout and the rollout seeds each
-    request itself. Weights, optimizer and scheduler are compared bit for bit."""
-    return {k: v for k, v in final_state("verl", checkpoints, STEPS).items() if ".rng." not in k}
 
 
 def step_metrics(log: str) -> dict[int, dict[str, str]]:
-    """step -> the EXACT metrics verl logged for it, as printed."""
-    shown: dict[int, dict[str, str]] = {}
-    for step, rest in STEP_LINE.findall(COLOUR.sub("", log)):
-        pairs = dict(part.split(":", 1) for part in rest.split(" - ") if ":" in part)
-        shown[int(step)] = {name: pairs[name] for name in EXACT}
-    return shown
+    """step -> the metrics of it that depend on nothing but the data and the weights."""
+    return {
+        step: {k: shown[k] for k in results.EXACT}
+        for step, shown in results.step_metrics(log).items()
+    }
+
+
+def trained_state(checkpoints: Path) -> dict:
+    """Every rank's weights, optimizer and scheduler at the last step (the worker processes'
+    global RNGs left out: nothing in verl seeds them, see results.trained_state)."""
+    return results.trained_state(checkpoints / f"global_step_{STEPS}" / "actor")
 
 
 @pytest.fixture(scope="session")
