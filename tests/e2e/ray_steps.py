@@ -70,6 +70,23 @@ def preempt(api_client, core, namespace, job, attempt, victim, checkpoints, at, 
     delete_pods(core, namespace, "app=preemptor")
 
 
+def preempt_in_turn(
+    api_client, core, namespace, job, victims, checkpoints, high, at
+) -> tuple[list, list[int]]:  # fmt: skip
+    """Preempt the two-node gang's pod of each rank in `victims` in turn, once the job runs
+    again, at the step `at(resumed)` picks (resumed: the step the attempt resumed from, 0 for
+    the first); the gangs preempted and the steps waited for."""
+    gangs: list = []
+    steps: list[int] = []
+    resumed = 0
+    for attempt, victim in enumerate(victims):
+        gangs.append(running_gang(core, namespace, attempt, 2, timeout=300))
+        steps.append(at(resumed))
+        preempt(api_client, core, namespace, job, attempt, victim, checkpoints, steps[-1], high)
+        resumed = status(api_client, namespace, job)["recoveries"][-1]["resumedFromStep"]
+    return gangs, steps
+
+
 def checkpoint_subdir(framework: str) -> str:
     """Where the run's global_step_N folders are, relative to `root`."""
     return "ckpt" if framework == "verl" else "run/checkpoints"

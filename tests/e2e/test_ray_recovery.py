@@ -33,7 +33,6 @@ from e2e_steps import (
     attempts_of,
     create_job,
     running_gang,
-    status,
     wait_for,
     wait_succeeded,
 )
@@ -49,6 +48,7 @@ from ray_steps import (
     checkpoint_subdir,
     final_state,
     preempt,
+    preempt_in_turn,
     ray_job,
     reported,
     run_reference,
@@ -100,16 +100,11 @@ def test_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     checkpoints = claim / JOB / checkpoint_subdir(framework)
     create_job(api_client, namespace,
                ray_job(JOB, framework, namespace, port, low, extra_args=extra_args))  # fmt: skip
-    gangs: list = []
-    ats: list[int] = []
-    resumed = 0
-    for attempt, victim in enumerate(victims):
-        gangs.append(running_gang(core, namespace, attempt, 2))
-        # Past the first periodic save, with steps left after the last preemption.
-        at = rng.randint(resumed + 1, resumed + 3) if resumed else rng.randint(EVERY + 1, 7)
-        ats.append(at)
-        preempt(api_client, core, namespace, JOB, attempt, victim, checkpoints, at, high)
-        resumed = status(api_client, namespace, JOB)["recoveries"][-1]["resumedFromStep"]
+    # Past the first periodic save, with steps left after the last preemption.
+    gangs, ats = preempt_in_turn(
+        api_client, core, namespace, JOB, victims, checkpoints, high,
+        lambda resumed: rng.randint(resumed + 1, resumed + 3) if resumed else rng.randint(EVERY + 1, 7),
+    )  # fmt: skip
     job = wait_succeeded(api_client, namespace, JOB, timeout=300)
 
     st = job["status"]

@@ -27,8 +27,6 @@ from e2e_steps import (
     assert_nothing_left,
     attempts_of,
     create_job,
-    running_gang,
-    status,
     wait_succeeded,
 )
 from ray_steps import (
@@ -36,7 +34,7 @@ from ray_steps import (
     SAVED_ON_NOTICE,
     WORKER,
     assert_same_state,
-    preempt,
+    preempt_in_turn,
     ray_job,
 )
 from rljob_operator.frameworks import resume_overrides
@@ -117,14 +115,11 @@ def test_verls_own_driver_preempted_at_the_worker_then_the_head_resumes_bit_exac
     shutil.copytree(verl_inputs, claim / "inputs")
     checkpoints = claim / JOB / "ckpt"
     create_job(api_client, namespace, main_ppo_job(namespace, port, low, f"{MOUNT}/inputs"))
-    gangs, ats, resumed = [], [], 0
     victims = (WORKER, HEAD)
-    for attempt, victim in enumerate(victims):
-        gangs.append(running_gang(core, namespace, attempt, 2, timeout=300))
-        at = rng.randint(resumed + 1, resumed + 2) if resumed else rng.randint(EVERY + 1, 6)
-        ats.append(at)
-        preempt(api_client, core, namespace, JOB, attempt, victim, checkpoints, at, high)
-        resumed = status(api_client, namespace, JOB)["recoveries"][-1]["resumedFromStep"]
+    gangs, ats = preempt_in_turn(
+        api_client, core, namespace, JOB, victims, checkpoints, high,
+        lambda resumed: rng.randint(resumed + 1, resumed + 2) if resumed else rng.randint(EVERY + 1, 6),
+    )  # fmt: skip
     done = wait_succeeded(api_client, namespace, JOB, timeout=600)
 
     st = done["status"]
