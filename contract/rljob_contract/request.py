@@ -3,8 +3,9 @@
 The operator writes it into the pod's CHECKPOINT_REQUEST_ANNOTATION; a downward-API volume
 projects it into the trainer's request file. `2026-12-02T21:00:00Z` asks for a save with the
 pod's grace period as the only deadline; `2026-12-02T21:00:00Z deadline=2026-12-02T21:02:00Z`
-also says when the node goes (its termination notice), which may be sooner than the grace
-period after the request. Times are UTC, to the second, in the operator's clock.
+also says when the first pod of the gang is killed (its node's termination notice, or a
+deletion that gave it less than its grace period), which may be sooner than the grace period
+after the request. Times are UTC, to the second, in the operator's clock.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _DEADLINE = "deadline="
 @dataclass(frozen=True)
 class CheckpointRequest:
     requested_at: datetime | None
-    deadline: datetime | None  # when the node goes; None where nothing says
+    deadline: datetime | None  # when the first pod of the gang is killed; None where unknown
 
 
 def format_request(requested_at: datetime, deadline: datetime | None = None) -> str:

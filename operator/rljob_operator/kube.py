@@ -184,10 +184,15 @@ class Kube:
             listed = _data(call(*args, _preload_content=False, **kwargs))
         return listed["items"], listed["metadata"].get("resourceVersion", "")
 
-    def annotate_pod(self, namespace: str, name: str, key: str, value: str) -> None:
+    def annotate_pod(
+        self, namespace: str, name: str, key: str, value: str
+    ) -> dict[str, Any] | None:
+        """The pod as stored, None if it is gone."""
         body = {"metadata": {"annotations": {key: value}}}
         with _calling(f"annotate pod {namespace}/{name}", gone_ok=True):
-            self.core.patch_namespaced_pod(name, namespace, body)
+            return _data(self.core.patch_namespaced_pod(name, namespace, body,
+                                                        _preload_content=False))  # fmt: skip
+        return None
 
     def annotate_kueue_workload(
         self, namespace: str, name: str, annotations: dict[str, str]

@@ -151,5 +151,7 @@ def classify_facts(f: PodFacts, policy: RestartPolicy) -> PodEnd:
         verdict = rule(f, policy)
         if verdict:
             outcome, reason, message = verdict
+            if f.short_grace and outcome is Outcome.DISRUPTED:
+                message = f"{message}; {f.short_grace}"
             return PodEnd(outcome, reason, message, f.name, f.node_name)
     return PodEnd(Outcome.ACTIVE, f.phase, f"the pod is {f.phase}", f.name, f.node_name)

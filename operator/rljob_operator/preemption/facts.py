@@ -30,6 +30,28 @@ NOT_STARTING_REASONS = frozenset(
 
 
 @dataclass(frozen=True)
+class ShortGrace:
+    """A deletion that gave the pod less than its own grace period (`kubectl delete
+    --grace-period`, a drain or an eviction with one): its kubelet kills it at `ends`."""
+
+    granted: int  # seconds, the deletion's
+    own: int  # seconds, the pod's terminationGracePeriodSeconds
+    ends: datetime  # the pod's deletionTimestamp: the API server sets it to the end of the grace
+
+    def __str__(self) -> str:
+        return f"its deletion gave it {self.granted} s of its {self.own} s grace period"
+
+
+def _short_grace(pod: dict[str, Any]) -> ShortGrace | None:
+    meta = pod.get("metadata") or {}
+    granted, ends = meta.get("deletionGracePeriodSeconds"), meta.get("deletionTimestamp")
+    own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")  # the API server sets it
+    if granted is None or own is None or not ends or granted >= own:
+        return None
+    return ShortGrace(granted, own, parse_iso(ends))
+
+
+@dataclass(frozen=True)
 class PodFacts:
     """Everything the rules read about one pod, pulled out of the raw objects once."""
 
@@ -52,6 +74,7 @@ class PodFacts:
     # looked at: no PodScheduled condition and no node
     unseen: tuple[str, float] | None = None
     stopped_by_kueue: tuple[str, str] | None = None  # (Kueue's reason, message): it evicted
+    short_grace: ShortGrace | None = None  # deleted with less than its own grace period
 
 
 def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -151,4 +174,5 @@ def facts(
         unschedulable=_unschedulable(pod, admission),
         unseen=_unseen(pod, now),
         stopped_by_kueue=_stopped_by_kueue(status),
+        short_grace=_short_grace(pod),
     )

@@ -29,6 +29,7 @@ from .finish import finished, suspend
 from .observe import observe, ray_status
 from .plan import LookupPending, LookupResult, Pass, Plan
 from .pod_cleanup import (
+    delete_after_requests_land,
     ends_recorded,
     no_grace_for_lost_nodes,
     release_once_stopped,
@@ -56,6 +57,7 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     wake_when_tolerance_ends(p, pods, snap.nodes)
     skip_pods_already_going(p.plan, pods)
     release_once_stopped(p.plan, pods)
+    delete_after_requests_land(p, pods)  # after the release: a held pod keeps its finalizer
     p.account()
     return p.plan
 

@@ -51,7 +51,10 @@ class Observed:
     stale: tuple[str, ...]  # pods of other attempts, still present
     running: int
     warned: tuple[str, ...] = ()  # active pods whose node says it is going away
-    node_deadline: datetime | None = None  # when the first of their nodes goes, where known
+    # When the first pod of the gang is killed, where known: its node goes, or its deletion
+    # gave it less than its own grace period (the others' saves need it: they are collective).
+    deadline: datetime | None = None
+    cut_short: tuple[str, ...] = ()  # pods whose deletion gave them less than their grace
     unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
     ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
     stuck: Stuck = Stuck()  # active pods that have not started
@@ -108,7 +111,8 @@ def observe(
     stale: list[str] = []
     stale_unended: list[str] = []
     warned: list[str] = []
-    node_deadline: datetime | None = None
+    deadlines: list[datetime] = []
+    cut_short: list[str] = []
     unrequested: list[str] = []
     ready: set[int] = set()
     active: list[PodFacts] = []
@@ -132,10 +136,16 @@ def observe(
         going = pod_facts.node_termination
         if end.outcome is Outcome.ACTIVE and going:
             warned.append(meta["name"])
-            if going.deadline and (node_deadline is None or going.deadline < node_deadline):
-                node_deadline = going.deadline
+            deadlines += [going.deadline] if going.deadline else []
+        short = pod_facts.short_grace
+        if short and pod_facts.phase not in c.POD_ENDED_PHASES:
+            cut_short.append(f"pod {meta['name']} is being deleted: {short}")
+            deadlines.append(short.ends)
         requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
-        if pod_facts.phase == "Running" and pod_facts.exit_code is None and not requested:
+        # A pod being deleted is not asked: its kubelet no longer refreshes its volumes, so the
+        # request would never reach its trainer.
+        if (pod_facts.phase == "Running" and pod_facts.exit_code is None and not requested
+                and not pod_facts.deleting):  # fmt: skip
             unrequested.append(meta["name"])
     created = bool(status.attempt_creation_time)
     missing = tuple(r for r in range(spec.nnodes) if r not in current) if created else ()
@@ -145,9 +155,11 @@ def observe(
     running = sum(
         1 for e in current.values() if e.outcome is Outcome.ACTIVE and e.reason == "Running"
     )
+    deadline = min(deadlines, default=None)
     return Observed(
-        current, missing, tuple(sorted(stale)), running, tuple(warned), node_deadline,
-        tuple(unrequested), frozenset(ready), stuck(active), tuple(sorted(stale_unended)),
+        current, missing, tuple(sorted(stale)), running, tuple(warned), deadline,
+        tuple(cut_short), tuple(unrequested), frozenset(ready), stuck(active),
+        tuple(sorted(stale_unended)),
     )  # fmt: skip
 
 

@@ -1,11 +1,15 @@
 """How the plan's deletions meet the pods as they are: finalizers released once an end is
 recorded and the pod has stopped, no grace period for pods on a lost node, no second delete of
-a pod already going, and a wake-up when a NotReady node's tolerance runs out."""
+a pod already going, no delete before a checkpoint request has reached the pod, and a wake-up
+when a NotReady node's tolerance runs out."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+from rljob_contract.request import parse_request
 
 from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, Phase
@@ -107,3 +111,28 @@ def no_grace_for_lost_nodes(
     }
     plan.delete = [name for name in plan.delete if name not in lost]
     plan.force_delete = sorted(lost.union(plan.force_delete))
+
+
+# How long a pod asked to save is left undeleted after the request's time (which is to the
+# second): its kubelet projects the annotation into the pod's request file well within it.
+REQUEST_LANDS_SECONDS = 2.0
+
+
+def delete_after_requests_land(p: Pass, pods: list[dict[str, Any]]) -> None:
+    """A pod asked to save (this pass, or in the last seconds) is deleted only once the request
+    has reached it. The kubelet stops refreshing a pod's volumes once the pod is being
+    deleted, so a request that comes after the delete never reaches its trainer: and only the
+    request says when the first pod of the gang is killed."""
+    fresh = set(p.plan.request_checkpoint)
+    wait = REQUEST_LANDS_SECONDS if fresh else None
+    for pod in pods:
+        asked = (pod["metadata"].get("annotations") or {}).get(CHECKPOINT_REQUEST_ANNOTATION)
+        at = parse_request(asked).requested_at if asked else None
+        left = REQUEST_LANDS_SECONDS - (p.now - at).total_seconds() if at else 0.0
+        if left > 0:
+            fresh.add(pod["metadata"]["name"])
+            wait = left if wait is None else min(wait, left)
+    held = [name for name in p.plan.delete if name in fresh]
+    if held and wait is not None:
+        p.plan.delete = [name for name in p.plan.delete if name not in fresh]
+        p.requeue(wait)

@@ -43,21 +43,25 @@ def waiting_for_the_gang(p: Pass, spec: JobSpec) -> None:
 
 
 def request_checkpoint(p: Pass, seen: Observed) -> None:
-    """Early warning: a node is going away, so ask every running trainer to save now, by the
-    time the first of the gang's nodes goes where that is known (the save is collective).
+    """Early warning: a node is going away, or a pod's deletion gave it less than its own
+    grace period, so ask every running trainer to save now, by the time the first pod of the
+    gang is killed where that is known (the save is collective).
 
     A pod this pass deletes is not asked: its SIGTERM is the same notice, a moment later, and
-    the request would be one more write per pod; unless the request says when the node goes,
-    which the SIGTERM does not."""
-    going = set() if seen.node_deadline else set(p.plan.delete)
+    the request would be one more write per pod; unless the request says when the first pod
+    is killed, which the SIGTERM does not (a trainer counts its own grace period from it)."""
+    going = set() if seen.deadline else set(p.plan.delete)
     asked = [pod for pod in seen.unrequested if pod not in going]
     if not asked:
         return
     p.plan.request_checkpoint = asked
-    p.plan.checkpoint_deadline = seen.node_deadline
-    why = f"pods {', '.join(seen.warned)} are on terminating nodes" if seen.warned else (
-        f"{seen.disruptions[0].reason} on {seen.disruptions[0].pod}"
-    )  # fmt: skip
-    by = f", by {iso(seen.node_deadline)}" if seen.node_deadline else ""
+    p.plan.checkpoint_deadline = seen.deadline
+    if seen.cut_short:
+        why = "; ".join(seen.cut_short)
+    elif seen.warned:
+        why = f"pods {', '.join(seen.warned)} are on terminating nodes"
+    else:
+        why = f"{seen.disruptions[0].reason} on {seen.disruptions[0].pod}"
+    by = f", by {iso(seen.deadline)}" if seen.deadline else ""
     p.event(EventType.NORMAL, Reason.CHECKPOINT_REQUESTED,
             f"asked {len(asked)} pods to save now{by}: {why}")  # fmt: skip

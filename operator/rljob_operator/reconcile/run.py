@@ -109,9 +109,12 @@ def apply(
     ])  # fmt: skip
     released = answers[: len(plan.release)]  # none that this pass deletes: decide sees to it
     deleted = answers[len(released) : len(released) + len(plan.delete) + len(plan.force_delete)]
-    # The next pass must not release or delete a pod again before the watch brings this. A
-    # deleted pod without our finalizer may be gone already, and is left to the watch.
-    for pod in [*released, *(p for p in deleted if p and holds_our_finalizer(p))]:
+    done = len(released) + len(deleted)
+    asked = answers[done : done + len(plan.request_checkpoint)]
+    # The next pass must not release, delete or ask a pod again before the watch brings this,
+    # nor delete a pod asked before its request lands. A deleted pod without our finalizer may
+    # be gone already, and is left to the watch.
+    for pod in [*released, *(p for p in deleted if p and holds_our_finalizer(p)), *asked]:
         if pod:
             cache.on_pod(None, pod)
     if plan.annotate_workload:

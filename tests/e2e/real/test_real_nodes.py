@@ -42,7 +42,11 @@ from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import unix_seconds
 from rljob_testenv.ports import free_port
 from rljob_testenv.scenario import preemptor_pod, read_progress, trainer_pods
-from rljob_trainer.faults import ENV_TEST_SLOW_STOP_SAVE
+from rljob_trainer.faults import (
+    ENV_TEST_SLOW_ROLLOUT_FROM_STEP,
+    ENV_TEST_SLOW_ROLLOUT_TOKEN,
+    ENV_TEST_SLOW_STOP_SAVE,
+)
 from rljob_trainer.metrics import read_metrics
 
 TRAINER_IMAGE = "localhost/rljob-trainer:cpu"
@@ -231,6 +235,56 @@ def test_eviction_with_a_save_slower_than_torchruns_default_30s_still_resumes_fr
     assert time.monotonic() - evicted_at > 40  # the save really took its 40 s
     assert_same_run_as_reference(checkpoints, reference)
     report_recovery(f"1 node x 2 processes evicted after step {at}, a 40 s save", job, checkpoints)
+    delete_job(real_api, jobs_namespace, job_name)
+
+
+# A slow step and a deletion that gives less than the pods' grace period. Each sampled token of
+# the step after the notice takes SLOW_TOKEN seconds (3 per step), and a rank's vote is read one
+# token after it is cast: told the deletion's deadline, the gang agrees to save the last
+# finished step at 2 tokens, in time; believing its own grace period, it finishes the step,
+# at 3 tokens, after the deleted pod was killed.
+SLOW_TOKEN = 15
+SHORT_GRACE = 40
+OWN_GRACE = 120
+
+
+def test_a_deletion_shorter_than_the_grace_period_still_saves_the_last_finished_step(
+    real_api, real_core, jobs_namespace, chart_operator, real_claim, rng
+):
+    """`kubectl delete --grace-period=40` of one pod of a 2-node gang whose pods have 120 s:
+    the deleted pod's trainer counts 120 s from its SIGTERM. The operator tells its peer in
+    the checkpoint request, which the peer's kubelet projects into the pod (a pod being
+    deleted gets no more volume updates, so the peer is deleted only after it), and the gang
+    saves the last finished step within the 40 s: it resumes from it, with no step lost."""
+    job_name = "short-grace"
+    checkpoints = real_claim / experiment_path(job_name) / "checkpoints"
+    at = rng.choice([s for s in range(5, 8) if s % SAVE_INTERVAL])  # not an interval save
+    body = real_job(job_name, 2, 1, template_spec={"terminationGracePeriodSeconds": OWN_GRACE},
+                    env=[{"name": ENV_TEST_SLOW_ROLLOUT_TOKEN, "value": str(SLOW_TOKEN)},
+                         {"name": ENV_TEST_SLOW_ROLLOUT_FROM_STEP, "value": str(at + 1)}])  # fmt: skip
+    body["spec"]["args"] = [a.replace(f"max_steps={MAX_STEPS}", f"max_steps={at + 1}")
+                            for a in body["spec"]["args"]]  # fmt: skip
+    create_job(real_api, jobs_namespace, body)
+    gang = running_gang(real_core, jobs_namespace, 0, 2, timeout=240)
+    wait_step(checkpoints, at, attempt=0, timeout=300)
+    real_core.delete_namespaced_pod(gang[1].metadata.name, jobs_namespace,
+                                    grace_period_seconds=SHORT_GRACE)  # fmt: skip
+    job = wait_succeeded(real_api, jobs_namespace, job_name, timeout=600)
+
+    st = job["status"]
+    recovery = st["recoveries"][0]
+    assert (recovery["resumedFromStep"], recovery["lostSteps"]) == (at, 0), recovery
+    assert (st["preemptions"], st["failures"]) == (1, 0), st
+    said = f"its deletion gave it {SHORT_GRACE} s of its {OWN_GRACE} s grace period"
+    assert st["lastEnd"]["message"].endswith(said), st["lastEnd"]
+    asked = [e.message for e in events_of(real_core, jobs_namespace, job_name)
+             if e.reason == "CheckpointRequested"]  # fmt: skip
+    assert len(asked) == 1 and asked[0].endswith(said), asked
+    assert sorted(parse_step(d.name) for d in checkpoints.glob("global_step_*")) == [
+        SAVE_INTERVAL,
+        at,
+        at + 1,
+    ]
     delete_job(real_api, jobs_namespace, job_name)
 
 
