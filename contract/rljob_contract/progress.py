@@ -29,6 +29,9 @@ SAVE_SECONDS = "save_seconds"  # a save's mean time (RLinf, verl: as rljob's bri
 # Why rljob cannot save on notice in this run (the bridge's hooks found the framework other
 # than they expect, or its settings save nothing); absent or null where it can.
 SAVE_ON_NOTICE_UNAVAILABLE = "save_on_notice_unavailable"
+# Why a save on notice in this run comes later than rljob could make it (a hook that only
+# makes it sooner found the framework other than it expects); absent where none did.
+SAVE_ON_NOTICE_LATE = "save_on_notice_late"
 STATUS = "status"
 ATTEMPT = "attempt"
 TIME = "time"
@@ -46,6 +49,7 @@ def progress_record(
     step_seconds: float | None = None,
     save_on_notice_unavailable: str | None = None,
     save_seconds: float | None = None,
+    save_on_notice_late: str | None = None,
 ) -> dict[str, object]:
     now = time.time()
     record: dict[str, object] = {
@@ -60,6 +64,8 @@ def progress_record(
         record[SAVE_ON_NOTICE_UNAVAILABLE] = save_on_notice_unavailable
     if save_seconds:
         record[SAVE_SECONDS] = save_seconds
+    if save_on_notice_late:
+        record[SAVE_ON_NOTICE_LATE] = save_on_notice_late
     return record
 
 

@@ -158,7 +158,7 @@ class Notice:
         self.terminated = False  # SIGTERM: the pod goes; a request alone only asks for a save
         self.given_at: float | None = None
         self.requested = False
-        self.node_ends_at: float | None = None  # monotonic, where the request says
+        self.node_ends_at: float | None = None  # monotonic: the request's deadline, if any
 
     def give(self, why: str) -> None:
         if why == "SIGTERM":
@@ -197,7 +197,8 @@ class Notice:
     def limit(self) -> str:
         """What bounds the save, in words."""
         if self.given_at is not None and self._ends_at() == self.node_ends_at:
-            return f"the time left before the node goes ({self.node_ends_at - self.given_at:.0f} s)"
+            left = self.node_ends_at - self.given_at
+            return f"the deadline the checkpoint request gives ({left:.0f} s)"
         return f"the grace period ({self.grace:g} s)"
 
 

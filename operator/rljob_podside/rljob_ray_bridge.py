@@ -24,9 +24,12 @@ checkpoint folders:
   when it says so, and stop when their run timer is finished. After a notice the hook has
   `check_progress` say "save" for this step (with the validation the user's settings ask
   for, and no other), and the run timer (`rlinf.utils.timers.Timer`) say "finished", so
-  RLinf saves this step and stops; the driver then exits 75. A runner that does not stop
-  on its timer is held at its next `check_progress`, once the save is done. With
-  `runner.save_interval <= 0` RLinf saves nothing, so a notice neither saves nor stops it.
+  RLinf saves this step and stops; the driver then exits 75. Right after the runner's own
+  `_save_checkpoint` returns the hook reports the save and holds the loop until ray_node.py
+  ends the driver, so a runner that does not stop on its timer (the embodied, async and
+  offline runners pass `run_time_exceeded=False`) trains no further step; where a runner's
+  `_save_checkpoint` is not as expected, that runner is held at its next `check_progress`.
+  With `runner.save_interval <= 0` RLinf saves nothing, so a notice neither saves nor stops it.
 - verl runs its loop in its TaskRunner, a Ray worker, with one of two trainers:
   - the V1 trainer (`trainer.use_v1=true`, verl 0.9's default): `PPOTrainer.fit` runs
     `step()` (rollout and update), then saves through `_save_checkpoint()` when its
@@ -47,7 +50,9 @@ checkpoint folders:
   (verl's default, -1, saves nothing), and the last step saves and ends the run by verl's
   own rule.
 Both hooks write the step each step finishes (and the step time) to rljob-progress.json
-beside the step folders, from which the operator counts the steps a restart lost.
+beside the step folders, from which the operator counts the steps a restart lost. A hook that
+only makes the save on notice come sooner, and that finds the framework other than it expects,
+is said there too (`save_on_notice_late`).
 """
 
 from __future__ import annotations
@@ -102,6 +107,7 @@ class Loop:
         self.saved_last_step = False  # RLinf: the step before this one saved
         self.saving_on_notice: int | None = None  # the step the framework saves on notice
         self.unavailable: dict[str, list[str]] = {}  # framework -> why, in the order found
+        self.late: dict[str, list[str]] = {}  # framework -> why its save on notice comes later
         self.save_paths_seen: set[str] = set()  # frameworks whose save-on-notice hook ran
         self.rlinf_save_interval: object = None  # as RLinf's check_progress was last given
         self.timer_forced = False  # RLinf's run timer said "finished" for rljob's notice
@@ -122,6 +128,13 @@ class Loop:
             print(f"rljob: save on notice unavailable: {why}; the framework runs as it is, and "
                   "a preemption goes back to its last periodic save", file=sys.stderr,
                   flush=True)  # fmt: skip
+
+    def saves_later(self, framework: str, why: str) -> None:
+        """A hook that only makes `framework`'s save on notice come sooner is missing (once)."""
+        whys = self.late.setdefault(framework, [])
+        if why not in whys:
+            whys.append(why)
+            print(f"rljob: {why}", file=sys.stderr, flush=True)
 
     def finished(
         self,
@@ -170,9 +183,10 @@ class Loop:
     def write(self, step: int, status: str) -> None:
         if self.checkpoint_dir is None:
             return
+        late = "; ".join(self.late.get(self.framework, ())) or None
         record = progress.progress_record(
             step, self.attempt, status, mean(self.step_seconds),
-            self.why_unavailable(self.framework), self.mean_save_seconds(),
+            self.why_unavailable(self.framework), self.mean_save_seconds(), late,
         )  # fmt: skip
         progress.write_progress(self.checkpoint_dir, record, progress.FRAMEWORK_PROGRESS_FILE_NAME)
 
@@ -277,6 +291,25 @@ def wrap_timer_is_finished(is_finished: Callable[[Any], bool], loop: Loop = LOOP
         return True
 
     return finished
+
+
+def wrap_rlinf_save_checkpoint(
+    save: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD
+):
+    """An RLinf runner's own `_save_checkpoint` (which waits for its workers' saves): where it
+    saved the step the bridge asked for, report the save and hold the loop as soon as it
+    returns, before the runner's next step."""
+
+    def saved(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = save(self, *args, **kwargs)
+        # The reasoning runners count in `global_steps`, the embodied and offline ones in
+        # `global_step`.
+        step = getattr(self, "global_steps", getattr(self, "global_step", None))
+        if isinstance(step, int) and loop.saving_on_notice == step:
+            report_saved(loop, hold)
+        return result
+
+    return saved
 
 
 # --------------------------------------------------------------------------- verl
@@ -413,7 +446,9 @@ class Hook:
     name: str  # inside the module: "check_progress", "PPOTrainer.step"
     wrap: Callable[..., Callable[..., Any]]  # (the framework's function, the loop) -> wrapper
     reads: tuple[str, ...] = ()  # the parameters the wrapper reads, by name
-    needed: bool = True  # without it rljob cannot save on notice (else: it stops later)
+    # Empty: without it rljob cannot save on notice. Else what happens without it: the save
+    # on notice still works, later.
+    later: str = ""
 
     def apply(self, module: ModuleType, loop: Loop) -> None:
         """Wrap the name in `module` if it is as the hook expects; never raises."""
@@ -434,23 +469,35 @@ class Hook:
 
     def unavailable(self, loop: Loop, why: str) -> None:
         what = f"{version_of(self.framework)}: {self.module}.{self.name} {why}"
-        if self.needed:
-            loop.cannot_save(self.framework, what)
+        if self.later:
+            loop.saves_later(self.framework, f"{what}: {self.later}")
         else:
-            print(f"rljob: {what}; saves on notice may stop later", file=sys.stderr, flush=True)
+            loop.cannot_save(self.framework, what)
 
 
+RLINF_HELD_LATER = "the loop is held only at the runner's next check_progress, a step later"
+VERL_REPORTED_LATER = "the save on notice is reported only at the step's log, after its validation"
+RLINF_RUNNERS = (  # (module, class) of the RL runners; subclasses inherit the hook
+    ("rlinf.runners.reasoning_runner", "ReasoningRunner"),  # and the agent runners
+    ("rlinf.runners.coding_online_rl_runner", "CodingOnlineRLRunner"),
+    ("rlinf.runners.embodied_runner", "EmbodiedRunner"),  # and the async embodied runners
+    ("rlinf.runners.offline_runner", "OfflineRunner"),
+)
 HOOKS: tuple[Hook, ...] = (
     Hook(RLINF, "rlinf.utils.runner_utils", "check_progress", wrap_check_progress,
          ("step", "save_interval", "run_time_exceeded")),
-    Hook(RLINF, "rlinf.utils.timers", "Timer.is_finished", wrap_timer_is_finished, needed=False),
+    Hook(RLINF, "rlinf.utils.timers", "Timer.is_finished", wrap_timer_is_finished,
+         later="RLinf's reasoning runners do not stop on their run timer after the save on "
+               f"notice, and {RLINF_HELD_LATER}"),
+    *(Hook(RLINF, module, f"{runner}._save_checkpoint", wrap_rlinf_save_checkpoint,
+           later=RLINF_HELD_LATER) for module, runner in RLINF_RUNNERS),
     Hook(VERL, "verl.utils.checkpoint.checkpoint_manager", "should_save_ckpt_esi",
          wrap_should_save_ckpt_esi),
     Hook(VERL, "verl.trainer.ppo.v1.trainer_base", "PPOTrainer.step", wrap_v1_step),
     Hook(VERL, "verl.trainer.ppo.v1.trainer_base", "PPOTrainer._save_checkpoint",
-         wrap_save_checkpoint, needed=False),
+         wrap_save_checkpoint, later=VERL_REPORTED_LATER),
     Hook(VERL, "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._save_checkpoint",
-         wrap_save_checkpoint, needed=False),
+         wrap_save_checkpoint, later=VERL_REPORTED_LATER),
     Hook(VERL, "verl.utils.tracking", "Tracking.log", wrap_tracking_log, ("data", "step")),
 )  # fmt: skip
 

@@ -98,6 +98,7 @@ class Reason(StrEnum):
     PERIODIC_SAVES_OFF = "PeriodicSavesOff"
     SAVE_ON_NOTICE_UNAVAILABLE = "SaveOnNoticeUnavailable"
     SAVE_ON_NOTICE_AVAILABLE = "SaveOnNoticeAvailable"
+    SAVE_ON_NOTICE_LATE = "SaveOnNoticeLate"
     BOOSTING = "Boosting"
     BOOST_CLAMPED = "BoostClamped"
     BOOST_NOT_ALLOWED = "BoostNotAllowed"

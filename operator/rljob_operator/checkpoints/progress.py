@@ -11,7 +11,7 @@ from typing import Any
 from rljob_contract import progress, untrusted
 
 MAX_BYTES = 1024 * 1024  # the trainer writes a few hundred bytes
-MAX_REASON_CHARS = 1000  # of the bridge's word on why it cannot save on notice
+MAX_REASON_CHARS = 1000  # of the bridge's words on its save on notice
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,8 @@ class Progress:
     save_seconds: float | None = None  # a save's mean time, where the writer measured it
     # Why rljob's bridge could not save on notice in the run that wrote it (RLinf, verl).
     save_on_notice_unavailable: str | None = None
+    # Why its save on notice came later than rljob could make it, where the bridge said.
+    save_on_notice_late: str | None = None
 
     def to_report(self) -> dict[str, Any]:
         """The keys `rljob ckpt latest --json` reports them under."""
@@ -29,6 +31,7 @@ class Progress:
             "progress_step_seconds": self.step_seconds,
             "progress_save_seconds": self.save_seconds,
             "save_on_notice_unavailable": self.save_on_notice_unavailable,
+            "save_on_notice_late": self.save_on_notice_late,
         }
 
 
@@ -49,10 +52,15 @@ def read_progress(directory: str | os.PathLike[str]) -> Progress:
         return Progress()
     step, seconds = data.get(progress.STEP), data.get(progress.STEP_SECONDS)
     good_step = isinstance(step, int) and not isinstance(step, bool) and step >= 0
-    why = data.get(progress.SAVE_ON_NOTICE_UNAVAILABLE)
     return Progress(
         step if good_step else None,
         untrusted.positive_number(seconds),
         untrusted.positive_number(data.get(progress.SAVE_SECONDS)),
-        why[:MAX_REASON_CHARS] if isinstance(why, str) and why.strip() else None,
+        _words(data.get(progress.SAVE_ON_NOTICE_UNAVAILABLE)),
+        _words(data.get(progress.SAVE_ON_NOTICE_LATE)),
     )
+
+
+def _words(value: object) -> str | None:
+    """The bridge's own words, where they are words, cut to a length a status can carry."""
+    return value[:MAX_REASON_CHARS] if isinstance(value, str) and value.strip() else None

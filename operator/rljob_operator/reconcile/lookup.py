@@ -64,17 +64,18 @@ def result_from_report(spec: JobSpec, report: dict[str, Any]) -> LookupResult:
     detail = "; ".join(f"step {r['step']}: {r['verdict']} ({r['reason']})" for r in rejected[:3])
     progress = report.get("progress_step")
     seconds = report.get("progress_step_seconds")
-    unavailable = report.get("save_on_notice_unavailable")
+    said = {
+        "save_on_notice_unavailable": report.get("save_on_notice_unavailable"),
+        "save_on_notice_late": report.get("save_on_notice_late"),
+    }
     if report.get("missing"):
         return LookupResult(None, None, f"{spec.checkpoint.path} does not exist yet")
     if not report.get("found"):
         where = spec.checkpoint.path
         detail = f"no complete checkpoint in {where}. {detail}".strip()
-        return LookupResult(None, progress, detail, step_seconds=seconds,
-                            save_on_notice_unavailable=unavailable)  # fmt: skip
+        return LookupResult(None, progress, detail, step_seconds=seconds, **said)
     target = ResumeTarget(report["path"], int(report["step"]))
-    return LookupResult(target, progress, detail, step_seconds=seconds,
-                        save_on_notice_unavailable=unavailable)  # fmt: skip
+    return LookupResult(target, progress, detail, step_seconds=seconds, **said)
 
 
 def result_for_folder(named: str, report: dict[str, Any]) -> LookupResult:

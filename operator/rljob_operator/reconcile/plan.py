@@ -34,6 +34,8 @@ class LookupResult:
     step_seconds: float | None = None  # the trainer's step time, from progress.json, if any
     # Why rljob's bridge could not save on notice in the run that wrote the progress record.
     save_on_notice_unavailable: str | None = None
+    # Why its save on notice came later than rljob could make it, where the bridge said.
+    save_on_notice_late: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@ Two sources say it cannot:
   checkpoints): a hook that found the framework other than it expects (another version),
   or a setting it read at run time. The framework then ran as it is, and preemptions go
   back to its last periodic save.
+
+The bridge also says where a hook that only makes the save on notice come sooner is missing:
+the condition stays True, with the reason SaveOnNoticeLate and what comes later.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
     current = find_condition(p.status.conditions, ConditionType.SAVE_ON_NOTICE)
     off = periodic_saves_off(spec)
     said = lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
+    late = lookup.save_on_notice_late if lookup and spec.ray.save_on_notice else None
     if off:
         key = framework(spec.framework).save_interval[0]  # type: ignore[index]
         reason = Reason.PERIODIC_SAVES_OFF
@@ -69,14 +73,21 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
         reason = Reason.SAVE_ON_NOTICE_UNAVAILABLE
         message = (f"{said}. The framework runs as it is; a preemption goes back to its last "
                    "periodic save")  # fmt: skip
+    elif late:
+        message = f"{late}. rljob saves on notice all the same, later than it could"
+        if (current or {}).get("message") != message:
+            p.event(EventType.WARNING, Reason.SAVE_ON_NOTICE_LATE, message)
+        p.condition(ConditionType.SAVE_ON_NOTICE, True, Reason.SAVE_ON_NOTICE_LATE, message)
+        return
     elif (
         current is not None
-        and current.get("status") == "False"
+        and (current.get("status") == "False"
+             or current.get("reason") == Reason.SAVE_ON_NOTICE_LATE)
         and (
             current.get("reason") == Reason.PERIODIC_SAVES_OFF
             or (lookup is not None and lookup.last_finished_step is not None)
         )
-    ):
+    ):  # fmt: skip
         p.condition(ConditionType.SAVE_ON_NOTICE, True, Reason.SAVE_ON_NOTICE_AVAILABLE,
                     "the command saves checkpoints, and nothing said since that rljob "
                     "cannot save on notice")  # fmt: skip

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from ckpt_trees import build_dcp, build_rljob, build_rljob_megatron, snapshot, write_text
+from rljob_contract import progress
 from rljob_contract.progress import PROGRESS_FILE_NAME
 from rljob_operator.cli import main
 
@@ -16,6 +17,7 @@ LATEST_KEYS = {
     "progress_step_seconds",
     "progress_save_seconds",
     "save_on_notice_unavailable",
+    "save_on_notice_late",
     "found",
     "step",
     "path",
@@ -47,6 +49,21 @@ def test_latest_json_has_the_documented_shape(tmp_path, capsys):
     assert [set(r) for r in answer["rejected"]] == [REJECTED_KEYS]
     assert answer["rejected"][0]["step"] == 200
     assert answer["rejected"][0]["verdict"] == "incomplete"
+
+
+def test_latest_reports_what_the_bridge_said_of_its_save_on_notice(tmp_path, capsys):
+    """The bridge's record beside a verl run's folders: its words reach the operator, cut to
+    a length a status can carry; a value that is not words is left out."""
+    build_rljob(tmp_path, 150)
+    late = "verl 0.10.2: verl.trainer.ppo.v1.trainer_base.PPOTrainer._save_checkpoint " + "x" * 2000
+    record = {progress.STEP: 151, progress.SAVE_ON_NOTICE_LATE: late,
+              progress.SAVE_ON_NOTICE_UNAVAILABLE: ["not", "words"]}  # fmt: skip
+    write_text(tmp_path / progress.FRAMEWORK_PROGRESS_FILE_NAME, json.dumps(record))
+    _, out, _ = run(capsys, "latest", tmp_path, "--json")
+    answer = json.loads(out)
+    assert answer["progress_step"] == 151
+    assert answer["save_on_notice_late"] == late[:1000]
+    assert answer["save_on_notice_unavailable"] is None
 
 
 def test_latest_with_nothing_found_exits_1_with_nulls(tmp_path, capsys):

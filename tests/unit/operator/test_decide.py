@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from builders import NOW, make_job, make_node, make_pod
 from passes import decide, with_status
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.status import CheckpointLookup, RayStatus, ResumeFrom
+from rljob_operator.api.timestamps import iso
 from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.reconcile.plan import LookupResult
 from rljob_operator.reconcile.settings import Settings
@@ -602,6 +605,58 @@ def test_pods_this_pass_deletes_are_not_asked_to_save_unless_the_request_says_wh
     assert plan.checkpoint_deadline == NOW + timedelta(seconds=30)
 
 
+def deleted_with_grace(pod, seconds):
+    """The pod as the API server stores it after a delete with `seconds` of grace at NOW."""
+    pod["metadata"]["deletionTimestamp"] = iso(NOW + timedelta(seconds=seconds))
+    pod["metadata"]["deletionGracePeriodSeconds"] = seconds
+    return pod
+
+
+def test_a_deletion_shorter_than_the_grace_period_tells_the_peers_when_the_gang_must_be_saved():
+    """The deleted pod's trainer counts its own grace period (300 s) from its SIGTERM; only a
+    request can tell the gang, whose save is collective, that this pod goes in 10 s. The
+    deleted pod's volumes are no longer refreshed, so only its peer is asked; the peer is
+    deleted once the request has reached it."""
+    job = started(make_job(), phase=Phase.RUNNING)
+    victim = deleted_with_grace(make_pod(job, 0, 0), 10)
+    peer = make_pod(job, 0, 1, node="gpu-node-1")
+
+    plan = decide(job, [victim, peer], NODES, NOW)
+
+    assert plan.request_checkpoint == ["grpo-a0-n1"]
+    assert plan.checkpoint_deadline == NOW + timedelta(seconds=10)
+    assert plan.delete == [] and plan.requeue_after <= 2
+    (event,) = [e for e in plan.events if e.reason == "CheckpointRequested"]
+    assert event.message == ("asked 1 pods to save now, by 2026-11-29T12:00:10Z: pod grpo-a0-n0 "
+                             "is being deleted: its deletion gave it 10 s of its 300 s grace "
+                             "period")  # fmt: skip
+    assert plan.status.last_end.message.endswith(
+        "its deletion gave it 10 s of its 300 s grace period"
+    )
+
+    after = with_status(job, plan.status)
+    asked = copy.deepcopy(peer)
+    asked["metadata"]["annotations"][CHECKPOINT_REQUEST_ANNOTATION] = (
+        "2026-11-29T12:00:00Z deadline=2026-11-29T12:00:10Z"
+    )
+    landing = decide(after, [victim, asked], NODES, NOW + timedelta(seconds=1))
+    assert landing.delete == [] and 0 < landing.requeue_after <= 1
+    landed = decide(after, [victim, asked], NODES, NOW + timedelta(seconds=2))
+    assert landed.delete == ["grpo-a0-n1"] and landed.request_checkpoint == []
+
+
+def test_a_deletion_with_the_whole_grace_period_is_the_notice_itself():
+    """Every pod of the gang gets its SIGTERM and its whole grace period: nothing to ask."""
+    job = started(make_job(), phase=Phase.RUNNING)
+    victim = deleted_with_grace(make_pod(job, 0, 0), 300)
+    peer = make_pod(job, 0, 1, node="gpu-node-1")
+
+    plan = decide(job, [victim, peer], NODES, NOW)
+
+    assert plan.request_checkpoint == [] and plan.delete == ["grpo-a0-n1"]
+    assert "grace period" not in plan.status.last_end.message
+
+
 def test_failure_is_no_reason_to_ask_for_a_checkpoint():
     job = started(make_job(), phase=Phase.RUNNING)
     pods = [
@@ -1077,3 +1132,26 @@ def test_the_bridges_word_from_the_last_attempt_becomes_the_condition_and_an_eve
     assert (save_on_notice(mended)["status"], save_on_notice(mended)["reason"]) == (
         "True", "SaveOnNoticeAvailable"
     )  # fmt: skip
+
+
+def test_a_save_on_notice_that_comes_later_keeps_the_condition_true_and_says_why_once():
+    rlinf = make_job(framework="rlinf", command=["python3", "main_grpo.py"])
+    job = with_status(rlinf, {"attempt": 1, "phase": Phase.RESTARTING})
+    why = (
+        "rlinf 0.4.0: rlinf.runners.embodied_runner.EmbodiedRunner._save_checkpoint not "
+        "found: the loop is held only at the runner's next check_progress, a step later"
+    )
+    found = LookupResult(ResumeTarget("/checkpoints/global_step_8", 8), 9,
+                         save_on_notice_late=why)  # fmt: skip
+
+    plan = decide(job, [], NODES, NOW, found)
+
+    condition = save_on_notice(plan)
+    assert (condition["status"], condition["reason"]) == ("True", "SaveOnNoticeLate")
+    assert condition["message"].startswith(why)
+    assert [e.type for e in plan.events if e.reason == "SaveOnNoticeLate"] == ["Warning"]
+    again = decide(with_status(job, plan.status), [], NODES, NOW, found)
+    assert not [e for e in again.events if e.reason == "SaveOnNoticeLate"]  # said once
+    later = with_status(job, replace(plan.status, attempt=2, attempt_creation_time=None))
+    mended = decide(later, [], NODES, NOW, LookupResult(ResumeTarget("/c/global_step_12", 12), 12))
+    assert save_on_notice(mended)["reason"] == "SaveOnNoticeAvailable"

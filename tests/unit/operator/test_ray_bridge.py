@@ -216,6 +216,88 @@ def test_an_rlinf_runner_that_ignores_its_timer_saves_and_is_held_at_its_next_st
     assert record(loop)[progress.STEP] == 14
 
 
+# RLinf's embodied runner, which passes run_time_exceeded=False and so never stops on its timer,
+# driven through its own step end (`_maybe_eval_and_checkpoint`) with the bridge preloaded.
+# Built without its __init__, which starts Ray workers: `Actor` stands in for its actor worker
+# group, whose save the runner waits for.
+EMBODIED_STEPS = """
+import logging
+import rljob_ray_bridge  # preloaded, as in every Ray worker
+from omegaconf import OmegaConf
+from rlinf.runners.embodied_runner import EmbodiedRunner
+
+class Actor:
+    def save_checkpoint(self, path, step):
+        print("saved", step, flush=True)
+        return self
+
+    def wait(self):
+        return None
+
+runner = object.__new__(EmbodiedRunner)
+runner.cfg = OmegaConf.create({"runner": {"val_check_interval": 0, "save_interval": 10,
+                                          "logger": {"log_path": "logs", "experiment_name": "x"}}})
+runner.max_steps, runner.actor, runner.logger = 20, Actor(), logging.getLogger("rlinf")
+for step in (13, 14, 15):
+    runner.global_step = step
+    runner._maybe_eval_and_checkpoint(step)
+    print("trained", step, flush=True)
+"""
+
+
+def held_after_rlinf_save(tmp_path: Path, shadow: Path) -> tuple[list[str], dict]:
+    """Run EMBODIED_STEPS with a notice until the bridge reports the save on notice and holds
+    the loop (as it does until the head ends the driver); the runner's output (without the
+    bridge's) and the record then."""
+    launcher = mounted_launcher(tmp_path / "launcher")
+    env = bridge_env(tmp_path, launcher, notice=True)
+    env["PYTHONPATH"] = f"{launcher}:{shadow}"
+    process = subprocess.Popen([sys.executable, "-c", EMBODIED_STEPS], env=env, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    path = tmp_path / "ckpt" / progress.FRAMEWORK_PROGRESS_FILE_NAME
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            written = json.loads(path.read_text()) if path.is_file() else {}
+            if written.get(progress.STATUS) == progress.CHECKPOINTED_ON_REQUEST:
+                time.sleep(1)  # held: nothing more may run
+                assert process.poll() is None, process.communicate()
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"no save on notice reported: {process.communicate()}")
+    finally:
+        process.kill()
+    out, _ = process.communicate()
+    said = [line for line in out.splitlines() if not line.startswith("rljob: ")]
+    return said, json.loads(path.read_text())
+
+
+def test_an_rlinf_runner_that_never_stops_on_its_timer_is_held_right_after_its_save(tmp_path):
+    """The embodied, async and offline runners do not stop on their timer: held at their next
+    check_progress they would train one more step after the save on notice."""
+    said, written = held_after_rlinf_save(tmp_path, tmp_path / "none")
+    assert said == ["saved 13"]  # and no further step
+    assert written[progress.STATUS] == progress.CHECKPOINTED_ON_REQUEST
+    assert written[progress.STEP] == 13
+    assert progress.SAVE_ON_NOTICE_LATE not in written
+
+
+def test_an_rlinf_runner_without_the_save_the_bridge_expects_saves_later_and_says_so(tmp_path):
+    """Another version's runner names its save otherwise: the bridge's save on notice still
+    works, held a step later, and the record says so for the job's SaveOnNotice condition."""
+    shadow = shadowed(tmp_path, "rlinf", "rlinf.runners.embodied_runner", "_save_checkpoint(",
+                      "_save_actor_checkpoint(")  # fmt: skip
+    said, written = held_after_rlinf_save(tmp_path, shadow)
+    assert said == ["saved 13", "trained 13"]
+    assert written[progress.STATUS] == progress.CHECKPOINTED_ON_REQUEST
+    assert written[progress.STEP] == 13
+    late = written[progress.SAVE_ON_NOTICE_LATE]
+    assert late.startswith(f"{bridge.version_of('rlinf')}: rlinf.runners.embodied_runner."
+                           "EmbodiedRunner._save_checkpoint not found: ")  # fmt: skip
+    assert progress.SAVE_ON_NOTICE_UNAVAILABLE not in written
+
+
 def test_no_save_on_notice_without_save_interval_or_on_the_last_step(loop):
     from rlinf.utils.runner_utils import check_progress
 
@@ -368,7 +450,7 @@ def test_the_head_ends_the_driver_before_the_node_goes_when_that_is_sooner(tmp_p
     began = time.monotonic()
     _, message = ray_node.supervise_driver(process, notice, lambda: running(13))
     assert time.monotonic() - began < 30 and process.poll() is not None
-    assert "did not save within the time left before the node goes" in message
+    assert "did not save within the deadline the checkpoint request gives" in message
 
 
 def test_a_checkpoint_request_is_a_notice_and_sigterm_ends_the_node_only_after_it(tmp_path):
