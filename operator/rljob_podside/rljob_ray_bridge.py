@@ -106,6 +106,7 @@ class Loop:
         self.with_save: list[float] = []  # RLinf: the times between steps that held a save
         self.saved_last_step = False  # RLinf: the step before this one saved
         self.saving_on_notice: int | None = None  # the step the framework saves on notice
+        self.last_saved: int | None = None  # verl: the step its own last (synchronous) save held
         self.unavailable: dict[str, list[str]] = {}  # framework -> why, in the order found
         self.late: dict[str, list[str]] = {}  # framework -> why its save on notice comes later
         self.save_paths_seen: set[str] = set()  # frameworks whose save-on-notice hook ran
@@ -366,13 +367,34 @@ def v1_saves_on_notice(trainer: Any, loop: Loop) -> bool:
     return step % save_freq != 0  # else verl's periodic save of this step comes next
 
 
+def v1_saved_already(trainer: Any, loop: Loop) -> bool:
+    """On notice before a step: whether verl's own save of the step before it (a periodic
+    save, just before the notice came) is the save on notice. Then no step more is trained
+    and nothing is saved twice."""
+    if not loop.notice() or loop.saving_on_notice is not None or not loop.can_save(VERL):
+        return False
+    if loop.last_saved is None or loop.last_saved != trainer.global_steps - 1:
+        return False
+    loop.saving_on_notice = loop.last_saved
+    print(f"rljob: notice: verl saved step {loop.last_saved} just before it", flush=True)
+    return True
+
+
 def wrap_v1_step(step: Callable[..., Any], loop: Loop = LOOP, hold: Callable[[], Any] = HOLD):
     """verl's V1 PPOTrainer.step (one step's rollout and update). On notice, once the step is
     done, verl's own `_save_checkpoint` saves it, unless verl's save rule is about to; the
     save is reported, and the loop held, as soon as it returns (no validation or logging of
-    the step first)."""
+    the step first). A notice that finds the step before saved already is reported before the
+    next step runs."""
 
     def stepped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            saved = v1_saved_already(self, loop)
+        except Exception as exc:
+            failed(loop, VERL, exc)
+            saved = False
+        if saved:
+            report_saved(loop, hold)
         batch = step(self, *args, **kwargs)
         try:
             save = v1_saves_on_notice(self, loop)
@@ -398,6 +420,8 @@ def wrap_save_checkpoint(
     def saved(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = save(self, *args, **kwargs)
         step = getattr(self, "global_steps", None)
+        if isinstance(step, int) and not saves_asynchronously(self):
+            loop.last_saved = step
         if isinstance(step, int) and loop.saving_on_notice in (step, -1):
             if saves_asynchronously(self):
                 loop.cannot_save(VERL, f"{version_of(VERL)}: {ASYNC_SAVE}")

@@ -139,6 +139,36 @@ def test_verls_v1_save_on_notice_is_reported_as_soon_as_verls_save_returns(loop)
     )
 
 
+def test_a_notice_just_after_verls_periodic_save_trains_no_step_more_and_saves_nothing_twice(
+    loop,
+):
+    """verl saved step 20 by its own rule; the notice comes during the step's validation or
+    log: step 20 is the save on notice, reported before step 21 runs."""
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
+    saves: list[int] = []
+    trainer = v1_trainer(20, 30, 10, saves)
+    save = bridge.wrap_save_checkpoint(lambda self: saves.append(self.global_steps), loop,
+                                       hold=hold)  # fmt: skip
+    stepped(trainer, {}, {})
+    save(trainer)  # verl's periodic save of step 20, as its loop makes it after the step
+    trainer.global_steps = 21  # and its loop moves on
+    give_notice(loop)
+    ran: list[int] = []
+    trainer._step_once = lambda metrics, timing, size: ran.append(trainer.global_steps)
+    with pytest.raises(Held):
+        stepped(trainer, {}, {})
+    assert (saves, ran) == ([20], [])
+    assert (record(loop)[progress.STEP], record(loop)[progress.STATUS]) == (
+        20, progress.CHECKPOINTED_ON_REQUEST
+    )  # fmt: skip
+    # Step 21 finished since that save: the notice waits for step 22's end, and saves it.
+    later = bridge.Loop(loop.notice_file, str(loop.checkpoint_dir), "3")
+    later.last_saved, trainer.global_steps = 20, 22
+    assert not bridge.v1_saved_already(trainer, later)
+
+
 def test_verls_asynchronous_save_is_never_reported_as_a_save_on_notice(loop):
     """With Megatron's async_save verl's `_save_checkpoint` returns before the shards are
     written: the V1 trainer is not asked to save on notice, the legacy trainer's ESI save is
