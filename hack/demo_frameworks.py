@@ -12,10 +12,8 @@ plot) the same way for all; FRAMEWORKS is what `--framework` chooses from.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -283,8 +281,6 @@ class VerlDemo:
     reward_label = "reward (critic/score/mean)"
     loss_label = "loss (actor/pg_loss)"
     save_freq = 10  # verl's periodic saves; a preemption's save is the one on notice
-    sources = REPO / "devtools" / "rljob_verl_cpu"  # the reference's cache key
-    versions = ("verl", "ray", "torch", "transformers")  # the reference's cache key
 
     def __init__(self, setting: Setting) -> None:
         self.setting = setting
@@ -371,57 +367,34 @@ class VerlDemo:
 
     def reference(self, say: Say, bar: Bar) -> Reference:
         """The driver's final state and step metrics, uninterrupted, on a local Ray cluster of
-        as many nodes as the job's gang; cached by the overrides, the environment, the test
-        support's source and the versions of verl, Ray, torch and transformers."""
-        from rljob_testenv.localray import local_ray_cluster
-        from rljob_verl_cpu import recipe
-        from rljob_verl_cpu.results import EXACT, LOSS, REWARD, state_files, step_metrics
+        as many nodes as the job's gang, from the cache where an earlier run made them
+        (rljob_verl_cpu.reference)."""
+        from rljob_verl_cpu import reference as verl_reference
+        from rljob_verl_cpu.results import LOSS, REWARD, step_metrics
 
-        key = hashlib.sha256(json.dumps([self.overrides("IN", "OUT"), recipe.ENV]).encode())
-        for source in sorted(self.sources.glob("*.py")):
-            key.update(source.read_bytes())
-        for name in self.versions:
-            key.update(importlib.metadata.version(name).encode())
-        cache = binaries.cache_root() / "demo-reference" / f"verl-{key.hexdigest()[:16]}"
-        metrics_file = cache / "metrics.json"
-        note = f"reused from {cache} (an earlier demo ran this driver, config and test support)"
-        if not metrics_file.exists():
-            run = self.setting.out / "reference"
-            shutil.rmtree(run, ignore_errors=True)
-            run.mkdir(parents=True)
-            say(
-                f"reference: the same driver and overrides, uninterrupted, on a local "
-                f"{self.nnodes}-node Ray cluster (ray start; run now, after the job, so that "
-                "the two never share the CPU)"
-            )
-            started = time.time()
-            log = self.setting.out / "reference.log"
+        def show(log: Path) -> None:
+            if shown := step_metrics(log.read_text(errors="replace")):
+                step = max(shown)
+                bar(step, f"reward {float(shown[step][REWARD]):+.3f}  (reference)")
 
-            def show() -> None:
-                if shown := step_metrics(log.read_text(errors="replace")):
-                    step = max(shown)
-                    bar(step, f"reward {float(shown[step][REWARD]):+.3f}  (reference)")
-
-            node_args = (f"--num-cpus={recipe.NODE_CPUS}", f"--num-gpus={recipe.NODE_GPUS}")
-            with local_ray_cluster(self.nnodes, run / "ray", node_args, recipe.ENV) as (
-                address,
-                env,
-            ):
-                argv = [sys.executable, "-m", "verl.trainer.main_ppo"]
-                argv += self.overrides(self.inputs, run / "ckpt")
-                env = {**env, "RAY_ADDRESS": address}
-                scenario.run_watched(argv, env, log, cwd=run, timeout=1800, while_running=show)
-            actor = run / "ckpt" / step_dir_name(self.setting.steps) / "actor"
-            (cache / "actor").mkdir(parents=True, exist_ok=True)
-            for path in state_files(actor, self.nnodes):
-                shutil.copy(path, cache / "actor" / path.name)
-            shown = step_metrics(log.read_text(errors="replace"))
-            exact = {step: {name: shown[step][name] for name in EXACT} for step in shown}
-            metrics_file.write_text(json.dumps(exact, indent=1))  # last: the entry is whole
-            note = f"run after the job in {time.time() - started:.0f}s (cached in {cache})"
-        exact = {int(step): m for step, m in json.loads(metrics_file.read_text()).items()}
-        curve = {step: Point(float(m[REWARD]), float(m[LOSS])) for step, m in exact.items()}
-        return Reference(cache, curve, note)
+        say(
+            f"reference: the same driver and overrides, uninterrupted, on a local "
+            f"{self.nnodes}-node Ray cluster (ray start; run now, after the job, so that "
+            "the two never share the CPU, unless an earlier run is cached)"
+        )
+        started = time.time()
+        ran = verl_reference.uninterrupted(
+            self.overrides, self.nnodes, self.setting.steps, self.inputs,
+            self.setting.out / "reference", show,
+        )  # fmt: skip
+        note = (
+            f"run after the job in {time.time() - started:.0f}s (cached in {ran.folder})"
+            if ran.ran_now
+            else f"reused from {ran.folder} (an earlier run of this driver, config and test "
+            "support)"
+        )
+        curve = {step: Point(float(m[REWARD]), float(m[LOSS])) for step, m in ran.metrics().items()}
+        return Reference(ran.folder, curve, note)
 
     def compare(self, reference: Reference, status: dict[str, Any]) -> Verdict:
         """Every rank's final weights, optimizer and lr scheduler leaf by leaf (without the

@@ -16,8 +16,7 @@ here and put on the job's volume.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -38,10 +37,10 @@ from ray_steps import (
     ray_job,
 )
 from rljob_operator.frameworks import resume_overrides
-from rljob_testenv.localray import local_ray_cluster
 from rljob_testenv.ports import free_port
 from rljob_verl_cpu import recipe, results
 from rljob_verl_cpu.inputs import make_inputs
+from rljob_verl_cpu.reference import Reference, uninterrupted
 
 JOB = "verljob"
 STEPS, EVERY = 12, 4  # steps left after the second preemption
@@ -70,21 +69,12 @@ def verl_inputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def verl_reference(verl_inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    """The uninterrupted run of the same driver on a local two-node Ray cluster: (final
-    state, log)."""
-    root = tmp_path_factory.mktemp("verl-reference")
-    node_args = (f"--num-cpus={recipe.NODE_CPUS}", f"--num-gpus={recipe.NODE_GPUS}")
-    with local_ray_cluster(2, root, node_args, recipe.ENV) as (address, env):
-        done = subprocess.run(
-            [sys.executable, "-m", "verl.trainer.main_ppo",
-             *recipe.overrides(verl_inputs, root / "ckpt", steps=STEPS, save_freq=EVERY, nnodes=2)],
-            env={**env, "RAY_ADDRESS": address}, cwd=root, capture_output=True, text=True,
-            timeout=600,
-        )  # fmt: skip
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, f"the reference run failed:\n{log[-4000:]}"
-    return trained_state(root / "ckpt"), log
+def verl_reference(verl_inputs: Path, tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """The uninterrupted run of the same driver on a local two-node Ray cluster, run once for
+    its inputs (rljob_verl_cpu.reference keeps it in rljob's cache)."""
+    overrides = partial(recipe.overrides, steps=STEPS, save_freq=EVERY, nnodes=2)
+    work = tmp_path_factory.mktemp("verl-reference") / "run"
+    return uninterrupted(overrides, 2, STEPS, verl_inputs, work)
 
 
 def main_ppo_job(namespace: str, port: int, priority_class: str, inputs: str) -> dict:
@@ -109,7 +99,6 @@ def test_verls_own_driver_preempted_at_the_worker_then_the_head_resumes_bit_exac
     verl_inputs, verl_reference,
 ):  # fmt: skip
     low, high = priority_classes
-    want, reference_log = verl_reference
     pool = agents(3, gpus=1)  # one spare node: a preemptor keeps the one it took a while
     port = free_port()
     shutil.copytree(verl_inputs, claim / "inputs")
@@ -154,10 +143,10 @@ def test_verls_own_driver_preempted_at_the_worker_then_the_head_resumes_bit_exac
     # Every step's loss, grad norm, score and length as verl logged them in the uninterrupted
     # run: the data loader went on where it stopped. A step saved on notice may not be logged:
     # the head holds the driver once verl's save returns, before verl logs that step.
-    want_metrics = step_metrics(reference_log)
+    want_metrics = verl_reference.metrics()
     assert {s: want_metrics[s] for s in logged} == logged
     assert set(range(1, STEPS + 1)) - set(logged) <= saved_on_notice
-    assert_same_state(trained_state(checkpoints), want)
+    assert_same_state(trained_state(checkpoints), results.trained_state(verl_reference.actor))
     report = (f"verl's main_ppo (V1, GRPO), 2 Ray pods: {'; '.join(reports)}; lost 0 steps; "
               "every rank's final weights, optimizer and scheduler equal to an uninterrupted run")  # fmt: skip
     REPORTS.append(report)
