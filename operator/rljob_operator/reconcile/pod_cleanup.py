@@ -123,16 +123,14 @@ def delete_after_requests_land(p: Pass, pods: list[dict[str, Any]]) -> None:
     has reached it. The kubelet stops refreshing a pod's volumes once the pod is being
     deleted, so a request that comes after the delete never reaches its trainer: and only the
     request says when the first pod of the gang is killed."""
-    fresh = set(p.plan.request_checkpoint)
-    wait = REQUEST_LANDS_SECONDS if fresh else None
+    fresh = dict.fromkeys(p.plan.request_checkpoint, REQUEST_LANDS_SECONDS)  # name -> wait
     for pod in pods:
         asked = (pod["metadata"].get("annotations") or {}).get(CHECKPOINT_REQUEST_ANNOTATION)
         at = parse_request(asked).requested_at if asked else None
         left = REQUEST_LANDS_SECONDS - (p.now - at).total_seconds() if at else 0.0
         if left > 0:
-            fresh.add(pod["metadata"]["name"])
-            wait = left if wait is None else min(wait, left)
-    held = [name for name in p.plan.delete if name in fresh]
-    if held and wait is not None:
+            fresh[pod["metadata"]["name"]] = left
+    held = [fresh[name] for name in p.plan.delete if name in fresh]
+    if held:
         p.plan.delete = [name for name in p.plan.delete if name not in fresh]
-        p.requeue(wait)
+        p.requeue(min(held))
