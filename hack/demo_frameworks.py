@@ -11,7 +11,6 @@ plot) the same way for all; FRAMEWORKS is what `--framework` chooses from.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -24,7 +23,7 @@ import yaml
 from rljob_contract import progress
 from rljob_contract.steps import step_dir_name
 from rljob_operator.launcher.identity import pod_name
-from rljob_testenv import binaries, scenario
+from rljob_testenv import cached, scenario
 from rljob_testenv.ports import free_port
 from rljob_trainer.metrics import read_metrics
 
@@ -193,45 +192,44 @@ class RljobDemo:
 
     def reference(self, say: Say, bar: Bar) -> Reference:
         """The final model and metrics of the same config under a local torchrun, cached by
-        the config, the trainer's source and the torch version."""
+        the config, the trainer's source and the torch version (rljob_testenv.cached)."""
         spec = next(d for d in self.manifests() if d["kind"] == "RLTrainingJob")["spec"]
         args = [a for a in spec["args"] if not a.startswith("runner.output_dir=")]
         env = {
             "RLJOB_SAVE_INTERVAL": str(spec["checkpoint"]["saveInterval"]),
             "RLJOB_MAX_TO_KEEP": str(spec["checkpoint"]["maxToKeep"]),
         }
-        import torch
-
-        key = hashlib.sha256(json.dumps([args, env]).encode())
-        for source in sorted(self.sources.rglob("*")):
-            if source.is_file() and source.suffix in (".py", ".yaml"):
-                key.update(source.read_bytes())
-        key.update(torch.__version__.encode())
-        cache = binaries.cache_root() / "demo-reference" / key.hexdigest()[:16]
         steps = self.setting.steps
-        model = scenario.final_model(cache, steps)
-        note = f"reused from {cache} (an earlier demo ran this config and trainer code)"
-        if not model.exists():
-            run = self.setting.out / "reference"
-            shutil.rmtree(run, ignore_errors=True)
+        started = time.time()
+
+        def run(folder: Path) -> None:
+            work = self.setting.out / "reference"
+            shutil.rmtree(work, ignore_errors=True)
             say(
                 "reference: the same config, uninterrupted, 2 ranks under a local torchrun "
                 "(run now, after the job, so that the two never share the CPU)"
             )
-            started = time.time()
-            metrics = run / "grpo_tiny" / "metrics.jsonl"
+            metrics = work / "grpo_tiny" / "metrics.jsonl"
 
             def show() -> None:
                 if done := read_metrics(metrics):
                     bar(done[-1]["step"], f"reward {done[-1]['reward']:.3f}  (reference)")
 
             log = self.setting.out / "reference.log"
-            trainer_args = [*args, f"runner.output_dir={run}"]
-            scenario.run_reference(trainer_args, env, log, while_running=show)
-            model.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(scenario.final_model(run / "grpo_tiny" / "checkpoints", steps), model)
-            shutil.copy(metrics, cache / "metrics.jsonl")
-            note = f"run after the job in {time.time() - started:.0f}s (cached in {cache})"
+            scenario.run_reference([*args, f"runner.output_dir={work}"], env, log,
+                                   while_running=show)  # fmt: skip
+            model = scenario.final_model(folder, steps)
+            model.parent.mkdir(parents=True)
+            shutil.copy(scenario.final_model(work / "grpo_tiny" / "checkpoints", steps), model)
+            shutil.copy(metrics, folder / "metrics.jsonl")
+
+        key = cached.inputs_key([args, env], [self.sources], ["torch"])
+        cache, ran_now = cached.run_once("rljob-demo", key, run)
+        note = (
+            f"run after the job in {time.time() - started:.0f}s (cached in {cache})"
+            if ran_now
+            else f"reused from {cache} (an earlier demo ran this config and trainer code)"
+        )
         curve = {
             e["step"]: Point(e["reward"], e["loss"]) for e in read_metrics(cache / "metrics.jsonl")
         }

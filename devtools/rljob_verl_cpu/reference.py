@@ -1,20 +1,17 @@
-"""The uninterrupted run of verl's own driver that a preempted one is compared with, cached.
+"""The uninterrupted run of verl's own driver that a preempted one is compared with.
 
 The verl demo (`make demo-verl`) and the e2e test of the same driver
 (tests/e2e/test_verl_main_ppo.py) each need `python -m verl.trainer.main_ppo` run to its end
 without a preemption, on a local Ray cluster of the job's size: a minute or two of verl
-starting and training on two cores. Its result depends only on the overrides, the CPU
-recipe's environment, this test support's source (which makes the inputs, the rollout and the
-sampler) and the versions of the libraries that compute it, so it is run once for each of
-those and kept under rljob's cache (`reference_key`), as a Go test cache keeps a result by
-its inputs: the run's every rank's state files (`actor/`) and the exact metrics of every step
-(`metrics.json`, written last: an entry with it is whole).
+starting and training on two cores. Its numbers depend only on the overrides, the CPU recipe's
+environment, the gang's size, this test support's source (which makes the inputs, the rollout
+and the sampler) and the versions of the libraries that compute it, so it is kept by those
+(rljob_testenv.cached): every rank's state files (`actor/`) and the exact metrics of every step
+(`metrics.json`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import json
 import shutil
 import sys
@@ -22,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rljob_testenv import binaries, scenario
+from rljob_testenv import cached, scenario
 from rljob_testenv.localray import local_ray_cluster
 
 from . import recipe
@@ -51,17 +48,6 @@ class Reference:
         return {int(step): shown for step, shown in stored.items()}
 
 
-def reference_key(overrides: Overrides, nnodes: int) -> str:
-    """What the reference's numbers depend on, hashed: the overrides (with stand-in paths),
-    the recipe's environment, the gang's size, this package's source, the libraries' versions."""
-    key = hashlib.sha256(json.dumps([overrides("IN", "OUT"), recipe.ENV, nnodes]).encode())
-    for source in sorted(SOURCES.glob("*.py")):
-        key.update(source.read_bytes())
-    for name in VERSIONS:
-        key.update(importlib.metadata.version(name).encode())
-    return key.hexdigest()[:16]
-
-
 def uninterrupted(
     overrides: Overrides,
     nnodes: int,
@@ -72,24 +58,26 @@ def uninterrupted(
 ) -> Reference:
     """The reference from the cache, or run now in `work` on a local `nnodes`-node Ray cluster
     with the inputs in `inputs` (`while_running(log)` is called every half second then)."""
-    cache = binaries.cache_root() / "verl-reference" / reference_key(overrides, nnodes)
-    if (cache / METRICS).is_file():
-        return Reference(cache, ran_now=False)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    log = work / "reference.log"
-    node_args = (f"--num-cpus={recipe.NODE_CPUS}", f"--num-gpus={recipe.NODE_GPUS}")
-    with local_ray_cluster(nnodes, work / "ray", node_args, recipe.ENV) as (address, env):
-        argv = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides(inputs, work / "ckpt")]
-        scenario.run_watched(
-            argv, {**env, "RAY_ADDRESS": address}, log, cwd=work, timeout=1800,
-            while_running=(lambda: while_running(log)) if while_running else None,
-        )  # fmt: skip
-    shutil.rmtree(cache, ignore_errors=True)
-    (cache / "actor").mkdir(parents=True)
-    for path in state_files(work / "ckpt" / f"global_step_{steps}" / "actor", nnodes):
-        shutil.copy(path, cache / "actor" / path.name)
-    shown = step_metrics(log.read_text(errors="replace"))
-    exact = {step: {name: shown[step][name] for name in EXACT} for step in shown}
-    (cache / METRICS).write_text(json.dumps(exact, indent=1))
-    return Reference(cache, ran_now=True)
+    parts = [overrides("IN", "OUT"), recipe.ENV, nnodes]
+    key = cached.inputs_key(parts, [SOURCES], VERSIONS)
+
+    def run(folder: Path) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        log = work / "reference.log"
+        node_args = (f"--num-cpus={recipe.NODE_CPUS}", f"--num-gpus={recipe.NODE_GPUS}")
+        with local_ray_cluster(nnodes, work / "ray", node_args, recipe.ENV) as (address, env):
+            argv = [sys.executable, "-m", "verl.trainer.main_ppo"]
+            argv += overrides(inputs, work / "ckpt")
+            scenario.run_watched(
+                argv, {**env, "RAY_ADDRESS": address}, log, cwd=work, timeout=1800,
+                while_running=(lambda: while_running(log)) if while_running else None,
+            )  # fmt: skip
+        (folder / "actor").mkdir()
+        for path in state_files(work / "ckpt" / f"global_step_{steps}" / "actor", nnodes):
+            shutil.copy(path, folder / "actor" / path.name)
+        shown = step_metrics(log.read_text(errors="replace"))
+        exact = {step: {name: shown[step][name] for name in EXACT} for step in shown}
+        (folder / METRICS).write_text(json.dumps(exact, indent=1))
+
+    folder, ran_now = cached.run_once("verl", key, run)
+    return Reference(folder, ran_now)

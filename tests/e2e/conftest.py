@@ -37,16 +37,15 @@ def rng(e2e_seed: int, request: pytest.FixtureRequest) -> random.Random:
 
 
 @pytest.fixture(scope="session")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The uninterrupted run of the e2e config (world size 2), once per session: its
-    checkpoint directory."""
-    return run_reference(tmp_path_factory.mktemp("reference") / "run")
+def reference() -> Path:
+    """The uninterrupted run of the e2e config (world size 2): its checkpoint directory."""
+    return run_reference()
 
 
 @pytest.fixture(scope="session")
-def megatron_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def megatron_reference() -> Path:
     """The same for the Megatron backend (TP2 over the two ranks)."""
-    return run_reference(tmp_path_factory.mktemp("megatron-reference") / "run", backend="megatron")
+    return run_reference(backend="megatron")
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from rljob_contract.steps import step_dir_name
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import parse_iso
-from rljob_testenv import scenario
+from rljob_testenv import cached, scenario
 from rljob_testenv.scenario import read_progress, trainer_pods
 from rljob_trainer.metrics import read_metrics
 from tiny_trainer import TINY
@@ -195,16 +195,22 @@ def resumed_from(log: str) -> tuple[str, int] | None:
 
 
 # --------------------------------------------------------------------------- the reference run
-def run_reference(
-    output_dir: Path, nproc: int = WORLD_SIZE, timeout: float = 300, backend: str = "fsdp"
-) -> Path:
-    """The same config, never interrupted, under a plain local torchrun; its checkpoint dir."""
-    output_dir.mkdir(parents=True, exist_ok=True)
+def run_reference(nproc: int = WORLD_SIZE, timeout: float = 300, backend: str = "fsdp") -> Path:
+    """The same config, never interrupted, under a plain local torchrun: its checkpoint dir,
+    made once for the config, the trainer's source and torch's version (rljob_testenv.cached:
+    read it, never write into it)."""
     env = {"RLJOB_SAVE_INTERVAL": str(SAVE_INTERVAL), contract.ENV_BACKEND: backend}
-    log = output_dir.parent / "reference.log"
     extra = MEGATRON_ARGS if backend == "megatron" else ()
-    scenario.run_reference(trainer_args(str(output_dir), extra), env, log, nproc, timeout)
-    return output_dir / "grpo_tiny" / "checkpoints"
+    versions = ("torch", "megatron-core") if backend == "megatron" else ("torch",)
+    sources = (REPO / "trainer_image" / "rljob_trainer", REPO / "contract" / "rljob_contract")
+    key = cached.inputs_key([trainer_args("OUT", extra), env, nproc], sources, versions)
+
+    def run(folder: Path) -> None:
+        args = trainer_args(str(folder / "run"), extra)
+        scenario.run_reference(args, env, folder / "reference.log", nproc, timeout)
+
+    folder, _ = cached.run_once(f"rljob-{backend}", key, run)
+    return folder / "run" / "grpo_tiny" / "checkpoints"
 
 
 def assert_same_run_as_reference(checkpoint_dir: Path, reference_dir: Path) -> None:

@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,13 @@ from e2e_steps import CLAIM, MOUNT, POOL_LABEL, delete_pods, running_gang, statu
 from kube_steps import free_port, wait_for
 from rljob_contract import progress
 from rljob_operator import constants as c
+from rljob_testenv import cached
 from rljob_testenv.localray import local_ray_cluster
 from rljob_testenv.scenario import preemptor_pod, trainer_pods
 from rljob_verl_cpu.results import flatten
 
 DRIVER = Path(__file__).with_name("ray_trainer.py")
+REPO = Path(__file__).resolve().parents[2]
 STEPS, EVERY = 16, 4
 WORKER, HEAD = 1, 0  # pods of a two-node gang, by rank
 STEP = re.compile(r"ray_trainer: step (\d+)/")
@@ -141,20 +144,30 @@ def ray_job(
 
 
 # --------------------------------------------------------------------------- the reference
-def run_reference(framework: str, root: Path, timeout: float = 300) -> Path:
-    """The uninterrupted run on a local two-node Ray cluster; its checkpoint directory."""
-    logs = root.parent / f"reference-{framework}"
-    logs.mkdir(parents=True, exist_ok=True)
-    with (logs / "driver.log").open("wb") as out, local_ray_cluster(2, logs) as (address, env):
-        done = subprocess.run(
-            [sys.executable, str(DRIVER), framework, *overrides(framework, str(root)),
-             "trainer.seconds_per_step=0" if framework == "verl" else "runner.seconds_per_step=0"],
-            env={**env, "RAY_ADDRESS": address, "RLJOB_ATTEMPT": "0"},
-            stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
-        )  # fmt: skip
-    assert done.returncode == 0, "the reference run failed:\n" + "\n".join(
-        f"--- {log.name}\n{log.read_text()[-2000:]}" for log in sorted(logs.glob("*.log"))
-    )
+def run_reference(framework: str, timeout: float = 300) -> Path:
+    """The uninterrupted run on a local two-node Ray cluster: its checkpoint directory, made
+    once for the driver's overrides, its source and the bridge's, and the libraries' versions
+    (rljob_testenv.cached: read it, never write into it)."""
+    pace = "trainer.seconds_per_step=0" if framework == "verl" else "runner.seconds_per_step=0"
+    sources = (DRIVER, REPO / "operator" / "rljob_podside")
+    key = cached.inputs_key([framework, overrides(framework, "ROOT"), pace], sources,
+                            ("torch", "ray", "verl", "rlinf"))  # fmt: skip
+
+    def run(root: Path) -> None:
+        with (root / "driver.log").open("wb") as out, local_ray_cluster(2, root / "ray") as (
+            address, env,
+        ):  # fmt: skip
+            done = subprocess.run(
+                [sys.executable, str(DRIVER), framework, *overrides(framework, str(root)), pace],
+                env={**env, "RAY_ADDRESS": address, "RLJOB_ATTEMPT": "0"},
+                stdout=out, stderr=subprocess.STDOUT, timeout=timeout,
+            )  # fmt: skip
+        logs = [*sorted((root / "ray").glob("*.log")), root / "driver.log"]
+        assert done.returncode == 0, "the reference run failed:\n" + "\n".join(
+            f"--- {log.name}\n{log.read_text()[-2000:]}" for log in logs
+        )
+
+    root, _ = cached.run_once(f"ray-{framework}", key, run)
     return root / checkpoint_subdir(framework)
 
 
@@ -174,9 +187,10 @@ def final_state(framework: str, checkpoints: Path, step: int = STEPS) -> dict[st
             }
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-        target = checkpoints.parent / f"final-{step}.pt"
-        dcp_to_torch_save(str(actor / "dcp_checkpoint"), str(target))
-        state = flatten(_load(target))
+        with tempfile.TemporaryDirectory() as scratch:  # never beside a cached reference
+            target = Path(scratch) / f"final-{step}.pt"
+            dcp_to_torch_save(str(actor / "dcp_checkpoint"), str(target))
+            state = flatten(_load(target))
         state.update(flatten(_load(actor / "model_state_dict" / "full_weights.pt"), "full."))
         return state
 

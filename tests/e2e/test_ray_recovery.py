@@ -61,14 +61,13 @@ JOB = "rayjob"
 
 
 @pytest.fixture(scope="session")
-def ray_references(tmp_path_factory: pytest.TempPathFactory):
-    """framework -> the final state of its uninterrupted run (made once per session)."""
+def ray_references():
+    """framework -> the final state of its uninterrupted run (read once per session)."""
     made: dict[str, dict] = {}
 
     def reference(framework: str) -> dict:
         if framework not in made:
-            root = tmp_path_factory.mktemp(f"ray-reference-{framework}") / "run"
-            made[framework] = final_state(framework, run_reference(framework, root))
+            made[framework] = final_state(framework, run_reference(framework))
         return made[framework]
 
     return reference
