@@ -8,16 +8,16 @@
 # so no test sees the other lane's objects, and its own half of the test ports
 # (rljob_testenv.ports), so no two servers of the two lanes are handed the same port.
 #
-#   lane "cpu":           tests/trainer, rljob's own jobs on node agents, tests/e2e/real,
-#                         tests/cluster/test_recovery.py and test_kueue.py, tests/unit
-#                         (shown at its end)
+#   lane "cpu":           tests/trainer, rljob's own jobs on node agents, tests/e2e/kind (a kind
+#                         cluster, made and deleted in 4.5-6.5 minutes), tests/e2e/real,
+#                         tests/unit (shown at its end)
 #   lane "control-plane": the rest: tests/cluster, then the Ray jobs on node agents   (shown
 #                         as it runs)
 #
 # The lanes are about even: 20 and 20 minutes of a 2-core machine in 2026-12 runs 2-10, about
 # 30 each since (docs/testenv.md). On 2026-12-04, with verl's own driver in the Ray lane: cpu
-# 18:52, control-plane 24:15, whole `make test` 24:48 warm; Kueue's tests (about 2.5 minutes,
-# mostly waiting on Kueue) then moved to the cpu lane.
+# 18:52, control-plane 24:15, whole `make test` 24:48 warm. Then the kind e2e joined the cpu
+# lane, and test_recovery.py and test_kueue.py (cluster tests, mostly waiting) left it.
 #
 # Arguments are passed to both pytest runs. Logs and JUnit reports are in .test-logs/.
 set -uo pipefail
@@ -28,8 +28,9 @@ mkdir -p "$LOGS"
 
 # The cpu lane is named; the control-plane lane is everything else, so a new test file
 # always runs somewhere.
-CPU_LANE=(tests/trainer tests/e2e/test_rljob_recovery.py tests/e2e/real tests/cluster/test_recovery.py
-          tests/cluster/test_kueue.py tests/unit)
+# tests/e2e/kind comes before tests/e2e/real: its cluster (about 17 GB of images on its nodes)
+# is deleted at the end of its file, while the real nodes stay up until the lane ends.
+CPU_LANE=(tests/trainer tests/e2e/test_rljob_recovery.py tests/e2e/kind tests/e2e/real tests/unit)
 # Each lane hands out ports from its own half of rljob_testenv.ports' range.
 RLJOB_TEST_PORTS=20000-24999 "$BIN/pytest" "${CPU_LANE[@]}" --junitxml="$LOGS/cpu.xml" "$@" \
   >"$LOGS/cpu.log" 2>&1 &

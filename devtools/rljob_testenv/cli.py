@@ -110,6 +110,7 @@ KIND_CLUSTER_NAME = "rljob-kind"
 
 
 def _kind_image(args: argparse.Namespace) -> int:
+    kind.ensure_kind(_say)  # kind too, so that a cluster can be made without building
     print(kind.ensure_node_image(_say))
     return 0
 

@@ -153,7 +153,23 @@ def _has_capability(bit: int) -> bool:
     return True
 
 
-def _podman_store() -> Path:
+PROVIDERS = ("podman", "docker")
+
+
+def provider() -> str:
+    """kind's node provider: podman (rootful; what runs here), or docker with
+    RLJOB_KIND_PROVIDER=docker (the node image is built the same way and pushed into Docker)."""
+    chosen = os.environ.get("RLJOB_KIND_PROVIDER", "podman")
+    if chosen not in PROVIDERS:
+        raise KindError(f"RLJOB_KIND_PROVIDER={chosen!r}: one of {', '.join(PROVIDERS)}")
+    return chosen
+
+
+def provider_store() -> Path:
+    """Where the provider keeps its images and the nodes' volumes (what fills up)."""
+    if provider() == "docker":
+        result = _run(["docker", "info", "--format", "{{.DockerRootDir}}"], "docker info", 60)
+        return Path(result.stdout.strip() or "/var/lib/docker")
     result = _run(["podman", "info", "--format", "{{.Store.GraphRoot}}"], "podman info", 60)
     return Path(result.stdout.strip() or "/var/lib/containers/storage")
 
@@ -172,17 +188,24 @@ def check_host(for_build: bool = False, install: bool = False, say: Say = print)
 
     With `install`, podman is installed with apt-get where missing (as root)."""
     if os.geteuid() != 0:
-        raise KindError("kind with podman runs rootful here: run as root")
-    if not shutil.which("podman"):
+        raise KindError("the kind node image is built with buildah as root, and podman runs "
+                        "rootful here: run as root")  # fmt: skip
+    if provider() == "docker":
+        answered = shutil.which("docker") and _run(["docker", "info"], "docker info", 60,
+                                                   check=False).returncode == 0  # fmt: skip
+        if not answered:
+            raise KindError("RLJOB_KIND_PROVIDER=docker: no Docker engine answers `docker info`")
+    elif not shutil.which("podman"):
         if install and shutil.which("apt-get"):
             say("  installing podman (apt-get install podman)")
             _run(["apt-get", "install", "-y", "podman"], "apt-get install podman", 600,
                  env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))  # fmt: skip
         else:
             raise KindError("podman is not installed: `apt-get install podman` (Debian package)")
-    version = _run(["podman", "--version"], "podman --version", 30).stdout.split()[-1]
-    if int(version.split(".")[0]) < 4:
-        raise KindError(f"podman {version} is too old for kind here; 4.0 or newer is needed")
+    if provider() == "podman":
+        version = _run(["podman", "--version"], "podman --version", 30).stdout.split()[-1]
+        if int(version.split(".")[0]) < 4:
+            raise KindError(f"podman {version} is too old for kind here; 4.0 or newer is needed")
     cgroup_version()
     if for_build:
         missing = [p for p in ("buildah", "mmdebstrap") if not shutil.which(p)]
@@ -190,7 +213,7 @@ def check_host(for_build: bool = False, install: bool = False, say: Say = print)
             raise KindError(
                 "building the kind node image needs these Debian packages: " + " ".join(missing)
             )
-    store = _podman_store()
+    store = provider_store()
     if for_build:
         _check_disk(store, BUILD_DISK_GIB, "building the kind node image")
     _check_disk(store, CLUSTER_DISK_GIB, "a kind cluster")
@@ -282,17 +305,30 @@ def node_image_tag() -> str:
 
 
 def _image_exists(ref: str) -> bool:
-    result = _run(["podman", "image", "exists", ref], "podman image exists", 60, check=False)
+    """In containers-storage, which buildah builds into and podman runs from."""
+    result = _run(["buildah", "inspect", "--type", "image", ref], "buildah inspect", 60,
+                  check=False)  # fmt: skip
     return result.returncode == 0
 
 
 def ensure_node_image(say: Say = print) -> str:
-    """The node image's tag in podman's store, built first if its inputs changed."""
+    """The node image's tag in the provider's store, built first if its inputs changed."""
     check_host(for_build=False)
     ensure_binaries(say)
     tag = node_image_tag()
-    if _image_exists(tag):
-        return tag
+    if not _image_exists(tag):
+        _make_node_image(tag, say)
+    if provider() == "docker":
+        inspected = _run(["docker", "image", "inspect", tag], "docker image inspect", 60,
+                         check=False)  # fmt: skip
+        if inspected.returncode != 0:
+            say(f"  pushing {tag} into Docker")
+            _buildah("push", "--quiet", tag, f"docker-daemon:{tag}", what=f"pushing {tag}",
+                     timeout=1200)  # fmt: skip
+    return tag
+
+
+def _make_node_image(tag: str, say: Say) -> None:
     check_host(for_build=True)
     started = time.monotonic()
     say(f"  building the kind node image {tag}")
@@ -305,18 +341,17 @@ def ensure_node_image(say: Say = print) -> str:
         shutil.rmtree(work, ignore_errors=True)
     _remove_stale_node_images(keep=tag)
     say(f"  kind node image built in {time.monotonic() - started:.0f}s")
-    return tag
 
 
 def _remove_stale_node_images(keep: str) -> None:
     listed = _run(
-        ["podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
+        ["buildah", "images", "--format", "{{.Name}}:{{.Tag}}",
          "--filter", f"reference={NODE_IMAGE_REPOSITORY}"],
-        "podman images", 60, check=False,
+        "buildah images", 60, check=False,
     )  # fmt: skip
     for ref in listed.stdout.split():
         if ref != keep:  # an image a running cluster uses stays (rmi refuses it)
-            _run(["podman", "rmi", ref], f"podman rmi {ref}", 120, check=False)
+            _run(["buildah", "rmi", ref], f"buildah rmi {ref}", 120, check=False)
 
 
 def _mmdebstrap(target: Path, packages: Iterable[str], what: str) -> None:
@@ -615,8 +650,8 @@ def _finite(limit: int) -> int:
 
 
 def kind_env(folder: Path | None = None) -> dict[str, str]:
-    """The environment kind runs in: podman as its provider, with our containers.conf."""
-    env = dict(os.environ, KIND_EXPERIMENTAL_PROVIDER="podman")
+    """The environment kind runs in: its provider, and podman's containers.conf of ours."""
+    env = dict(os.environ, KIND_EXPERIMENTAL_PROVIDER=provider())
     if folder is not None:
         env["CONTAINERS_CONF"] = str(_containers_conf(folder))
     return env
@@ -752,9 +787,9 @@ def wait_ready(name: str, timeout: float = 300, say: Say = print) -> None:
 
 
 def _node_containers(name: str) -> list[str]:
-    listed = _run(["podman", "ps", "-a", "--format", "{{.Names}}",
+    listed = _run([provider(), "ps", "-a", "--format", "{{.Names}}",
                    "--filter", f"label={CLUSTER_LABEL}={name}"],
-                  "podman ps", 60, check=False)  # fmt: skip
+                  "listing the nodes", 60, check=False)  # fmt: skip
     return listed.stdout.split()
 
 
@@ -771,20 +806,38 @@ def delete_cluster(
     started = time.monotonic()
     nodes = _node_containers(name)
     if nodes:
-        _run(["podman", "stop", "--time", "2", *nodes], "podman stop", 120, check=False)
+        _run([provider(), "stop", "--time", "2", *nodes], "stopping the nodes", 120, check=False)
     _kind(["delete", "cluster", "--name", name], env, f"kind delete cluster {name}", timeout,
           check=False)  # fmt: skip
     left = _node_containers(name)
     if left:
-        _run(["podman", "rm", "-f", "-v", *left], "podman rm", 120, check=False)
+        _run([provider(), "rm", "-f", "-v", *left], "removing the nodes", 120, check=False)
     for node in nodes:
-        volumes = _run(["podman", "volume", "ls", "-q", "--filter", f"label={node}"],
-                       "podman volume ls", 60, check=False).stdout.split()  # fmt: skip
+        volumes = _run([provider(), "volume", "ls", "-q", "--filter", f"label={node}"],
+                       "listing the nodes' volumes", 60, check=False).stdout.split()  # fmt: skip
         if volumes:
-            _run(["podman", "volume", "rm", "-f", *volumes], "podman volume rm", 120, check=False)
+            _run([provider(), "volume", "rm", "-f", *volumes], "removing the nodes' volumes", 120,
+                 check=False)  # fmt: skip
     if not keep_dir:
         shutil.rmtree(folder, ignore_errors=True)
     say(f"  kind cluster {name} deleted in {time.monotonic() - started:.0f}s")
+
+
+def shared_dir(name: str) -> Path | None:
+    """The host folder a cluster made here mounts on every node, from its kind config."""
+    config = cluster_dir(name) / "kind-config.yaml"
+    if not config.is_file():
+        return None
+    for node in yaml.safe_load(config.read_text())["nodes"]:
+        for mount in node.get("extraMounts") or []:
+            if mount["containerPath"] == SHARED_MOUNT:
+                return Path(mount["hostPath"])
+    return None
+
+
+def node_exec(node: str, *cmd: str, timeout: float = 60) -> str:
+    """A command run in a node's container; its output."""
+    return _run([provider(), "exec", node, *cmd], f"{cmd[0]} on {node}", timeout).stdout
 
 
 def load_image_archive(
@@ -803,7 +856,8 @@ def shared_volume(
     pv_name: str, claim: str, namespace: str, subpath: str = "", size: str = "1Gi"
 ) -> list[dict]:
     """A hostPath PersistentVolume on the folder every node mounts (ReadWriteMany) and a claim
-    bound to it: what a shared filesystem is to a real cluster."""
+    bound to it: what a shared filesystem is to a real cluster. The folder `subpath` must exist
+    (a node would make a missing one root-owned, which a non-root trainer cannot write)."""
     path = f"{SHARED_MOUNT}/{subpath}".rstrip("/")
     return [
         {
@@ -811,7 +865,7 @@ def shared_volume(
             "spec": {
                 "capacity": {"storage": size}, "accessModes": ["ReadWriteMany"],
                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "rljob-shared",
-                "hostPath": {"path": path, "type": "DirectoryOrCreate"},
+                "hostPath": {"path": path, "type": "Directory"},
                 "claimRef": {"namespace": namespace, "name": claim},
             },
         },

@@ -37,7 +37,12 @@ def up(name: str, nodes: int, gpus_per_node: int, repo: Path, say=print) -> Path
 
 def helm(name: str, *args: str) -> str:
     """Run helm against the named cluster; raise ClusterError with its output on failure."""
-    cmd = [str(binaries.require("helm")), "--kubeconfig", str(cluster.kubeconfig_path(name)), *args]
+    return helm_at(cluster.kubeconfig_path(name), *args)
+
+
+def helm_at(kubeconfig: Path, *args: str) -> str:
+    """helm against any cluster's kubeconfig (a kind cluster's too)."""
+    cmd = [str(binaries.require("helm")), "--kubeconfig", str(kubeconfig), *args]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise cluster.ClusterError(f"helm {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
@@ -47,6 +52,11 @@ def helm(name: str, *args: str) -> str:
 def install_operator(name: str, chart: Path, watch_namespaces: Iterable[str]) -> None:
     """`helm upgrade --install` of the chart into a namespace that enforces the "restricted" Pod
     Security Standard, with the operator image the real nodes imported; waits until it is Ready."""
+    install_chart(cluster.kubeconfig_path(name), chart, watch_namespaces)
+
+
+def install_chart(kubeconfig: Path, chart: Path, watch_namespaces: Iterable[str]) -> None:
+    """install_operator() on any cluster whose nodes hold the operator image (kind's too)."""
     namespace = {
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -55,10 +65,14 @@ def install_operator(name: str, chart: Path, watch_namespaces: Iterable[str]) ->
             "labels": {"pod-security.kubernetes.io/enforce": "restricted"},
         },
     }
-    cluster.kubectl(name, "apply", "-f", "-", input=yaml.safe_dump(namespace))
+    kubectl = [str(binaries.require("kubectl")), "--kubeconfig", str(kubeconfig)]
+    applied = subprocess.run([*kubectl, "apply", "-f", "-"], input=yaml.safe_dump(namespace),
+                             capture_output=True, text=True, check=False)  # fmt: skip
+    if applied.returncode != 0:
+        raise cluster.ClusterError(f"kubectl apply of {OPERATOR_NAMESPACE}: {applied.stderr}")
     repository, tag = images.OPERATOR.tag.rsplit(":", 1)
-    helm(
-        name, "upgrade", "--install", RELEASE, str(chart), "--namespace", OPERATOR_NAMESPACE,
+    helm_at(
+        kubeconfig, "upgrade", "--install", RELEASE, str(chart), "--namespace", OPERATOR_NAMESPACE,
         "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
         "--set", "image.pullPolicy=Never",
         "--set", f"watchNamespaces={{{','.join(watch_namespaces)}}}",

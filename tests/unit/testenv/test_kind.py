@@ -85,3 +85,26 @@ def test_a_command_past_its_deadline_is_killed_with_an_error() -> None:
     with pytest.raises(kind.KindError, match="sleeping did not finish in"):
         kind._run(["sh", "-c", "sleep 30 & sleep 30"], "sleeping", timeout=0.5)
     assert time.monotonic() - started < 10
+
+
+def test_shared_dir_is_read_from_the_clusters_kind_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kind, "cluster_dir", lambda name: tmp_path / name)
+    assert kind.shared_dir("c") is None  # not made here
+    config = kind.kind_config("c", "img", 1, tmp_path / "shared", {})
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "kind-config.yaml").write_text(yaml.safe_dump(config))
+    assert kind.shared_dir("c") == tmp_path / "shared"
+
+
+def test_docker_as_provider_needs_a_docker_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLJOB_KIND_PROVIDER", "docker")
+    monkeypatch.setattr(kind.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(kind.shutil, "which", lambda prog: None)
+    with pytest.raises(kind.KindError, match="no Docker engine answers"):
+        kind.check_host()
+    assert kind.kind_env()["KIND_EXPERIMENTAL_PROVIDER"] == "docker"
+    monkeypatch.setenv("RLJOB_KIND_PROVIDER", "lxc")
+    with pytest.raises(kind.KindError, match="one of podman, docker"):
+        kind.provider()

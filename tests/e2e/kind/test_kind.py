@@ -1,0 +1,112 @@
+"""On kind: rljob's story as a user meets it, on the cluster tool users know.
+
+A 2-pod gang of rljob's own trainer (the trainer image, CPU) on two kind workers, one of which
+is drained with `kubectl drain` between two periodic saves: the Eviction API, SIGTERM and the
+grace period, as a spot reclaim or a maintenance drain. rljob saves on that notice,
+recreates the gang and resumes from the newest complete checkpoint; the job is judged by its
+status and by its final weights, bitwise equal to an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_steps import (
+    REPORTS,
+    SAVE_INTERVAL,
+    assert_same_run_as_reference,
+    create_job,
+    experiment_path,
+    rljob_job,
+    running_gang,
+    status,
+    wait_succeeded,
+)
+from kube_steps import wait_for
+from rljob_operator import constants as c
+from rljob_operator.api.reasons import EndKind, Phase
+from rljob_testenv import images, kind
+from rljob_testenv.scenario import read_progress
+from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_FROM_STEP, ENV_TEST_SLOW_ROLLOUT_TOKEN
+
+IMAGE_CONFIG = "/app/configs/grpo_tiny.yaml"  # where the trainer image keeps its configs
+RENDEZVOUS_PORT = 29500  # each pod has its own network namespace on kind
+# A step here takes about a second, less than `kubectl drain` takes to reach the trainer: from
+# the step after the one the test waits for, each sampled token takes this long (3 a step), so
+# that the notice lands in that step or the next, and not past the next periodic save.
+SLOW_TOKEN_SECONDS = 2
+
+
+def kind_job(name: str, slow_from_step: int) -> dict[str, Any]:
+    """The e2e GRPO job as 2 pods x 1 process of the trainer image, CPU only, one pod per
+    worker (required anti-affinity, as a user would ask for one pod per GPU node)."""
+    body = rljob_job(name, 2, 1, RENDEZVOUS_PORT, pool="unused", max_failures=1)
+    spec = body["spec"]
+    spec["env"] = [{"name": ENV_TEST_SLOW_ROLLOUT_TOKEN, "value": str(SLOW_TOKEN_SECONDS)},
+                   {"name": ENV_TEST_SLOW_ROLLOUT_FROM_STEP, "value": str(slow_from_step)}]  # fmt: skip
+    spec["image"] = images.TRAINER.tag
+    spec["args"] = [IMAGE_CONFIG if a.endswith("grpo_tiny.yaml") else a for a in spec["args"]]
+    spec["resources"] = {"requests": {"cpu": "250m", "memory": "512Mi"}}
+    one_per_node = {"labelSelector": {"matchLabels": {c.LABEL_JOB: name}},
+                    "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
+    spec["template"]["spec"] = {
+        "terminationGracePeriodSeconds": 60,
+        "affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
+    }  # fmt: skip
+    return body
+
+
+def wait_step(api, namespace: str, name: str, checkpoints: Path, step: int) -> None:
+    """Until attempt 0 has finished `step`; a job that failed meanwhile fails the test at once."""
+
+    def reached() -> bool:
+        st = status(api, namespace, name)
+        assert st.get("phase") != Phase.FAILED, f"the job failed: {st.get('lastEnd')}"
+        progress = read_progress(checkpoints) or {}
+        return progress.get("attempt") == 0 and progress.get("step", 0) >= step
+
+    wait_for(reached, 300, f"attempt 0 to finish step {step}", interval=1)
+
+
+# The first test of the file also makes the cluster and loads the images (minutes).
+@pytest.mark.timeout(1500)
+def test_a_drained_worker_saves_on_notice_and_the_gang_resumes_bit_exact(
+    kind_cluster, kind_api, kind_core, kind_namespace, kind_operator, kind_claim, reference, rng
+):
+    name = "drained"
+    checkpoints = kind_claim / experiment_path(name) / "checkpoints"
+    # Late in the run (the slow steps come after it), and the two steps after it between
+    # periodic saves: the save on notice is then the only save it can resume from.
+    at = rng.choice([17, 21])
+    assert (at + 1) % SAVE_INTERVAL and (at + 2) % SAVE_INTERVAL
+    create_job(kind_api, kind_namespace, kind_job(name, slow_from_step=at + 1))
+    gang = running_gang(kind_core, kind_namespace, 0, 2, timeout=300)
+    assert len({pod.spec.node_name for pod in gang}) == 2, "one pod per worker"
+    wait_step(kind_api, kind_namespace, name, checkpoints, at)
+    victim = rng.choice(gang).spec.node_name
+    print(f"draining {victim} after step {at}")
+    kind.kubectl(kind_cluster, "drain", victim, f"--pod-selector={c.LABEL_JOB}={name}",
+                 "--ignore-daemonsets", "--timeout=180s", timeout=240)  # fmt: skip
+    # The new gang needs both workers again (one pod per node).
+    kind.kubectl(kind_cluster, "uncordon", victim)
+    job = wait_succeeded(kind_api, kind_namespace, name, timeout=600)
+
+    st = job["status"]
+    (recovery,) = st["recoveries"]
+    assert recovery["kind"] == EndKind.DISRUPTION, recovery
+    assert recovery["reason"] == "EvictionByEvictionAPI", recovery
+    assert recovery["node"] == victim, recovery
+    # The save on SIGTERM is the resume point, not the periodic save before it: no finished
+    # step is lost.
+    assert at <= recovery["resumedFromStep"] <= at + 2, recovery
+    assert recovery["lostSteps"] == 0, recovery
+    assert (st["preemptions"], st["failures"], st["attempt"]) == (1, 0, 1), st
+    assert_same_run_as_reference(checkpoints, reference)
+    REPORTS.append(
+        f"kind, 2 pods on 2 workers, {victim} drained after step {at}: {recovery['reason']}, "
+        f"resumed from step {recovery['resumedFromStep']}, lost {recovery['lostSteps']}; "
+        "final weights bitwise equal to the uninterrupted run"
+    )

@@ -1,0 +1,58 @@
+"""rljob_testenv.onkind without a cluster: node names, what an archive holds, the room check
+made before a cluster exists, and which nodes still need an image."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+from rljob_testenv import kind, onkind
+
+
+def oci_archive(path: Path, ref: str, digest: str, padding: int = 0) -> Path:
+    index = {"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest,
+        "annotations": {"org.opencontainers.image.ref.name": ref}}]}  # fmt: skip
+    with tarfile.open(path, "w") as tar:
+        for name, data in (("blobs/sha256/layer", b"\0" * padding),
+                           ("index.json", json.dumps(index).encode())):  # fmt: skip
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_node_names_are_kinds() -> None:
+    assert onkind.node_names("c", 3) == ("c-control-plane", ["c-worker", "c-worker2", "c-worker3"])
+
+
+def test_an_archive_names_its_image_and_manifest(tmp_path: Path) -> None:
+    archive = oci_archive(tmp_path / "a.tar", "localhost/rljob-trainer:cpu", "sha256:abc")
+    assert onkind.archive_image(archive) == ("localhost/rljob-trainer:cpu", "sha256:abc")
+
+
+def test_too_little_room_for_the_images_on_the_nodes_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = oci_archive(tmp_path / "a.tar", "img:1", "sha256:abc", padding=1 << 20)
+    monkeypatch.setattr(kind, "provider_store", lambda: tmp_path)
+    free = (kind.CLUSTER_DISK_GIB * 2**30) + 5 * archive.stat().st_size
+    monkeypatch.setattr(onkind.shutil, "disk_usage", lambda _: shutil._ntuple_diskusage(0, 0, free))
+    onkind.check_room({archive: ["w1"]}, say=lambda _: None)  # 3x the archive fits
+    with pytest.raises(kind.KindError, match=r"needs about \d+ GiB free under"):
+        onkind.check_room({archive: ["w1", "w2"]}, say=lambda _: None)  # 6x does not
+
+
+def test_only_nodes_without_that_image_digest_are_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    held = {"w1": "localhost/t:cpu  application/vnd.oci.image.manifest.v1+json  sha256:new",
+            "w2": "localhost/t:cpu  application/vnd.oci.image.manifest.v1+json  sha256:old",
+            "w3": ""}  # fmt: skip
+    monkeypatch.setattr(kind, "node_exec", lambda node, *cmd: held[node])
+    assert onkind.nodes_lacking("localhost/t:cpu", "sha256:new", ["w1", "w2", "w3"]) == [
+        "w2",
+        "w3",
+    ]
