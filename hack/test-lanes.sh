@@ -17,7 +17,9 @@
 # The lanes are about even: 20 and 20 minutes of a 2-core machine in 2026-12 runs 2-10, about
 # 30 each since (docs/testenv.md). On 2026-12-04, with verl's own driver in the Ray lane: cpu
 # 18:52, control-plane 24:15, whole `make test` 24:48 warm. Then the kind e2e joined the cpu
-# lane, and test_recovery.py and test_kueue.py (cluster tests, mostly waiting) left it.
+# lane, and test_recovery.py and test_kueue.py (cluster tests, mostly waiting) left it: cpu
+# 23:34 (kind 4:54 of it), control-plane 25:16 (the Ray e2e 11:53), whole 25:23 warm, with the
+# reference runs cached (one run).
 #
 # Arguments are passed to both pytest runs. Logs and JUnit reports are in .test-logs/.
 set -uo pipefail
