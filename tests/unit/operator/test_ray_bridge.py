@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import rljob_contract as contract
 from builders import mounted_launcher
+from kube_steps import stays, wait_for
 from rljob_contract import progress
 from rljob_contract.request import format_request
 from rljob_podside import ray_node
@@ -285,17 +286,15 @@ def held_after_rlinf_save(tmp_path: Path, shadow: Path) -> tuple[list[str], dict
     process = subprocess.Popen([sys.executable, "-c", EMBODIED_STEPS], env=env, cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     path = tmp_path / "ckpt" / progress.FRAMEWORK_PROGRESS_FILE_NAME
-    deadline = time.monotonic() + 120
+
+    def reported() -> bool:
+        assert process.poll() is None, process.communicate()
+        written = json.loads(path.read_text()) if path.is_file() else {}
+        return written.get(progress.STATUS) == progress.CHECKPOINTED_ON_REQUEST
+
     try:
-        while time.monotonic() < deadline and process.poll() is None:
-            written = json.loads(path.read_text()) if path.is_file() else {}
-            if written.get(progress.STATUS) == progress.CHECKPOINTED_ON_REQUEST:
-                time.sleep(1)  # held: nothing more may run
-                assert process.poll() is None, process.communicate()
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"no save on notice reported: {process.communicate()}")
+        wait_for(reported, 120, "the save on notice reported", interval=0.1)
+        stays(lambda: process.poll() is None, 1, "the loop held")
     finally:
         process.kill()
     out, _ = process.communicate()
