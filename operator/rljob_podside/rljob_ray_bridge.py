@@ -420,10 +420,13 @@ def wrap_save_checkpoint(
     def saved(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = save(self, *args, **kwargs)
         step = getattr(self, "global_steps", None)
-        if isinstance(step, int) and not saves_asynchronously(self):
+        if not isinstance(step, int):
+            return result
+        asynchronous = saves_asynchronously(self)
+        if not asynchronous:
             loop.last_saved = step
-        if isinstance(step, int) and loop.saving_on_notice in (step, -1):
-            if saves_asynchronously(self):
+        if loop.saving_on_notice in (step, -1):
+            if asynchronous:
                 loop.cannot_save(VERL, f"{version_of(VERL)}: {ASYNC_SAVE}")
                 loop.framework = VERL
                 loop.write(step, progress.RUNNING)  # the head reads why, and stops waiting
