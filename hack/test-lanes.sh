@@ -32,7 +32,8 @@ mkdir -p "$LOGS"
 # always runs somewhere.
 # tests/e2e/kind comes before tests/e2e/real: its cluster (about 17 GB of images on its nodes)
 # is deleted at the end of its file, while the real nodes stay up until the lane ends.
-CPU_LANE=(tests/trainer tests/e2e/test_rljob_recovery.py tests/e2e/kind tests/e2e/real tests/unit)
+CPU_LANE=(tests/trainer tests/e2e/test_rljob_recovery.py tests/cluster/test_recovery.py tests/e2e/kind
+  tests/e2e/real tests/unit)
 # Each lane hands out ports from its own half of rljob_testenv.ports' range.
 RLJOB_TEST_PORTS=20000-24999 "$BIN/pytest" "${CPU_LANE[@]}" --junitxml="$LOGS/cpu.xml" "$@" \
   >"$LOGS/cpu.log" 2>&1 &

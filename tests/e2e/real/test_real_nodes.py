@@ -1,7 +1,9 @@
 """On real nodes: the chart-installed operator, the trainer image in containers, real kubelets.
 
 What these show that kwok and the node agent cannot: the kubelet's SIGTERM and grace
-period on a preemption or an eviction, torchrun as a container's PID 1 waiting for a save
+period on an eviction or a deletion (a preemption by the scheduler is the same deletion; its
+classification is tests/e2e/test_rljob_recovery.py's, with the real scheduler, and a drain on
+kind's kubelets is tests/e2e/kind's), torchrun as a container's PID 1 waiting for a save
 longer than its default 30 s, the inspector pod reading the volume on a node, image pull
 and start errors as the kubelet reports them, the OOM killer, and a node that dies.
 Each job is checked the way a user would: its status, conditions, Events, and for the
@@ -24,7 +26,6 @@ from e2e_steps import (
     SAVE_INTERVAL,
     assert_same_run_as_reference,
     create_job,
-    delete_pods,
     evict,
     experiment_path,
     get_job,
@@ -41,7 +42,7 @@ from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.timestamps import unix_seconds
 from rljob_testenv.ports import free_port
-from rljob_testenv.scenario import preemptor_pod, read_progress, trainer_pods
+from rljob_testenv.scenario import read_progress, trainer_pods
 from rljob_trainer.faults import (
     ENV_TEST_SLOW_ROLLOUT_FROM_STEP,
     ENV_TEST_SLOW_ROLLOUT_TOKEN,
@@ -108,10 +109,6 @@ def pull_attempts(core: client.CoreV1Api, namespace: str, name: str) -> int:
     )
 
 
-def reasons_of(core: client.CoreV1Api, namespace: str, name: str) -> set[str]:
-    return {e.reason for e in events_of(core, namespace, name)}
-
-
 def condition(job: dict[str, Any], cond_type: str) -> dict[str, Any] | None:
     return next(
         (x for x in (job.get("status") or {}).get("conditions", []) if x["type"] == cond_type),
@@ -167,49 +164,6 @@ def test_the_chart_runs_the_operator_image_restricted_with_metrics_and_health(ch
 
 
 # --------------------------------------------------------------------------- disruptions
-
-
-def test_scheduler_preemption_sigterm_save_and_resume_are_bit_exact(
-    real_api, real_core, jobs_namespace, chart_operator, real_claim, reference, rng
-):
-    """The scheduler preempts one pod of a 2-node gang; its kubelet sends SIGTERM; the
-    trainer saves at the next step boundary; the gang resumes from that save."""
-    scheduling = client.SchedulingV1Api(real_api)
-    for name, value in (("rljob-low", 100), ("rljob-high", 1000)):
-        scheduling.create_priority_class(
-            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
-        )
-    job_name = "preempted"
-    checkpoints = real_claim / experiment_path(job_name) / "checkpoints"
-    at = rng.choice([s for s in range(5, 12) if s % SAVE_INTERVAL])  # not an interval save
-    create_job(real_api, jobs_namespace,
-               real_job(job_name, 2, 1, template_spec={"priorityClassName": "rljob-low"}))  # fmt: skip
-    try:
-        gang = running_gang(real_core, jobs_namespace, 0, 2, timeout=240)
-        wait_step(checkpoints, at, attempt=0, timeout=300)
-        victim = rng.choice(gang).spec.node_name
-        real_core.create_namespaced_pod(jobs_namespace, preemptor(victim, "rljob-high"))
-        # The new gang needs the victim's GPUs back: free them once it is created.
-        wait_for(lambda: [p for p in trainer_pods(real_core, jobs_namespace, 1)] or None, 180,
-                 "the gang of attempt 1")  # fmt: skip
-        delete_pods(real_core, jobs_namespace, "app=preemptor")
-        job = wait_succeeded(real_api, jobs_namespace, job_name, timeout=600)
-    finally:
-        delete_pods(real_core, jobs_namespace, "app=preemptor")
-        for name in ("rljob-low", "rljob-high"):
-            scheduling.delete_priority_class(name)
-    recovery = job["status"]["recoveries"][0]
-    assert recovery["reason"] == "PreemptionByScheduler", recovery
-    # The save on SIGTERM is the resume point: nothing after step `at` is lost but the step
-    # in flight (an interval save would be at most step `at` rounded down to 4).
-    assert recovery["resumedFromStep"] >= at, recovery
-    assert job["status"]["preemptions"] == 1 and job["status"]["failures"] == 0
-    assert_same_run_as_reference(checkpoints, reference)
-    report_recovery(f"2 nodes x 1 process preempted after step {at}", job, checkpoints)
-    # Events go out after the status they describe is stored: the last may still be on its way.
-    wait_for(lambda: {"Preempted", "Succeeded"} <= reasons_of(real_core, jobs_namespace, job_name),
-             30, "the Preempted and Succeeded Events")  # fmt: skip
-    delete_job(real_api, jobs_namespace, job_name)
 
 
 def test_eviction_with_a_save_slower_than_torchruns_default_30s_still_resumes_from_it(
@@ -435,16 +389,6 @@ def wait_failed(real_api, namespace: str, name: str) -> dict[str, Any]:
         return job if (job.get("status") or {}).get("phase") == Phase.FAILED else None
 
     return wait_for(failed, 120, f"{name} to fail")
-
-
-def preemptor(node: str, priority_class: str) -> dict[str, Any]:
-    """A higher-priority pod that needs every GPU of the node, and runs there (the operator
-    image is on every node)."""
-    from conftest import GPUS_PER_NODE
-
-    sleep = ["python", "-c", "import time; time.sleep(3600)"]
-    return preemptor_pod("urgent", node, priority_class, GPUS_PER_NODE, OPERATOR_IMAGE,
-                         command=sleep)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- a node dies
