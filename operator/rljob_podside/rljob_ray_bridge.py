@@ -57,25 +57,21 @@ is said there too (`save_on_notice_late`).
 
 from __future__ import annotations
 
-import functools
-import importlib.abc
-import importlib.metadata
 import inspect
 import os
-import runpy
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import rljob_contract as contract
+import rljob_guest  # mounted beside this file (here: pytest's pythonpath in pyproject.toml)
 from rljob_contract import progress
 from rljob_contract.untrusted import positive_number
+from rljob_guest import Hook, run_program, version_of
 
 RLINF, VERL = "rlinf", "verl"
 VERL_EXPIRATION = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
@@ -200,16 +196,6 @@ LOOP = Loop(
     os.environ.get(contract.ENV_ATTEMPT),
     os.environ.get(contract.ENV_SAVE_ON_NOTICE, "true") != "false",
 )
-
-
-@functools.cache
-def version_of(framework: str) -> str:
-    """'verl 0.9.1', as the installed distribution says; the bare name where none does. Read
-    once per process: a progress record that names it is written at every step."""
-    try:
-        return f"{framework} {importlib.metadata.version(framework)}"
-    except Exception:
-        return framework
 
 
 def failed(loop: Loop, framework: str, exc: BaseException) -> None:
@@ -464,44 +450,6 @@ def wrap_tracking_log(log: Callable[..., Any], loop: Loop = LOOP, hold: Callable
     return logged
 
 
-@dataclass(frozen=True)
-class Hook:
-    """One name the bridge wraps: where it is defined, what the wrapper reads of its calls."""
-
-    framework: str
-    module: str  # the module that defines the name, which is patched before any import of it
-    name: str  # inside the module: "check_progress", "PPOTrainer.step"
-    wrap: Callable[..., Callable[..., Any]]  # (the framework's function, the loop) -> wrapper
-    reads: tuple[str, ...] = ()  # the parameters the wrapper reads, by name
-    # Empty: without it rljob cannot save on notice. Else what happens without it: the save
-    # on notice still works, later.
-    later: str = ""
-
-    def apply(self, module: ModuleType, loop: Loop) -> None:
-        """Wrap the name in `module` if it is as the hook expects; never raises."""
-        try:
-            *path, attribute = self.name.split(".")
-            owner: Any = module
-            for part in path:
-                owner = getattr(owner, part)
-            original = getattr(owner, attribute)
-            missing = [p for p in self.reads if p not in inspect.signature(original).parameters]
-            if missing:
-                raise LookupError(f"has no parameter {', '.join(missing)}")
-            setattr(owner, attribute, self.wrap(original, loop))
-        except AttributeError:
-            self.unavailable(loop, "not found")
-        except Exception as exc:
-            self.unavailable(loop, str(exc) or repr(exc))
-
-    def unavailable(self, loop: Loop, why: str) -> None:
-        what = f"{version_of(self.framework)}: {self.module}.{self.name} {why}"
-        if self.later:
-            loop.saves_later(self.framework, f"{what}: {self.later}")
-        else:
-            loop.cannot_save(self.framework, what)
-
-
 RLINF_HELD_LATER = "the loop is held only at the runner's next check_progress, a step later"
 VERL_REPORTED_LATER = "the save on notice is reported only at the step's log, after its validation"
 RLINF_RUNNERS = (  # (module, class) of the RL runners; subclasses inherit the hook
@@ -529,48 +477,9 @@ HOOKS: tuple[Hook, ...] = (
 )  # fmt: skip
 
 
-# --------------------------------------------------------------------------- import hook
-class PatchOnImport(importlib.abc.MetaPathFinder):
-    """Applies the hooks of module `name` right after it executes, before anything imports a
-    name from it. Anything unexpected leaves the import to Python, unpatched."""
-
-    def __init__(self, hooks: tuple[Hook, ...], loop: Loop) -> None:
-        self.hooks, self.loop = hooks, loop
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None):
-        hooks = [hook for hook in self.hooks if hook.module == name]
-        if not hooks:
-            return None
-        try:
-            spec = None
-            for finder in (f for f in sys.meta_path if f is not self):
-                find = getattr(finder, "find_spec", None)
-                spec = find(name, path, target) if find else None
-                if spec is not None:
-                    break
-            if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-                return spec
-            run = spec.loader.exec_module
-        except Exception:
-            return None
-
-        def exec_module(module: ModuleType) -> None:
-            run(module)
-            for hook in hooks:
-                hook.apply(module, self.loop)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def install(hooks: tuple[Hook, ...] = HOOKS, loop: Loop = LOOP) -> None:
     """Hook the frameworks' modules in this process (once; those imported already now)."""
-    if any(isinstance(f, PatchOnImport) for f in sys.meta_path):
-        return
-    for hook in hooks:
-        if hook.module in sys.modules:
-            hook.apply(sys.modules[hook.module], loop)
-    sys.meta_path.insert(0, PatchOnImport(hooks, loop))
+    rljob_guest.install(hooks, loop)
 
 
 # --------------------------------------------------------------------------- the driver
@@ -581,23 +490,7 @@ def run_driver(argv: list[str], loop: Loop = LOOP) -> int:
     and never 0 when a notice stopped it without a save (`loop.stopped_without_save`).
     """
     install()
-    rest = list(argv)
-    while rest[:1] == ["-u"]:
-        rest = rest[1:]
-    if not rest or (rest[0].startswith("-") and (rest[0] != "-m" or len(rest) < 2)):
-        raise SystemExit(f"rljob: cannot run the driver {argv!r}: only [-u] -m MODULE or SCRIPT")
-    code: int | str | None = 0
-    try:  # sys.path[0] is this launcher's folder: make it what Python would have made it
-        if rest[0] == "-m":
-            sys.argv = [rest[1], *rest[2:]]
-            sys.path[0] = os.getcwd()
-            runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.argv = list(rest)
-            sys.path[0] = str(Path(rest[0]).resolve().parent)
-            runpy.run_path(rest[0], run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code
+    code = run_program(argv)
     if loop.saving_on_notice is not None and code in (0, None):
         loop.write(loop.saving_on_notice, progress.CHECKPOINTED_ON_REQUEST)
         return contract.EXIT_CHECKPOINTED_ON_REQUEST

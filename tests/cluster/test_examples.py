@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rljob_contract.steps import STEP_DIR_PREFIX
 from rljob_operator import constants as c
 from rljob_operator.api.spec import parse_spec
+from rljob_operator.checkpoints.layouts import LAYOUTS
+from rljob_operator.frameworks import framework
 from rljob_operator.launcher.identity import JobRef
 from rljob_operator.launcher.pods import ResumeTarget, desired_pods
 from rljob_testenv import cluster
@@ -26,6 +29,7 @@ def test_the_examples_cover_every_framework():
         ("rlinf", "fsdp"),
         ("rlinf", "megatron"),
         ("verl", "fsdp"),
+        ("trl", "fsdp"),
     } <= frameworks
 
 
@@ -46,9 +50,11 @@ def test_the_api_server_accepts_the_example(path, cluster_name, crd, namespace):
     assert job["spec"]["checkpoint"]["volume"]["persistentVolumeClaim"]["claimName"] in claims
     # What the API server defaulted is something the operator can run and resume.
     spec = parse_spec(job["spec"])
-    resume = ResumeTarget(f"{spec.checkpoint.path}/global_step_100", 100)
+    own = framework(spec.framework).auto_layout
+    prefix = LAYOUTS[own].folder_prefix if own else STEP_DIR_PREFIX
+    resume = ResumeTarget(f"{spec.checkpoint.path}/{prefix}100", 100)
     pods = desired_pods(spec, JobRef(job["metadata"]["name"], namespace, "uid"), 1, resume)
     assert len(pods) == spec.nnodes
     # RLinf and verl are Ray programs: no pod of theirs runs torchrun.
     launchers = {pod["spec"]["containers"][0]["command"][0] == "torchrun" for pod in pods}
-    assert launchers == {spec.framework == "rljob"}
+    assert launchers == {spec.launcher == "torchrun"}

@@ -35,6 +35,9 @@ class Framework:
     # Whether its trainer saves when its pods are told to go: "trainer" (by itself),
     # "bridge" (rljob's bridge into its loop, spec.ray.saveOnNotice), "" (not known to).
     save_on_notice: Literal["trainer", "bridge", ""] = ""
+    # Under torchrun: the pod-side program (rljob_podside) every worker starts in, which runs
+    # the trainer's Python program with rljob's bridge into its loop; None: the trainer itself.
+    torchrun_bridge: str | None = None
     # Whether the trainer can drop the step in progress to save the last finished one in time.
     abandons_step: bool = False
     # Variables each pod gets from the framework (spec, the pod's rank).

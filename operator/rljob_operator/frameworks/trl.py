@@ -1,7 +1,8 @@
 """TRL (Hugging Face's RL trainers, GRPOTrainer among them, on transformers' Trainer): started
-with torchrun (or accelerate), checkpoints in `<output_dir>/checkpoint-N/` (the `hf-trainer`
-layout), resumed with `--resume_from_checkpoint <folder>`. It has no save on notice: a
-preemption goes back to its last save (every `--save_steps`, 500 by default)."""
+with torchrun, checkpoints in `<output_dir>/checkpoint-N/` (the `hf-trainer` layout), resumed
+with `--resume_from_checkpoint=<folder>`. Every torchrun worker starts in rljob's bridge into
+the Trainer (rljob_podside/rljob_hf_bridge.py), which saves on notice at the step's end
+through the Trainer's own save and reports the steps."""
 
 from __future__ import annotations
 
@@ -21,4 +22,6 @@ FRAMEWORK = Framework(
     launcher="torchrun",
     resume=_resume,
     auto_layout=hf_trainer.LAYOUT.name,
+    save_on_notice="bridge",
+    torchrun_bridge="rljob_hf_bridge.py",
 )

@@ -39,7 +39,7 @@ class Launcher(Protocol):
         ...
 
     def config_map(
-        self, job: str, namespace: str, metadata: dict[str, Any]
+        self, spec: JobSpec, job: str, namespace: str, metadata: dict[str, Any]
     ) -> dict[str, Any] | None:
         """A ConfigMap the pods mount, if the launcher ships files into them."""
         ...

@@ -231,8 +231,8 @@ def owned_by(job: JobRef) -> dict[str, Any]:
 
 
 def desired_launcher_config_map(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
-    """The launcher's files (the Ray launcher's, launcher.ray), which the job's pods mount."""
-    return launcher_of(spec).config_map(job.name, job.namespace, owned_by(job))
+    """The launcher's files (the Ray launcher's, a torchrun bridge's), which the pods mount."""
+    return launcher_of(spec).config_map(spec, job.name, job.namespace, owned_by(job))
 
 
 def desired_secret(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:

@@ -4,17 +4,12 @@ Rank 0 starts the Ray head, waits until all `nnodes` Ray nodes have joined, and 
 the user's command (the driver, which gets the resume switch); every other rank waits for
 the head's GCS port and runs `ray start --address=<head> --block`. Both steps are
 rljob_podside/ray_node.py, run by the image's Python, since the user's image has Ray but not
-rljob. It comes, with the bridge into the frameworks' loops (rljob_ray_bridge.py) and the
-rljob_contract package they read, from a ConfigMap per job that the pods mount at
-LAUNCHER_DIR; its name carries a digest of what it holds, so an operator that ships a new
-launcher makes a new one, and the garbage collector removes them with the job.
+rljob. It comes, with the bridge into the frameworks' loops (rljob_ray_bridge.py), from the
+job's launcher ConfigMap (launcher.podside).
 """
 
 from __future__ import annotations
 
-import hashlib
-from functools import cache
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +17,9 @@ import rljob_contract
 
 from .. import constants as c
 from ..api.spec import JobSpec
+from . import podside
 from .identity import JobRef
+from .podside import LAUNCHER_DIR
 
 TEMP_DIR = "/tmp/ray"  # an emptyDir: Ray's sockets, logs and spilled objects
 TEMP_VOLUME = "rljob-ray-tmp"
@@ -30,52 +27,28 @@ SHM_VOLUME = "rljob-dshm"  # memory-backed /dev/shm for Ray's object store (and 
 GPU_RESOURCE = "nvidia.com/gpu"
 DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
 NOTICE_FILE = f"{TEMP_DIR}/{rljob_contract.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
-LAUNCHER_DIR = "/etc/rljob/launcher"
 DRIVER_ON_HEAD = True  # only the head runs the driver; the job ends when the driver does
-LAUNCHER_VOLUME = "rljob-launcher"
 # Ray's token authentication (Ray 2.52 and later; older Rays ignore these variables): every
 # Ray process of the job reads the job's token from this file, and so must any client.
 TOKEN_VOLUME = "rljob-ray-token"
 TOKEN_DIR = "/etc/rljob/ray-auth"
 TOKEN_KEY = "token"
-POD_PROGRAMS = ("ray_node.py", "rljob_ray_bridge.py")  # from rljob_podside
+POD_PROGRAMS = ("ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py")  # from rljob_podside
 NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
 
 
-@cache
 def launcher_files() -> dict[str, str]:
-    """Path under LAUNCHER_DIR -> text: the node program, the bridge, the contract."""
-    podside = files("rljob_podside")  # read as text: the operator never runs pod-side code
-    sources = {name: podside / name for name in POD_PROGRAMS}
-    contract_dir = Path(rljob_contract.__file__).parent
-    sources.update({f"rljob_contract/{p.name}": p for p in sorted(contract_dir.glob("*.py"))})
-    return {path: source.read_text(encoding="utf-8") for path, source in sources.items()}
-
-
-def config_map_key(path: str) -> str:
-    return path.replace("/", ".")  # a ConfigMap key has no slash
-
-
-@cache
-def launcher_config_map_suffix() -> str:
-    digest = hashlib.sha256()
-    for path, text in sorted(launcher_files().items()):
-        digest.update(f"{path}\0{text}\0".encode())
-    return digest.hexdigest()[:10]
+    return podside.launcher_files(POD_PROGRAMS)
 
 
 def launcher_config_map_name(job: str) -> str:
-    return f"{job}-launcher-{launcher_config_map_suffix()}"
+    return podside.config_map_name(job, POD_PROGRAMS)
 
 
-def config_map(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
-    """The job's launcher files; `metadata` brings the job's labels and owner reference."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": launcher_config_map_name(job), "namespace": namespace, **metadata},
-        "data": {config_map_key(path): text for path, text in launcher_files().items()},
-    }
+def config_map(
+    spec: JobSpec, job: str, namespace: str, metadata: dict[str, Any]
+) -> dict[str, Any] | None:
+    return podside.config_map(job, namespace, metadata, POD_PROGRAMS)
 
 
 def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
@@ -196,19 +169,16 @@ def service_ports(spec: JobSpec) -> dict[str, int]:
 
 
 def volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    launcher = {
-        "name": launcher_config_map_name(job.name),
-        "items": [{"key": config_map_key(path), "path": path} for path in launcher_files()],
-    }
+    launcher, launcher_mount = podside.volume_and_mount(job.name, POD_PROGRAMS)
     volumes = [
         {"name": TEMP_VOLUME, "emptyDir": {}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
-        {"name": LAUNCHER_VOLUME, "configMap": launcher},
+        launcher,
     ]
     mounts = [
         {"name": TEMP_VOLUME, "mountPath": TEMP_DIR},
         {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-        {"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR, "readOnly": True},
+        launcher_mount,
     ]
     if spec.ray.token_auth:
         # Kubernetes' default mode (0644): a pod's user need not be root to read it.

@@ -1,26 +1,51 @@
-"""The torchrun form of a gang (rljob's own trainer, custom trainers): torchrun on every pod,
-rendezvous at node 0's stable DNS name, every pod running the trainer with its arguments."""
+"""The torchrun form of a gang (rljob's own trainer, TRL, custom trainers): torchrun on every
+pod, rendezvous at node 0's stable DNS name, every pod running the trainer with its arguments.
+
+Where the framework has a bridge into its loop (frameworks: `torchrun_bridge`, TRL's Trainer),
+every worker starts in that pod-side program, which runs the trainer's Python program; the
+program comes with the job's launcher ConfigMap (launcher.podside)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..api.spec import JobSpec
+from ..frameworks import framework
+from . import podside
 from .identity import JobRef
 
 DRIVER_ON_HEAD = False  # every pod runs the trainer; the job ends when all of them do
+GUEST = "rljob_guest.py"  # what every bridge imports (rljob_podside)
+
+
+def bridge_programs(spec: JobSpec) -> podside.Programs:
+    """The pod-side programs the job's pods need: its framework's bridge, if it has one and
+    the command is a Python program the bridge can run."""
+    bridge = framework(spec.framework).torchrun_bridge
+    return (bridge, GUEST) if bridge and python_program(spec.entry_command) else ()
+
+
+def python_program(entry: tuple[str, ...]) -> list[str] | None:
+    """`SCRIPT ARGS...` or `-m MODULE ARGS...` of `python ...`; None for any other command."""
+    if entry and entry[0] in ("python", "python3"):
+        return list(entry[1:])
+    return None
 
 
 def command(spec: JobSpec, rank: int) -> list[str]:
-    return torchrun_command(spec.entry_command)
+    programs = bridge_programs(spec)
+    return torchrun_command(spec.entry_command, programs[0] if programs else None)
 
 
-def torchrun_command(entry: tuple[str, ...]) -> list[str]:
-    """Wrap the trainer's entry point in torchrun, which reads its settings from PET_* vars."""
-    if entry and entry[0] in ("python", "python3"):
-        rest = list(entry[1:])
-        return ["torchrun", *rest] if rest[:1] != ["-m"] else ["torchrun", "-m", *rest[1:]]
-    return ["torchrun", "--no-python", *entry]
+def torchrun_command(entry: tuple[str, ...], bridge: str | None = None) -> list[str]:
+    """Wrap the trainer's entry point in torchrun, which reads its settings from PET_* vars;
+    with a bridge, torchrun runs the bridge, which runs the trainer's program."""
+    program = python_program(entry)
+    if program is None:
+        return ["torchrun", "--no-python", *entry]
+    if bridge:
+        return ["torchrun", f"{podside.LAUNCHER_DIR}/{bridge}", *program]
+    return ["torchrun", *program] if program[:1] != ["-m"] else ["torchrun", "-m", *program[1:]]
 
 
 def torchrun_shutdown_timeout(grace: int) -> int:
@@ -60,15 +85,22 @@ def readiness_probe(rank: int) -> dict[str, Any] | None:
 
 
 def volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    return [], []
+    programs = bridge_programs(spec)
+    if not programs:
+        return [], []
+    volume, mount = podside.volume_and_mount(job.name, programs)
+    return [volume], [mount]
 
 
 def service_ports(spec: JobSpec) -> dict[str, int]:
     return {}
 
 
-def config_map(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
-    return None
+def config_map(
+    spec: JobSpec, job: str, namespace: str, metadata: dict[str, Any]
+) -> dict[str, Any] | None:
+    programs = bridge_programs(spec)
+    return podside.config_map(job, namespace, metadata, programs) if programs else None
 
 
 def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:

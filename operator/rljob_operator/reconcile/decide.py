@@ -15,14 +15,15 @@ back-off), startup (resume target and the new gang), lookup_backoff and lookup_w
 look that fails, one that cannot start), recovery (the record of each new gang),
 suspicion (a checkpoint the trainer crashed on), progress (an attempt under way), stuck
 (pods that cannot be placed or started), finish (success, suspension, TTL), pod_cleanup
-(how deletions meet the pods), save_on_notice (whether an RLinf or verl job can be saved on
-notice).
+(how deletions meet the pods), save_on_notice (whether a job that rljob's bridge saves can
+be saved on notice).
 """
 
 from __future__ import annotations
 
 from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
 from ..api.spec import SpecError
+from ..frameworks import framework
 from ..launcher.launchers import launcher_of
 from .failure import attempt_ended
 from .finish import finished, suspend
@@ -77,7 +78,7 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
     if spec.suspend:
         suspend(p, trainer_pods)
         return
-    if spec.launcher == "ray":
+    if spec.launcher == "ray" or framework(spec.framework).save_on_notice == "bridge":
         report_save_on_notice(p, spec, lookup if isinstance(lookup, LookupResult) else None)
 
     seen = observe(spec, p.status, trainer_pods, p.snap.nodes, p.now, p.snap.admission)

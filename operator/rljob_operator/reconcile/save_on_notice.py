@@ -1,10 +1,13 @@
-"""Whether a preemption of an RLinf or verl job can be saved on notice: the SaveOnNotice
-condition, and a Warning Event each time it turns False.
+"""Whether a preemption of a job whose framework saves on notice through rljob's bridge (RLinf,
+verl, TRL) can be saved on notice: the SaveOnNotice condition, and a Warning Event each time
+it turns False.
 
-Two sources say it cannot:
+Three sources say it cannot:
 - the job's command, at every pass: verl saves no checkpoint unless `trainer.save_freq > 0`
   (its default is -1), RLinf none with `runner.save_interval <= 0`. A preemption then loses
   everything the attempt did, and the bridge has no save to ask for;
+- the job's command, where the bridge starts the trainer's program under torchrun (TRL): a
+  command other than `python SCRIPT` or `python -m MODULE` runs as it is, without the bridge;
 - rljob's bridge, in the progress record the last attempt wrote (read at each look at the
   checkpoints): a hook that found the framework other than it expects (another version),
   or a setting it read at run time. The framework then ran as it is, and preemptions go
@@ -20,6 +23,7 @@ from ..api.reasons import ConditionType, EventType, Reason
 from ..api.spec import JobSpec
 from ..api.status import find_condition
 from ..frameworks import framework
+from ..launcher.torchrun import python_program
 from .plan import LookupResult, Pass
 
 # Hydra's flags for a configuration of the user's own, which may set the interval.
@@ -57,11 +61,23 @@ def periodic_saves_off(spec: JobSpec) -> str | None:
     return f"{key}={value}" if every <= 0 else None
 
 
+def bridge_cannot_start(spec: JobSpec) -> str | None:
+    """Why the framework's torchrun bridge cannot start the job's trainer, where it cannot."""
+    bridge = framework(spec.framework).torchrun_bridge
+    if not bridge or spec.launcher != "torchrun" or python_program(spec.entry_command) is not None:
+        return None
+    return (f"the command {' '.join(spec.entry_command[:2])!r} is not `python SCRIPT` or "
+            f"`python -m MODULE`, the program rljob's bridge into {spec.framework} starts "
+            "under torchrun")  # fmt: skip
+
+
 def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
     """Set SaveOnNotice from the command and from what the last attempt's bridge said."""
     current = find_condition(p.status.conditions, ConditionType.SAVE_ON_NOTICE)
     off = periodic_saves_off(spec)
-    said = lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
+    said = bridge_cannot_start(spec) or (
+        lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
+    )
     late = lookup.save_on_notice_late if lookup and spec.ray.save_on_notice else None
     if off:
         key = framework(spec.framework).save_interval[0]  # type: ignore[index]

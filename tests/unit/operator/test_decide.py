@@ -1114,6 +1114,26 @@ def test_a_command_that_saves_or_may_save_gets_no_warning(command, args):
     assert save_on_notice(decide(job, [], NODES, NOW)) is None
 
 
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["python", "grpo.py"], None),
+        (["python3", "-m", "trl.scripts.grpo"], None),
+        (["accelerate", "launch", "grpo.py"], "the command 'accelerate launch' is not `python SCRIPT`"),
+    ],
+)  # fmt: skip
+def test_a_trl_command_the_bridge_cannot_start_is_warned_at_admission(command, said):
+    job = make_job(framework="trl", command=command, checkpoint={"resume": "never"})
+
+    condition = save_on_notice(decide(job, [], NODES, NOW))
+
+    if said is None:
+        assert condition is None
+        return
+    assert (condition["status"], condition["reason"]) == ("False", "SaveOnNoticeUnavailable")
+    assert condition["message"].startswith(said) and "last periodic save" in condition["message"]
+
+
 def test_the_bridges_word_from_the_last_attempt_becomes_the_condition_and_an_event():
     job = with_status(ray_job(), {"attempt": 1, "phase": Phase.RESTARTING})
     why = "verl 0.10.2: verl.trainer.ppo.v1.trainer_base.PPOTrainer.step not found"

@@ -102,15 +102,17 @@ SHIPPED_INTO_USER_IMAGES = sorted(
     "source", SHIPPED_INTO_USER_IMAGES, ids=lambda p: f"{p.parent.name}/{p.name}"
 )
 def test_code_shipped_into_users_images_needs_only_the_standard_library_of_python_3_10(source):
-    """The Ray launcher mounts these files into the user's image and runs them on its Python
+    """rljob's launchers mount these files into the user's image and run them on its Python
     (3.10 among them) beside its Ray: an import of anything else, or newer syntax, breaks the
     user's job."""
     import ast
     import sys
 
     tree = ast.parse(source.read_text(), feature_version=(3, 10))
-    shipped = {"rljob_contract", "rljob_ray_bridge", "ray_node"}  # mounted side by side
-    shipped.add("ray")  # the image's own: every image a Ray job runs has it
+    shipped = {"rljob_contract", "rljob_ray_bridge", "rljob_guest", "ray_node"}  # side by side
+    # The image's own: every image a Ray job runs has Ray, and the bridge into Hugging Face's
+    # Trainer imports torch and transformers only inside the Trainer's calls.
+    shipped |= {"rljob_hf_bridge.py": {"torch", "transformers"}}.get(source.name, {"ray"})
     imported = {
         alias.name
         for node in ast.walk(tree)

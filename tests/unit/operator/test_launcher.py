@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 from builders import job_ref, make_job
 from rljob_operator.api.spec import SpecError, parse_spec
+from rljob_operator.launcher import podside
 from rljob_operator.launcher.identity import JobRef
 from rljob_operator.launcher.launchers import LAUNCHERS, Launcher
 from rljob_operator.launcher.pods import (
     ResumeTarget,
     check_template,
+    desired_launcher_config_map,
     desired_pods,
     desired_service,
     resume_arguments,
@@ -36,6 +38,44 @@ def env_of(pod):
 )
 def test_entry_point_is_wrapped_in_torchrun(entry, command):
     assert torchrun_command(entry) == command
+
+
+BRIDGE = "/etc/rljob/launcher/rljob_hf_bridge.py"
+
+
+@pytest.mark.parametrize(
+    ("entry", "command", "bridged"),
+    [
+        (["python", "grpo.py", "--save_steps=4"], ["torchrun", BRIDGE, "grpo.py", "--save_steps=4"], True),
+        (["python3", "-m", "trl.scripts.grpo"], ["torchrun", BRIDGE, "-m", "trl.scripts.grpo"], True),
+        # Not a Python program the bridge can run: TRL as it is, no files shipped.
+        (["accelerate", "launch", "grpo.py"], ["torchrun", "--no-python", "accelerate", "launch", "grpo.py"], False),
+    ],
+)  # fmt: skip
+def test_trl_workers_start_in_rljobs_bridge_which_the_pods_mount(entry, command, bridged):
+    job = make_job(framework="trl", command=entry)
+    spec, ref = parse_spec(job["spec"]), job_ref(job)
+    pods = desired_pods(spec, ref, 0, None)
+    assert {tuple(p["spec"]["containers"][0]["command"][: len(command)]) for p in pods} == {
+        tuple(command)
+    }
+    config_map = desired_launcher_config_map(spec, ref)
+    if not bridged:
+        assert config_map is None
+        assert all("volumes" not in p["spec"] or not any(v["name"] == podside.LAUNCHER_VOLUME
+                   for v in p["spec"]["volumes"]) for p in pods)  # fmt: skip
+        return
+    for pod in pods:
+        (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == podside.LAUNCHER_VOLUME]
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+        paths = {item["path"] for item in volume["configMap"]["items"]}
+        assert {"rljob_hf_bridge.py", "rljob_guest.py", "rljob_contract/__init__.py"} <= paths
+        assert "ray_node.py" not in paths
+
+
+def test_rljobs_own_trainer_ships_no_bridge():
+    job = make_job()
+    assert desired_launcher_config_map(parse_spec(job["spec"]), job_ref(job)) is None
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 import rljob_contract as contract
 from builders import job_ref, make_job, mounted_launcher
 from rljob_operator.api.spec import SpecError, parse_spec
-from rljob_operator.launcher import ray
+from rljob_operator.launcher import podside, ray
 from rljob_operator.launcher.pods import (
     ResumeTarget,
     desired_launcher_config_map,
@@ -121,13 +121,14 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
     assert config_map["metadata"]["ownerReferences"][0]["uid"] == ref.uid
     for pod in desired_pods(spec, ref, 0, None):
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-        source = volumes[ray.LAUNCHER_VOLUME]["configMap"]
+        source = volumes[podside.LAUNCHER_VOLUME]["configMap"]
         assert source["name"] == config_map["metadata"]["name"]
-        mount = next(m for m in container(pod)["volumeMounts"] if m["name"] == ray.LAUNCHER_VOLUME)
-        assert (mount["mountPath"], mount["readOnly"]) == (ray.LAUNCHER_DIR, True)
+        mounts = container(pod)["volumeMounts"]
+        mount = next(m for m in mounts if m["name"] == podside.LAUNCHER_VOLUME)
+        assert (mount["mountPath"], mount["readOnly"]) == (podside.LAUNCHER_DIR, True)
         files = {i["path"]: config_map["data"][i["key"]] for i in source["items"]}
         assert files == ray.launcher_files()
-    assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_contract/__init__.py",
+    assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py", "rljob_contract/__init__.py",
             "rljob_contract/progress.py"} <= set(ray.launcher_files())  # fmt: skip
     assert desired_launcher_config_map(parse_spec(make_job()["spec"]), ref) is None  # torchrun
 
