@@ -1,4 +1,5 @@
-"""rljob's bridge into RLinf's and verl's own training loops: save on notice, and progress.
+"""rljob's bridge into RLinf's and verl's own training loops (save on notice, and progress), and
+into OpenRLHF's load (the checkpoint rljob chose).
 
 Runs inside the user's image on its own Python (standard library and the mounted
 rljob_contract only), in two places: the driver, which ray_node.py runs through
@@ -49,10 +50,15 @@ checkpoint folders:
   no step). Both need `trainer.save_freq > 0`
   (verl's default, -1, saves nothing), and the last step saves and ends the run by verl's
   own rule.
-Both hooks write the step each step finishes (and the step time) to rljob-progress.json
-beside the step folders, from which the operator counts the steps a restart lost. A hook that
-only makes the save on notice come sooner, and that finds the framework other than it expects,
-is said there too (`save_on_notice_late`).
+- OpenRLHF has no save on notice. With --ckpt.load_enable its actors and critics load the
+  folder DeepSpeed's `latest` names, which a save cut short can leave naming a torn folder:
+  the hook on `DeepspeedStrategy.load_ckpt` gives DeepSpeed the tag of the folder rljob chose
+  (RLJOB_RESUME_DIR's name) where the caller gave none and the folder is there; otherwise, and
+  where the hook is missing, OpenRLHF loads as it would (the worker's log says so).
+The RLinf and verl hooks write the step each step finishes (and the step time) to
+rljob-progress.json beside the step folders, from which the operator counts the steps a
+restart lost. A hook that only makes the save on notice come sooner, and that finds the
+framework other than it expects, is said there too (`save_on_notice_late`).
 """
 
 from __future__ import annotations
@@ -73,7 +79,7 @@ from rljob_contract import progress
 from rljob_contract.untrusted import positive_number
 from rljob_guest import Hook, run_program, version_of
 
-RLINF, VERL = "rlinf", "verl"
+RLINF, VERL, OPENRLHF = "rlinf", "verl", "openrlhf"
 VERL_EXPIRATION = "MLP_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 # How far ahead of now the hook puts verl's expiration time: inside verl's window (a step
 # plus a save) and still ahead of now when verl compares, a moment later.
@@ -450,6 +456,48 @@ def wrap_tracking_log(log: Callable[..., Any], loop: Loop = LOOP, hold: Callable
     return logged
 
 
+# --------------------------------------------------------------------------- OpenRLHF
+def chosen_tag(load_dir: object) -> str | None:
+    """The folder rljob chose to resume from (RLJOB_RESUME_DIR's name, `global_stepN`), where
+    `load_dir` (`_actor` or `_critic`) holds one of that name."""
+    resume = os.environ.get(contract.ENV_RESUME_DIR)
+    if not resume or not isinstance(load_dir, (str, os.PathLike)):
+        return None
+    tag = Path(resume).name
+    if not (Path(load_dir) / tag).is_dir():
+        print(f"rljob: {load_dir} has no {tag}, the folder rljob chose; OpenRLHF loads the one "
+              "DeepSpeed's latest names", file=sys.stderr, flush=True)  # fmt: skip
+        return None
+    return tag
+
+
+def wrap_load_ckpt(load_ckpt: Callable[..., Any], loop: Loop = LOOP):
+    """OpenRLHF's DeepspeedStrategy.load_ckpt(model, load_dir, tag=None, ...), which its actors
+    and critics call under --ckpt.load_enable: without a tag DeepSpeed loads the folder its
+    `latest` names, which a save cut short can leave naming a torn folder. Give it the tag of
+    the folder rljob chose, the newest complete one; a tag the caller gave is left alone."""
+    signature = inspect.signature(load_ckpt)
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        try:
+            call = signature.bind(*args, **kwargs)
+            tag = (
+                None
+                if call.arguments.get("tag") is not None
+                else chosen_tag(call.arguments["load_dir"])
+            )
+            if tag is not None:
+                call.arguments["tag"] = tag
+                print(f"rljob: OpenRLHF loads {tag}, the checkpoint rljob chose, from "
+                      f"{call.arguments['load_dir']}", flush=True)  # fmt: skip
+                args, kwargs = call.args, call.kwargs
+        except Exception as exc:
+            failed(loop, OPENRLHF, exc)
+        return load_ckpt(*args, **kwargs)
+
+    return load
+
+
 RLINF_HELD_LATER = "the loop is held only at the runner's next check_progress, a step later"
 VERL_REPORTED_LATER = "the save on notice is reported only at the step's log, after its validation"
 RLINF_RUNNERS = (  # (module, class) of the RL runners; subclasses inherit the hook
@@ -474,6 +522,8 @@ HOOKS: tuple[Hook, ...] = (
     Hook(VERL, "verl.trainer.ppo.ray_trainer", "RayPPOTrainer._save_checkpoint",
          wrap_save_checkpoint, later=VERL_REPORTED_LATER),
     Hook(VERL, "verl.utils.tracking", "Tracking.log", wrap_tracking_log, ("data", "step")),
+    Hook(OPENRLHF, "openrlhf.utils.deepspeed.deepspeed", "DeepspeedStrategy.load_ckpt",
+         wrap_load_ckpt, ("load_dir", "tag")),
 )  # fmt: skip
 
 

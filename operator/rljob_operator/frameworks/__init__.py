@@ -10,11 +10,12 @@ from pathlib import PurePosixPath
 from rljob_contract.steps import STEP_DIR_PREFIX, parse_step
 
 from ..checkpoints.layouts import LAYOUTS
-from . import custom, rlinf, rljob, trl, verl
+from . import custom, openrlhf, rlinf, rljob, trl, verl
 from .base import Framework
 
 FRAMEWORKS: dict[str, Framework] = {
-    module.FRAMEWORK.name: module.FRAMEWORK for module in (rljob, rlinf, verl, trl, custom)
+    module.FRAMEWORK.name: module.FRAMEWORK
+    for module in (rljob, rlinf, verl, trl, openrlhf, custom)
 }
 NAMES = tuple(FRAMEWORKS)
 

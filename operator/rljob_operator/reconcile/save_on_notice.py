@@ -1,10 +1,11 @@
 """Whether a preemption of a job whose framework saves on notice through rljob's bridge (RLinf,
-verl, TRL) can be saved on notice: the SaveOnNotice condition, and a Warning Event each time
-it turns False.
+verl, TRL) can be saved on notice, and whether a Ray job saves at all: the SaveOnNotice
+condition, and a Warning Event each time it turns False.
 
 Three sources say it cannot:
 - the job's command, at every pass: verl saves no checkpoint unless `trainer.save_freq > 0`
-  (its default is -1), RLinf none with `runner.save_interval <= 0`. A preemption then loses
+  (its default is -1), RLinf none with `runner.save_interval <= 0`, OpenRLHF none unless
+  `--ckpt.save_steps > 0` (its default is -1). A preemption then loses
   everything the attempt did, and the bridge has no save to ask for;
 - the job's command, where the bridge starts the trainer's program under torchrun (TRL): a
   command other than `python SCRIPT` or `python -m MODULE` runs as it is, without the bridge;
@@ -31,12 +32,15 @@ CONFIG_FLAGS = ("--config-name", "--config-path", "--config-dir", "-cn", "-cp", 
 
 
 def override(command: tuple[str, ...], key: str) -> str | None:
-    """The value `key=VALUE` (or `+key=`, `++key=`) sets in a Hydra command line, if any."""
+    """The value `key=VALUE` (or `+key=`, `++key=`) sets in a Hydra command line, or an
+    option `--key=VALUE` or `--key VALUE` in an argparse one, if any (the last one wins)."""
     value = None
-    for arg in command:
+    for at, arg in enumerate(command):
         name, sep, given = arg.lstrip("+").partition("=")
         if sep and name == key:
-            value = given  # the last one wins, as in Hydra
+            value = given
+        elif key.startswith("--") and arg == key and at + 1 < len(command):
+            value = command[at + 1]
     return value
 
 

@@ -432,6 +432,46 @@ def build_hf_trainer_sharded(root: Path, step: int, tear: str | None = None) -> 
     return _tear(folder, tear, HF_SHARDED_TEARS)
 
 
+# --- OpenRLHF (DeepSpeed) -------------------------------------------------------------
+# Laid out from OpenRLHF 0.11.2's DeepspeedStrategy.save_ckpt and DeepSpeed 0.19.6's
+# save_checkpoint (OpenRLHF itself does not import on a CPU-only machine): `root` is the run's
+# `_actor` directory; DeepSpeed's `latest` names the folder, `metric.json` is written last.
+
+OPENRLHF_TEARS: dict[str, Callable[[Path], None]] = {
+    "no_metric": lambda f: remove(f / "metric.json"),
+    "half_written_metric": lambda f: write_text(f / "metric.json", '{"metric_key": '),
+    "missing_optimizer_shard": lambda f: remove(f / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+    "empty_optimizer_shard": lambda f: (f / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(b""),
+    "no_model_states": lambda f: remove(f / "mp_rank_00_model_states.pt"),
+    "truncated_model_states": lambda f: truncate(f / "mp_rank_00_model_states.pt"),
+}  # fmt: skip
+
+
+def build_openrlhf(root: Path, step: int, tear: str | None = None, zero3: bool = False) -> Path:
+    """`_actor/global_stepN` of two data-parallel ranks, bf16 (OpenRLHF's default)."""
+    folder = root / f"global_step{step}"
+    if zero3:
+        for rank in range(WORLD):
+            write_pt(folder / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt", f"model{rank}")
+    else:
+        write_pt(folder / "mp_rank_00_model_states.pt", f"model{step}")
+    for rank in range(WORLD):
+        write_pt(folder / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt", f"optim{rank}")
+    write_text(root / "latest", f"global_step{step}")
+    write_text(folder / "metric.json", json.dumps({"metric_key": None, "metric_value": None}))
+    return _tear(folder, tear, OPENRLHF_TEARS if not zero3 else OPENRLHF_ZERO3_TEARS)
+
+
+OPENRLHF_ZERO3_TEARS: dict[str, Callable[[Path], None]] = {
+    "missing_model_states": lambda f: remove(f / "zero_pp_rank_1_mp_rank_00_model_states.pt"),
+    "gap_in_ranks": lambda f: remove(f / "zero_pp_rank_0_mp_rank_00_model_states.pt"),
+}
+
+
+def build_openrlhf_zero3(root: Path, step: int, tear: str | None = None) -> Path:
+    return build_openrlhf(root, step, tear, zero3=True)
+
+
 BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
     "rljob": (build_rljob, RLJOB_TEARS),
     "rljob-megatron": (build_rljob_megatron, RLJOB_MEGATRON_TEARS),
@@ -444,6 +484,8 @@ BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
     "verl-megatron-old": (build_old_verl_megatron, OLD_VERL_MEGATRON_TEARS),
     "hf-trainer": (build_hf_trainer, HF_TRAINER_TEARS),
     "hf-trainer-sharded": (build_hf_trainer_sharded, HF_SHARDED_TEARS),
+    "openrlhf-deepspeed": (build_openrlhf, OPENRLHF_TEARS),
+    "openrlhf-deepspeed-zero3": (build_openrlhf_zero3, OPENRLHF_ZERO3_TEARS),
 }
 
 
@@ -464,6 +506,9 @@ VARIANTS = {
     # auto reads global_step_N folders only: a checkpoint-N folder needs its layout named
     "hf-trainer": ("hf-trainer", None),
     "hf-trainer-sharded": ("hf-trainer", None),
+    # and global_stepN (no underscore) not at all
+    "openrlhf-deepspeed": ("openrlhf-deepspeed", None),
+    "openrlhf-deepspeed-zero3": ("openrlhf-deepspeed", None),
 }
 
 # (variant, tear): (status under quick, status under deep, words in the reason)
@@ -601,6 +646,30 @@ TORN = {
         "model-00002-of-00002.safetensors is missing",
     ),
     ("hf-trainer-sharded", "index_without_map"): (BAD, BAD, "has no weight_map"),
+    ("openrlhf-deepspeed", "no_metric"): (INC, INC, "no metric.json: OpenRLHF writes it last"),
+    ("openrlhf-deepspeed", "half_written_metric"): (INC, INC, "metric.json"),
+    ("openrlhf-deepspeed", "missing_optimizer_shard"): (
+        INC,
+        INC,
+        "the optimizer shard of rank 0 is missing (ranks up to 1 wrote theirs)",
+    ),
+    ("openrlhf-deepspeed", "empty_optimizer_shard"): (
+        INC,
+        INC,
+        "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt is empty",
+    ),
+    ("openrlhf-deepspeed", "no_model_states"): (INC, INC, "mp_rank_00_model_states.pt"),
+    ("openrlhf-deepspeed", "truncated_model_states"): (OK, BAD, "mp_rank_00_model_states.pt:"),
+    ("openrlhf-deepspeed-zero3", "missing_model_states"): (
+        INC,
+        INC,
+        "the model states and optimizer shards are of different ranks",
+    ),
+    ("openrlhf-deepspeed-zero3", "gap_in_ranks"): (
+        INC,
+        INC,
+        "the model states file of rank 0 is missing",
+    ),
 }
 
 

@@ -97,3 +97,10 @@ def test_trl_resumes_through_the_trainers_own_flag_from_a_checkpoint_folder():
     ]
     with pytest.raises(ValueError, match="checkpoint-N"):
         resume_overrides("trl", CKPT)  # a global_step_N folder is no TRL checkpoint
+
+
+def test_openrlhf_resumes_with_its_own_switch_from_a_folder_of_its_actor_directory():
+    """--ckpt.load_enable; which folder it loads is the bridge's (test_ray_bridge.py)."""
+    assert resume_overrides("openrlhf", "/ck/ppo/_actor/global_step40/") == ["--ckpt.load_enable"]
+    with pytest.raises(ValueError, match="_actor/global_stepN"):
+        resume_overrides("openrlhf", "/ck/ppo/global_step40")  # --ckpt.path itself

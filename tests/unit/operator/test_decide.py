@@ -724,6 +724,7 @@ def test_pods_on_a_deleted_node_are_deleted_without_grace():
 
 # ------------------------------------------------------------------ a Ray gang (verl, RLinf)
 VERL_MAIN = ["python3", "-m", "verl.trainer.main_ppo"]
+OPENRLHF_MAIN = ["python3", "-m", "openrlhf.cli.train_ppo_ray"]
 
 
 def ray_job(command=(*VERL_MAIN, "trainer.save_freq=4"), **spec):
@@ -1082,6 +1083,8 @@ def save_on_notice(plan):
         ("verl", [*VERL_MAIN, "trainer.save_freq=-1"], "trainer.save_freq=-1"),
         ("verl", [*VERL_MAIN, "trainer.save_freq=10", "++trainer.save_freq=0"], "trainer.save_freq=0"),
         ("rlinf", ["python3", "main_grpo.py", "runner.save_interval=0"], "runner.save_interval=0"),
+        ("openrlhf", OPENRLHF_MAIN, "the command does not set --ckpt.save_steps, and openrlhf's default (-1)"),
+        ("openrlhf", [*OPENRLHF_MAIN, "--ckpt.save_steps", "-1"], "--ckpt.save_steps=-1"),
     ],
 )  # fmt: skip
 def test_a_command_that_turns_the_frameworks_checkpoints_off_is_warned_at_admission(
@@ -1106,10 +1109,13 @@ def test_a_command_that_turns_the_frameworks_checkpoints_off_is_warned_at_admiss
         ([*VERL_MAIN, "trainer.save_freq=10"], []),
         (VERL_MAIN, ["trainer.save_freq=10"]),  # in spec.args, where most users put overrides
         (VERL_MAIN, ["--config-name=my_grpo"]),  # the user's config may: the bridge reads it
+        (OPENRLHF_MAIN, ["--ckpt.save_steps", "10"]),  # argparse's spelling
+        (OPENRLHF_MAIN, ["--ckpt.save_steps=10"]),
     ],
 )
 def test_a_command_that_saves_or_may_save_gets_no_warning(command, args):
-    job = make_job(framework="verl", command=command, args=args, checkpoint={"resume": "never"})
+    framework = "openrlhf" if command == OPENRLHF_MAIN else "verl"
+    job = make_job(framework=framework, command=command, args=args, checkpoint={"resume": "never"})
 
     assert save_on_notice(decide(job, [], NODES, NOW)) is None
 

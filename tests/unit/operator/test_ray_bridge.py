@@ -710,3 +710,65 @@ def test_after_sigterm_the_head_stops_holding_a_gang_whose_save_cannot_fit(tmp_p
     assert message.startswith(f"{contract.STOPPED_ON_NOTICE_MESSAGE} without a save: the rest of "
                               "the step and a save need about 175 s")  # fmt: skip
     assert message.endswith("; the last finished step is 7")
+
+
+# --------------------------------------------------------------------------- OpenRLHF's load
+# A stand-in of OpenRLHF 0.11.2's module, laid out from its source: OpenRLHF itself imports
+# vLLM, flash-attn and DeepSpeed at its modules' tops and does not import on this CPU-only
+# machine. `load_ckpt` has 0.11.2's exact signature; where OpenRLHF hands `tag` to DeepSpeed's
+# load_checkpoint (None: the folder `latest` names), this one says which folder it would load.
+OPENRLHF_STRATEGY = """
+import os
+
+
+class DeepspeedStrategy:
+    def load_ckpt(self, model, load_dir, tag=None, load_module_strict=True,
+                  load_optimizer_states=True, load_lr_scheduler_states=True,
+                  load_module_only=False):
+        if tag is None:
+            with open(os.path.join(load_dir, "latest")) as latest:
+                tag = latest.read()
+        return os.path.join(load_dir, tag), {"loaded": tag}
+"""
+
+OPENRLHF_RESUME = """
+import rljob_ray_bridge  # preloaded, as in every Ray worker
+import sys
+from openrlhf.utils.deepspeed.deepspeed import DeepspeedStrategy
+strategy = DeepspeedStrategy()
+for role in ("_actor", "_critic"):
+    print(strategy.load_ckpt(object(), sys.argv[1] + "/" + role)[1]["loaded"])
+print(strategy.load_ckpt(object(), sys.argv[1] + "/_actor", "global_step2")[1]["loaded"])
+"""
+
+
+@pytest.mark.parametrize("critic_has_it", [True, False])
+def test_openrlhf_loads_the_folder_rljob_chose_not_the_torn_one_latest_names(
+    tmp_path, critic_has_it
+):
+    """A save cut short after DeepSpeed's rank 0 wrote `latest` (global_step6, torn): rljob
+    resumes from global_step4, and the hook has OpenRLHF's own load take it, in the actor and
+    the critic; a tag the caller gave stays; a role without rljob's folder loads as before."""
+    launcher = mounted_launcher(tmp_path / "launcher")
+    shadow = tmp_path / "shadow"
+    for package in ("openrlhf", "openrlhf/utils", "openrlhf/utils/deepspeed"):
+        (shadow / package).mkdir(parents=True)
+        (shadow / package / "__init__.py").write_text("")
+    (shadow / "openrlhf/utils/deepspeed/deepspeed.py").write_text(OPENRLHF_STRATEGY)
+    ckpt = tmp_path / "ckpt"
+    for role in ("_actor", "_critic"):
+        for step in (2, 4, 6):
+            if role == "_actor" or critic_has_it or step != 4:
+                (ckpt / role / f"global_step{step}").mkdir(parents=True)
+        (ckpt / role / "latest").write_text("global_step6")
+    env = bridge_env(tmp_path, launcher, notice=False)
+    env["PYTHONPATH"] = f"{launcher}:{shadow}"
+    env[contract.ENV_RESUME_DIR] = str(ckpt / "_actor" / "global_step4")
+    done = subprocess.run([sys.executable, "-c", OPENRLHF_RESUME, str(ckpt)], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    loaded = [line for line in done.stdout.splitlines() if not line.startswith("rljob:")]
+    critic = "global_step4" if critic_has_it else "global_step6"
+    assert loaded == ["global_step4", critic, "global_step2"]
+    if not critic_has_it:
+        assert "has no global_step4, the folder rljob chose" in done.stderr

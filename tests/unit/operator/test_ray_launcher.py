@@ -22,6 +22,7 @@ from rljob_operator.launcher.pods import (
 from rljob_podside import ray_node
 
 VERL = {"framework": "verl", "command": ["python3", "-m", "verl.trainer.main_ppo"]}
+OPENRLHF = {"framework": "openrlhf", "command": ["python3", "-m", "openrlhf.cli.train_ppo_ray"]}
 RESUME = ResumeTarget("/checkpoints/run/global_step_20", 20)
 
 
@@ -52,6 +53,8 @@ def split(command):
         ({"framework": "rljob"}, "torchrun"),
         ({"framework": "rlinf", "command": ["python", "main_grpo.py"]}, "ray"),
         (VERL, "ray"),
+        (OPENRLHF, "ray"),
+        ({"framework": "trl", "command": ["python", "grpo.py"]}, "torchrun"),
         ({"framework": "custom", "command": ["python", "t.py"]}, "torchrun"),
         ({"framework": "custom", "command": ["python", "t.py"], "launcher": "ray"}, "ray"),
         ({**VERL, "launcher": "torchrun"}, "torchrun"),
@@ -82,6 +85,23 @@ def test_head_starts_ray_then_runs_the_driver_with_args_and_resume_switch():
     assert (role, driver) == ("worker", [])
     assert "--num-gpus=8" in flags and not any(f.startswith("--dashboard") for f in flags)
     assert container(worker)["args"] == []  # neither the driver's args nor the resume switch
+
+
+def test_openrlhf_is_a_ray_gang_whose_driver_alone_gets_its_resume_switch():
+    """OpenRLHF's own switch loads DeepSpeed's `latest`; the bridge in every actor and critic
+    makes it the folder rljob chose, which every pod is told (RLJOB_RESUME_DIR)."""
+    chosen = ResumeTarget("/checkpoints/ppo/_actor/global_step20", 20)
+    args = ["--ckpt.path=/checkpoints/ppo", "--ckpt.save_steps", "10"]
+    head, worker = render(chosen, **OPENRLHF, args=args)
+    _, role, _, driver = split(container(head)["command"])
+    assert (role, driver) == ("head", ["python3", "-m", "openrlhf.cli.train_ppo_ray"])
+    assert container(head)["args"] == [*args, "--ckpt.load_enable"]
+    _, role, _, driver = split(container(worker)["command"])
+    assert (role, driver, container(worker)["args"]) == ("worker", [], [])
+    for pod in (head, worker):
+        assert env_of(pod)[contract.ENV_RESUME_DIR] == chosen.path
+    with pytest.raises(ValueError, match="_actor"):  # not a folder of --ckpt.path's _actor
+        render(ResumeTarget("/checkpoints/ppo/global_step20", 20), **OPENRLHF)
 
 
 def test_no_ray_pod_runs_torchrun():

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from ..errors import CheckpointInputError
-from . import dcp, hf_trainer, rlinf_fsdp, rlinf_megatron, rljob, verl_fsdp, verl_megatron
+from . import (
+    dcp,
+    hf_trainer,
+    openrlhf_deepspeed,
+    rlinf_fsdp,
+    rlinf_megatron,
+    rljob,
+    verl_fsdp,
+    verl_megatron,
+)
 from .base import Layout
 
-LAYOUTS: dict[str, Layout] = {
-    module.LAYOUT.name: module.LAYOUT
-    for module in (rljob, rlinf_fsdp, rlinf_megatron, verl_fsdp, verl_megatron, dcp, hf_trainer)
-}
+MODULES = (
+    rljob, rlinf_fsdp, rlinf_megatron, verl_fsdp, verl_megatron, dcp, hf_trainer,
+    openrlhf_deepspeed,
+)  # fmt: skip
+LAYOUTS: dict[str, Layout] = {module.LAYOUT.name: module.LAYOUT for module in MODULES}
 AUTO = "auto"
 CHOICES = (AUTO, *LAYOUTS)
 
