@@ -5,10 +5,12 @@
   candidate's (`SatisfiesPreemptionPolicy`, pkg/scheduler/preemption/common; effective =
   `spec.priority` + the boost, pkg/util/priority `EffectivePriority`). A Workload of
   priority p below the lowest class value v above it therefore stays preemptible by every
-  Workload of that class while its boost is at most v - p - 1: the ceiling. The classes are
-  those of the Workload's own source, WorkloadPriorityClasses (kueue.x-k8s.io) or
-  PriorityClasses (scheduling.k8s.io, also for a Workload that names no class: Kueue then
-  takes the pods' priority); no class above: no ceiling.
+  Workload of that class while its boost is at most v - p - 1: the ceiling. Kueue compares
+  the numbers whatever their source, so the classes are those of both:
+  WorkloadPriorityClasses (kueue.x-k8s.io) and PriorityClasses (scheduling.k8s.io, which
+  Workloads that name no WorkloadPriorityClass take from their pods): a PriorityClass between
+  a job of a WorkloadPriorityClass and the next WorkloadPriorityClass is the ceiling too. No
+  class above: no ceiling (the operator's limit still bounds the boost).
 - **Only on the job's own Workload.** Kueue's pod integration makes every pod of a pod group
   an owner of the group's Workload (`EnsureWorkloadOwnedByAllMembers`, `constructGroup`, in
   pkg/controller/jobs/pod). A Workload under the attempt's name whose owners are not all the
@@ -69,15 +71,19 @@ class Ceiling:
 
 
 def ceiling(workload: dict[str, Any], classes: Classes) -> Ceiling | None:
-    """The boost's ceiling: (the lowest class value above the job's priority) - (the job's
-    priority) - 1, never below 0; None where no class of its source is above it."""
-    group, priority = class_group(workload), priority_of(workload)
+    """The boost's ceiling: (the lowest class value of either source above the job's
+    priority) - (the job's priority) - 1, never below 0; None where no class is above it.
+    Of two classes of one value, the one of the Workload's own source is named."""
+    own, priority = class_group(workload), priority_of(workload)
     above = [
-        (value, name) for name, value in (classes.get(group) or {}).items() if value > priority
+        (value, group != own, name, group)
+        for group, named in classes.items()
+        for name, value in named.items()
+        if value > priority
     ]
     if not above:
         return None
-    value, name = min(above)
+    value, _, name, group = min(above)
     return Ceiling(
         max(0, value - priority - 1), c.PRIORITY_CLASS_KINDS[group], name, value, priority
     )

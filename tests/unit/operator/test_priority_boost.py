@@ -521,11 +521,13 @@ def of_class(priority, group=WPC, name="low"):
         (of_class(100), 49, "mid"),  # 150 - 100 - 1
         (of_class(150, name="mid"), 849, "high"),
         (of_class(900, name="custom"), 99, "high"),  # a priority between the classes
-        (of_class(1000, name="high"), None, None),  # no class above: no ceiling
+        (of_class(1000, name="high"), 3999, "urgent"),  # a PriorityClass above it counts
+        (of_class(5000, PC, "urgent"), None, None),  # no class of either source above
         (of_class(149), 0, "mid"),  # right below the next class: no room at all
-        (of_class(100, PC), 4899, "urgent"),  # the pods' PriorityClasses, not Kueue's
-        ({"priority": 0}, 4999, "urgent"),  # no class named: Kueue took the pods' priority
-        ({}, 4999, "urgent"),  # no priority either: Kueue's 0
+        (of_class(100, PC), 49, "mid"),  # a pod-priority job under Kueue's class mid
+        (of_class(1100, PC), 3899, "urgent"),
+        ({"priority": 0}, 99, "low"),  # no class named: Kueue took the pods' priority
+        ({}, 99, "low"),  # no priority either: Kueue's 0
         (
             {
                 "priority": 100,
@@ -537,7 +539,7 @@ def of_class(priority, group=WPC, name="low"):
         ),  # v1beta1's fields
     ],
 )
-def test_the_ceiling_is_one_below_the_gap_to_the_next_class_of_the_same_source(spec, boost, above):
+def test_the_ceiling_is_one_below_the_gap_to_the_next_class_of_either_source(spec, boost, above):
     top = ceiling({"metadata": {}, "spec": spec}, CLASSES)
     assert (top and (top.boost, top.name)) == ((boost, above) if above else None)
 
