@@ -122,7 +122,8 @@ def test_trls_grpo_trainer_preempted_between_saves_saves_on_notice_and_resumes_b
     pool = agents(3, gpus=1)  # one spare node: the preemptor keeps the one it takes
     port = free_port()
     output = claim / JOB
-    after = rng.choice([s for s in range(1, STEPS - 1) if s % EVERY])  # no periodic save
+    # The step after `after` is the one in progress at the notice: one no periodic save holds.
+    after = rng.choice([s for s in range(1, STEPS - 2) if (s + 1) % EVERY])
     create_job(api_client, namespace, trl_job(port, namespace, low))
     try:
         gang = running_gang(core, namespace, 0, 2, timeout=180)
@@ -138,11 +139,15 @@ def test_trls_grpo_trainer_preempted_between_saves_saves_on_notice_and_resumes_b
     saved = recovery["resumedFromStep"]
     assert recovery["reason"] == "PreemptionByScheduler", recovery
     assert (st["preemptions"], st["failures"]) == (1, 0), st
-    # The save on notice: a step after `after` that no periodic save would have held, and
-    # nothing finished after it was lost.
-    assert saved > after and saved % EVERY != 0, recovery
+    # The save on notice: the step in progress (or, if the preemption took longer than a
+    # step, a later one), through the Trainer's own save on every rank; nothing was lost.
+    assert saved > after, recovery
     assert (recovery["lastFinishedStep"], recovery["lostSteps"]) == (saved, 0), recovery
     trainers = [r for r in pool.records() if r.labels.get(c.LABEL_JOB) == JOB]
+    stopped = [r for r in trainers if r.labels.get(c.LABEL_ATTEMPT) == "0"]
+    assert len(stopped) == 2 and all(
+        f"rljob: saved step {saved} on notice (checkpoint-{saved})" in r.log() for r in stopped
+    ), [r.log()[-2000:] for r in stopped]
     resumed = [r for r in trainers if r.labels.get(c.LABEL_ATTEMPT) == "1"]
     assert len(resumed) == 2 and all(
         f"--resume_from_checkpoint={output}/checkpoint-{saved}" in r.argv for r in resumed
@@ -155,8 +160,9 @@ def test_trls_grpo_trainer_preempted_between_saves_saves_on_notice_and_resumes_b
     )
     assert logged_steps(output) == logged_steps(reference)
     assert sorted(logged_steps(output)) == list(range(1, STEPS + 1))
+    periodic = " (a periodic save's step too)" if saved % EVERY == 0 else ""
     report = (f"TRL GRPOTrainer, 2 pods x 1 process, preempted by the scheduler after step "
-              f"{after}: saved step {saved} on notice, resumed from it, lost 0; final weights "
+              f"{after}: saved step {saved} on notice{periodic}, resumed from it, lost 0; final weights "
               f"bitwise equal to the uninterrupted run; loss, reward and grad norm of all "
               f"{STEPS} steps equal")  # fmt: skip
     REPORTS.append(report)
