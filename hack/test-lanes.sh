@@ -8,9 +8,9 @@
 # so no test sees the other lane's objects, and its own half of the test ports
 # (rljob_testenv.ports), so no two servers of the two lanes are handed the same port.
 #
-#   lane "cpu":           tests/trainer, rljob's own jobs on node agents, tests/e2e/kind (a kind
-#                         cluster, made and deleted in 4.5-6.5 minutes), tests/e2e/real,
-#                         tests/unit (shown at its end)
+#   lane "cpu":           tests/trainer, rljob's own jobs on node agents, test_recovery.py,
+#                         tests/e2e/kind (a kind cluster, made and deleted in 4.5-6.5 minutes),
+#                         tests/e2e/real, tests/unit (shown at its end)
 #   lane "control-plane": the rest: tests/cluster, then the Ray jobs on node agents   (shown
 #                         as it runs)
 #
@@ -19,7 +19,9 @@
 # 18:52, control-plane 24:15, whole `make test` 24:48 warm. Then the kind e2e joined the cpu
 # lane, and test_recovery.py and test_kueue.py (cluster tests, mostly waiting) left it: cpu
 # 23:34 (kind 4:54 of it), control-plane 25:16 (the Ray e2e 11:53), whole 25:23 warm, with the
-# reference runs cached (one run).
+# reference runs cached (one run). Then test_recovery.py came back to the cpu lane, a real-node
+# case and a Ray case went, and the TRL e2e joined the control-plane lane: cpu 23:46,
+# control-plane 23:35, whole 23:55 warm (run 21).
 #
 # Arguments are passed to both pytest runs. Logs and JUnit reports are in .test-logs/.
 set -uo pipefail
