@@ -432,6 +432,49 @@ def build_hf_trainer_sharded(root: Path, step: int, tear: str | None = None) -> 
     return _tear(folder, tear, HF_SHARDED_TEARS)
 
 
+def write_deepspeed(save_dir: Path, tag: str, zero3: bool = False) -> Path:
+    """DeepSpeed 0.19.6's save_checkpoint for two data-parallel ranks in bf16: `<tag>/` and
+    `latest` (laid out from its source)."""
+    folder = save_dir / tag
+    if zero3:
+        for rank in range(WORLD):
+            write_pt(folder / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt", f"model{rank}")
+    else:
+        write_pt(folder / "mp_rank_00_model_states.pt", f"model{tag}")
+    for rank in range(WORLD):
+        write_pt(folder / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt", f"optim{rank}")
+    write_text(save_dir / "latest", tag)
+    return folder
+
+
+HF_DEEPSPEED_TEARS: dict[str, Callable[[Path], None]] = {
+    "latest_names_a_missing_folder": lambda f: write_text(f / "latest", "global_step99"),
+    "deepspeed_rank_missing": lambda f: remove(
+        f / f"global_step{_step_of(f)}" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    ),
+    "latest_names_no_folder": lambda f: write_text(f / "latest", "../elsewhere"),
+    "no_trainer_state": lambda f: remove(f / "trainer_state.json"),
+}
+
+
+def _step_of(folder: Path) -> int:
+    return int(folder.name.rsplit("-", 1)[1])
+
+
+def build_hf_trainer_deepspeed(root: Path, step: int, tear: str | None = None) -> Path:
+    """`checkpoint-N` of a Trainer run under DeepSpeed ZeRO-3 (weights not gathered): no
+    model file, no optimizer.pt, DeepSpeed's own folder and `latest`, trainer_state.json last
+    (laid out from transformers 5.10's _save_checkpoint)."""
+    folder = root / f"checkpoint-{step}"
+    write_text(folder / "config.json", '{"model_type": "qwen2"}')
+    write_deepspeed(folder, f"global_step{step}", zero3=True)
+    write_pt(folder / "scheduler.pt", f"scheduler{step}")
+    for rank in range(WORLD):
+        write_pt(folder / f"rng_state_{rank}.pth", f"rng{rank}")
+    write_text(folder / "trainer_state.json", json.dumps({"global_step": step, "log_history": []}))
+    return _tear(folder, tear, HF_DEEPSPEED_TEARS)
+
+
 # --- OpenRLHF (DeepSpeed) -------------------------------------------------------------
 # Laid out from OpenRLHF 0.11.2's DeepspeedStrategy.save_ckpt and DeepSpeed 0.19.6's
 # save_checkpoint (OpenRLHF itself does not import on a CPU-only machine): `root` is the run's
@@ -449,15 +492,7 @@ OPENRLHF_TEARS: dict[str, Callable[[Path], None]] = {
 
 def build_openrlhf(root: Path, step: int, tear: str | None = None, zero3: bool = False) -> Path:
     """`_actor/global_stepN` of two data-parallel ranks, bf16 (OpenRLHF's default)."""
-    folder = root / f"global_step{step}"
-    if zero3:
-        for rank in range(WORLD):
-            write_pt(folder / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt", f"model{rank}")
-    else:
-        write_pt(folder / "mp_rank_00_model_states.pt", f"model{step}")
-    for rank in range(WORLD):
-        write_pt(folder / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt", f"optim{rank}")
-    write_text(root / "latest", f"global_step{step}")
+    folder = write_deepspeed(root, f"global_step{step}", zero3)
     write_text(folder / "metric.json", json.dumps({"metric_key": None, "metric_value": None}))
     return _tear(folder, tear, OPENRLHF_TEARS if not zero3 else OPENRLHF_ZERO3_TEARS)
 
@@ -484,6 +519,7 @@ BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
     "verl-megatron-old": (build_old_verl_megatron, OLD_VERL_MEGATRON_TEARS),
     "hf-trainer": (build_hf_trainer, HF_TRAINER_TEARS),
     "hf-trainer-sharded": (build_hf_trainer_sharded, HF_SHARDED_TEARS),
+    "hf-trainer-deepspeed": (build_hf_trainer_deepspeed, HF_DEEPSPEED_TEARS),
     "openrlhf-deepspeed": (build_openrlhf, OPENRLHF_TEARS),
     "openrlhf-deepspeed-zero3": (build_openrlhf_zero3, OPENRLHF_ZERO3_TEARS),
 }
@@ -506,6 +542,7 @@ VARIANTS = {
     # auto reads global_step_N folders only: a checkpoint-N folder needs its layout named
     "hf-trainer": ("hf-trainer", None),
     "hf-trainer-sharded": ("hf-trainer", None),
+    "hf-trainer-deepspeed": ("hf-trainer", None),
     # and global_stepN (no underscore) not at all
     "openrlhf-deepspeed": ("openrlhf-deepspeed", None),
     "openrlhf-deepspeed-zero3": ("openrlhf-deepspeed", None),
@@ -646,6 +683,18 @@ TORN = {
         "model-00002-of-00002.safetensors is missing",
     ),
     ("hf-trainer-sharded", "index_without_map"): (BAD, BAD, "has no weight_map"),
+    ("hf-trainer-deepspeed", "latest_names_a_missing_folder"): (
+        INC,
+        INC,
+        "global_step99/ is missing: DeepSpeed's latest names it",
+    ),
+    ("hf-trainer-deepspeed", "deepspeed_rank_missing"): (
+        INC,
+        INC,
+        "global_step40/: the optimizer shard of rank 0 is missing",
+    ),
+    ("hf-trainer-deepspeed", "latest_names_no_folder"): (BAD, BAD, "latest names '../elsewhere'"),
+    ("hf-trainer-deepspeed", "no_trainer_state"): (INC, INC, "no trainer_state.json"),
     ("openrlhf-deepspeed", "no_metric"): (INC, INC, "no metric.json: OpenRLHF writes it last"),
     ("openrlhf-deepspeed", "half_written_metric"): (INC, INC, "metric.json"),
     ("openrlhf-deepspeed", "missing_optimizer_shard"): (

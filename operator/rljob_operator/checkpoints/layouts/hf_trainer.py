@@ -12,8 +12,14 @@ The world size is not in the folder: a missing last rank's RNG file goes unseen,
 ranks does not. transformers' just-in-time save on SIGTERM (`enable_jit_checkpoint`) marks a
 folder it is still writing with `checkpoint-is-incomplete.txt`.
 
-Judged here: plain and DDP runs. FSDP's sharded optimizer (`optimizer_0/`) and DeepSpeed's
-own `global_stepN/` inside the folder are not (a folder of theirs reads as incomplete).
+Under DeepSpeed (`--deepspeed`), `_save_optimizer_and_scheduler` has DeepSpeed save into the
+folder (`global_stepN/` and `latest`, layouts._deepspeed) in place of `optimizer.pt`, and
+`trainer_state.json`, written after DeepSpeed's last barrier, says every rank's part is there.
+Such a folder is complete with DeepSpeed's files of every rank in the folder `latest` names;
+the weights (none under ZeRO-3 unless gathered) and `scheduler.pt` (DeepSpeed's own scheduler
+is in its files) where the run wrote them, and the RNG files. Judged here: plain, DDP and
+DeepSpeed runs. FSDP's sharded optimizer (`optimizer_0/`) is not (its folder reads as
+incomplete).
 """
 
 from __future__ import annotations
@@ -21,8 +27,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..probe import exists, intact_safetensors, intact_zip, names, nonempty_file, read_json
+from ..probe import (
+    exists,
+    intact_safetensors,
+    intact_zip,
+    is_dir,
+    names,
+    nonempty_file,
+    read_json,
+)
 from ..verdict import Corrupt, Incomplete
+from . import _deepspeed
 from .base import Layout
 
 PREFIX = "checkpoint-"
@@ -71,19 +86,42 @@ def check(folder: Path, step: int, deep: bool) -> str:
     if not isinstance(state, dict) or state.get("global_step") != step:
         found = state.get("global_step") if isinstance(state, dict) else None
         raise Corrupt(f"{STATE} says global_step {found!r}, the folder's name {step}")
-    weights = _weights(folder)
-    for name in (*weights, *OPTIMIZER_FILES):
+    tag = _deepspeed.latest_tag(folder)
+    if tag is None:
+        weights = _weights(folder)
+        saved, engine = [*weights, *OPTIMIZER_FILES], ""
+    else:
+        engine = f", DeepSpeed's {tag}/ ({len(_deepspeed_files(folder, tag, deep))} files)"
+        weights = _weights(folder) if _has_weights(folder) else []
+        saved = [*weights, *(name for name in OPTIMIZER_FILES[1:] if exists(folder, name))]
+    for name in saved:
         nonempty_file(folder, name, "the Trainer writes it before trainer_state.json")
     rng = _rng_files(folder)
     for name in rng:
         nonempty_file(folder, name, "its process writes it with the save")
     if deep:
-        for name in (*weights, *OPTIMIZER_FILES, *rng):
+        for name in (*saved, *rng):
             if name.endswith(".safetensors"):
                 intact_safetensors(folder, name)
             else:
                 intact_zip(folder, name)
-    return f"{STATE} at step {step}, {len(weights)} weight file(s), optimizer, {len(rng)} RNG files"
+    optimizer = "" if tag else ", optimizer"
+    return (f"{STATE} at step {step}, {len(weights)} weight file(s){optimizer}{engine}, "
+            f"{len(rng)} RNG files")  # fmt: skip
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(exists(folder, name) for name in (SAFETENSORS_INDEX, *SINGLE_WEIGHTS))
+
+
+def _deepspeed_files(folder: Path, tag: str, deep: bool) -> list[str]:
+    """DeepSpeed's files of the tag `latest` names, every rank's."""
+    if not is_dir(folder, tag):
+        raise Incomplete(f"{tag}/ is missing: DeepSpeed's latest names it")
+    try:
+        return _deepspeed.shard_files(folder / tag, deep)
+    except Incomplete as exc:
+        raise Incomplete(f"{tag}/: {exc}") from None
 
 
 LAYOUT = Layout("hf-trainer", check, folder_prefix=PREFIX)
