@@ -154,9 +154,22 @@ class Controller:
                 self.cache.replace_shared(kind, listed, revision, namespace)
         nodes, revision = self.kube.list_nodes()
         changed |= set(self.cache.replace_nodes(nodes, revision))
+        self._relist_priority_classes()
         log.debug("relist: %d jobs changed", len(changed))
         for key in sorted(changed):
             self.queue.add(key)
+
+    def _relist_priority_classes(self) -> None:
+        """The boosts' ceilings read the classes; a list that fails (no RBAC for them) leaves
+        the watched ones and the rest of the relist alone."""
+        for group in c.PRIORITY_CLASS_KINDS:
+            try:
+                listed = self.kube.list_priority_classes(group)
+            except KubeError as exc:
+                log.warning("relist of %s failed: %s", c.PRIORITY_CLASS_KINDS[group], exc)
+                continue
+            if listed is not None:
+                self.cache.replace_priority_classes(group, *listed)
 
     def _shared_kinds(self) -> list[str]:
         """The kinds of shared children this cluster has: Workloads where the API is served."""

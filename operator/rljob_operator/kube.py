@@ -179,6 +179,15 @@ class Kube:
     def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
         return self._list("nodes", self.core.list_node)
 
+    def list_priority_classes(self, group: str) -> tuple[list[dict[str, Any]], str] | None:
+        """WorkloadPriorityClasses (kueue.x-k8s.io) or PriorityClasses (scheduling.k8s.io);
+        None where the cluster does not serve them (no Kueue)."""
+        version, plural = c.PRIORITY_CLASS_APIS[group]
+        with _calling(f"list {plural}", gone_ok=True):
+            return self._list(plural, self.custom.list_cluster_custom_object, group, version,
+                              plural)  # fmt: skip
+        return None
+
     def _list(self, what: str, call: Any, *args: Any, **kwargs: Any) -> tuple[list, str]:
         with _calling(f"list {what}"):
             listed = _data(call(*args, _preload_content=False, **kwargs))

@@ -300,3 +300,31 @@ def test_a_resume_lists_again_soon_and_drops_a_pod_deleted_after_the_first_list(
                  what="the second list to drop the deleted pod")  # fmt: skip
     finally:
         controller.stop()
+
+
+def test_a_priority_class_deleted_while_the_watch_was_away_leaves_the_cache_at_the_relist(
+    api_client, namespace, crd
+):
+    """The boosts' ceilings read the classes from the cache, which the watches keep: one
+    deleted while a watch was reconnecting sends no event. The relist (at start, every
+    RELIST_SECONDS, on resume) replaces them from full lists; a cluster without Kueue's
+    WorkloadPriorityClass API is no error."""
+    scheduling = client.SchedulingV1Api(api_client)
+    name = f"between-{namespace}"
+    scheduling.create_priority_class(
+        client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=120)
+    )
+    controller = Controller(Kube(api_client), CheckpointFinder({}, "unused"), [namespace])
+    try:
+        controller.relist()
+        assert controller.cache.priority_classes()[c.POD_PRIORITY_GROUP][name] == 120
+    finally:
+        scheduling.delete_priority_class(name)  # no watch runs here: the cache hears nothing
+    assert name in controller.cache.priority_classes()[c.POD_PRIORITY_GROUP]
+
+    controller.relist()
+
+    classes = controller.cache.priority_classes()
+    assert name not in classes[c.POD_PRIORITY_GROUP]
+    assert classes[c.POD_PRIORITY_GROUP]["system-node-critical"] == 2000001000
+    assert classes[c.KUEUE_GROUP] == {}  # this cluster serves no Kueue API

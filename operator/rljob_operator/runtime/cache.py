@@ -110,6 +110,13 @@ class Store:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+def _class_value(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the cache keeps of a priority class: its name, revision and value."""
+    meta = obj["metadata"]
+    kept = {k: meta[k] for k in ("name", "resourceVersion") if k in meta}
+    return {"metadata": kept, "value": obj.get("value")}
+
+
 def _what_jobs_read(node: dict[str, Any]) -> tuple[str | None, NodeTermination | None]:
     """What a job's pass reads of a node: the status of its Ready condition ("True",
     "False", "Unknown"), and whether (and when) it is going away."""
@@ -286,10 +293,15 @@ class ClusterCache:
         """Take an event of a WorkloadPriorityClass (kueue.x-k8s.io) or a PriorityClass
         (scheduling.k8s.io): its name and value. Wakes no job: a boost above 0 is looked at
         every minIntervalSeconds anyway."""
-        meta = obj["metadata"]
-        kept = {k: meta[k] for k in ("name", "resourceVersion") if k in meta}
         with self._lock:
-            self._classes[group].apply(event_type, {"metadata": kept, "value": obj.get("value")})
+            self._classes[group].apply(event_type, _class_value(obj))
+
+    def replace_priority_classes(
+        self, group: str, listed: list[dict[str, Any]], revision: str
+    ) -> None:
+        """Take a full list of one group's classes: one deleted while the watch was away goes."""
+        with self._lock:
+            self._classes[group].replace([_class_value(o) for o in listed], revision)
 
     def priority_classes(self) -> dict[str, dict[str, int]]:
         """The cluster's priority classes: {group: {name: value}}."""

@@ -654,6 +654,11 @@ def test_the_cache_keeps_a_workloads_priority_and_owners_and_the_classes_values(
                                                           "resourceVersion": "2"},
                                              "value": 1})  # a late event of before  # fmt: skip
     assert cache.priority_classes() == {WPC: {}, PC: {"urgent": 5000}}
+    # A full list (the controller's relist) without it: deleted while the watch was away.
+    cache.on_priority_class(WPC, None, {"metadata": {"name": "mid", "resourceVersion": "4"},
+                                        "value": 150})  # fmt: skip
+    cache.replace_priority_classes(PC, [], "5")
+    assert cache.priority_classes() == {WPC: {"mid": 150}, PC: {}}
     assert Ceiling(0, "PriorityClass", "urgent", 5000, 4999).describe() == (
         "below PriorityClass urgent (5000), the next class above the job's 4999"
     )
