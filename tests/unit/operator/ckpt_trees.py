@@ -475,6 +475,46 @@ def build_hf_trainer_deepspeed(root: Path, step: int, tear: str | None = None) -
     return _tear(folder, tear, HF_DEEPSPEED_TEARS)
 
 
+HF_FSDP_TEARS: dict[str, Callable[[Path], None]] = {
+    "optimizer_metadata_missing": lambda f: remove(f / "optimizer_0" / ".metadata"),
+    "model_shard_missing": lambda f: remove(f / "pytorch_model_fsdp_0" / "__1_0.distcp"),
+    "no_scheduler": lambda f: remove(f / "scheduler.pt"),
+    "no_fsdp_optimizer": lambda f: remove(f / "optimizer_0"),
+}
+
+
+def build_hf_trainer_fsdp(root: Path, step: int, tear: str | None = None) -> Path:
+    """`checkpoint-N` of a Trainer run under FSDP with a sharded state dict: accelerate's DCP
+    folders for the model and the optimizer in place of optimizer.pt (laid out from
+    transformers 5.10's and accelerate 1.16's source)."""
+    folder = root / f"checkpoint-{step}"
+    write_text(folder / "config.json", '{"model_type": "qwen2"}')
+    write_dcp(folder / "pytorch_model_fsdp_0")
+    write_dcp(folder / "optimizer_0")
+    write_pt(folder / "scheduler.pt", f"scheduler{step}")
+    for rank in range(WORLD):
+        write_pt(folder / f"rng_state_{rank}.pth", f"rng{rank}")
+    write_text(folder / "trainer_state.json", json.dumps({"global_step": step, "log_history": []}))
+    return _tear(folder, tear, HF_FSDP_TEARS)
+
+
+def build_hf_trainer_fsdp_full(root: Path, step: int, tear: str | None = None) -> Path:
+    """The same with a full state dict: rank 0's pytorch_model_fsdp.bin and optimizer.bin."""
+    folder = build_hf_trainer_fsdp(root, step)
+    for name in ("pytorch_model_fsdp_0", "optimizer_0"):
+        remove(folder / name)
+    write_pt(folder / "pytorch_model_fsdp.bin", f"model{step}")
+    write_pt(folder / "optimizer.bin", f"optimizer{step}")
+    write_safetensors(folder / "model.safetensors")
+    return _tear(folder, tear, HF_FSDP_FULL_TEARS)
+
+
+HF_FSDP_FULL_TEARS: dict[str, Callable[[Path], None]] = {
+    "empty_optimizer_bin": lambda f: (f / "optimizer.bin").write_bytes(b""),
+    "truncated_model_bin": lambda f: truncate(f / "pytorch_model_fsdp.bin"),
+}
+
+
 # --- OpenRLHF (DeepSpeed) -------------------------------------------------------------
 # Laid out from OpenRLHF 0.11.2's DeepspeedStrategy.save_ckpt and DeepSpeed 0.19.6's
 # save_checkpoint (OpenRLHF itself does not import on a CPU-only machine): `root` is the run's
@@ -520,6 +560,8 @@ BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
     "hf-trainer": (build_hf_trainer, HF_TRAINER_TEARS),
     "hf-trainer-sharded": (build_hf_trainer_sharded, HF_SHARDED_TEARS),
     "hf-trainer-deepspeed": (build_hf_trainer_deepspeed, HF_DEEPSPEED_TEARS),
+    "hf-trainer-fsdp": (build_hf_trainer_fsdp, HF_FSDP_TEARS),
+    "hf-trainer-fsdp-full": (build_hf_trainer_fsdp_full, HF_FSDP_FULL_TEARS),
     "openrlhf-deepspeed": (build_openrlhf, OPENRLHF_TEARS),
     "openrlhf-deepspeed-zero3": (build_openrlhf_zero3, OPENRLHF_ZERO3_TEARS),
 }
@@ -543,6 +585,8 @@ VARIANTS = {
     "hf-trainer": ("hf-trainer", None),
     "hf-trainer-sharded": ("hf-trainer", None),
     "hf-trainer-deepspeed": ("hf-trainer", None),
+    "hf-trainer-fsdp": ("hf-trainer", None),
+    "hf-trainer-fsdp-full": ("hf-trainer", None),
     # and global_stepN (no underscore) not at all
     "openrlhf-deepspeed": ("openrlhf-deepspeed", None),
     "openrlhf-deepspeed-zero3": ("openrlhf-deepspeed", None),
@@ -695,6 +739,16 @@ TORN = {
     ),
     ("hf-trainer-deepspeed", "latest_names_no_folder"): (BAD, BAD, "latest names '../elsewhere'"),
     ("hf-trainer-deepspeed", "no_trainer_state"): (INC, INC, "no trainer_state.json"),
+    ("hf-trainer-fsdp", "optimizer_metadata_missing"): (
+        INC,
+        INC,
+        "optimizer_0/.metadata is missing: DCP writes it after every rank's shards",
+    ),
+    ("hf-trainer-fsdp", "model_shard_missing"): (OK, BAD, "__1_0.distcp"),
+    ("hf-trainer-fsdp", "no_scheduler"): (INC, INC, "scheduler.pt is missing"),
+    ("hf-trainer-fsdp", "no_fsdp_optimizer"): (INC, INC, "optimizer.bin is missing"),
+    ("hf-trainer-fsdp-full", "empty_optimizer_bin"): (INC, INC, "optimizer.bin is empty"),
+    ("hf-trainer-fsdp-full", "truncated_model_bin"): (OK, BAD, "pytorch_model_fsdp.bin:"),
     ("openrlhf-deepspeed", "no_metric"): (INC, INC, "no metric.json: OpenRLHF writes it last"),
     ("openrlhf-deepspeed", "half_written_metric"): (INC, INC, "metric.json"),
     ("openrlhf-deepspeed", "missing_optimizer_shard"): (

@@ -17,9 +17,15 @@ folder (`global_stepN/` and `latest`, layouts._deepspeed) in place of `optimizer
 `trainer_state.json`, written after DeepSpeed's last barrier, says every rank's part is there.
 Such a folder is complete with DeepSpeed's files of every rank in the folder `latest` names;
 the weights (none under ZeRO-3 unless gathered) and `scheduler.pt` (DeepSpeed's own scheduler
-is in its files) where the run wrote them, and the RNG files. Judged here: plain, DDP and
-DeepSpeed runs. FSDP's sharded optimizer (`optimizer_0/`) is not (its folder reads as
-incomplete).
+is in its files) where the run wrote them, and the RNG files.
+
+Under FSDP (`--fsdp`), accelerate's `save_fsdp_model` and `save_fsdp_optimizer` (1.16) write
+the model and optimizer in place of `optimizer.pt`: with a full state dict
+`pytorch_model_fsdp.bin` and `optimizer.bin` (rank 0), with a sharded one the DCP folders
+`pytorch_model_fsdp_0/` and `optimizer_0/` (whole when DCP's `.metadata` is there). Such a folder
+is complete with both, `scheduler.pt`, the RNG files and `trainer_state.json`, the weight files
+where the run wrote them. Judged here: plain, DDP, DeepSpeed and FSDP runs; FSDP's per-rank
+files without DCP (`use_dcp=False`) are not (their folder reads as incomplete).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..dcp import check_dcp
 from ..probe import (
     exists,
     intact_safetensors,
@@ -47,6 +54,9 @@ STATE = "trainer_state.json"
 OPTIMIZER_FILES = ("optimizer.pt", "scheduler.pt")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SINGLE_WEIGHTS = ("model.safetensors", "adapter_model.safetensors", "pytorch_model.bin")
+# FSDP's model and optimizer (accelerate): a full state dict's file, or a sharded one's DCP folder.
+FSDP_MODEL = ("pytorch_model_fsdp.bin", "pytorch_model_fsdp_0")
+FSDP_OPTIMIZER = ("optimizer.bin", "optimizer_0")
 
 
 def _weights(folder: Path) -> list[str]:
@@ -87,7 +97,13 @@ def check(folder: Path, step: int, deep: bool) -> str:
         found = state.get("global_step") if isinstance(state, dict) else None
         raise Corrupt(f"{STATE} says global_step {found!r}, the folder's name {step}")
     tag = _deepspeed.latest_tag(folder)
-    if tag is None:
+    fsdp = not tag and any(exists(folder, name) for name in (*FSDP_MODEL, *FSDP_OPTIMIZER))
+    if fsdp:
+        engine = ", FSDP's " + " and ".join(_fsdp_part(folder, pair, deep)
+                                            for pair in (FSDP_MODEL, FSDP_OPTIMIZER))  # fmt: skip
+        weights = _weights(folder) if _has_weights(folder) else []
+        saved = [*weights, *OPTIMIZER_FILES[1:]]
+    elif tag is None:
         weights = _weights(folder)
         saved, engine = [*weights, *OPTIMIZER_FILES], ""
     else:
@@ -105,9 +121,21 @@ def check(folder: Path, step: int, deep: bool) -> str:
                 intact_safetensors(folder, name)
             else:
                 intact_zip(folder, name)
-    optimizer = "" if tag else ", optimizer"
+    optimizer = "" if tag or fsdp else ", optimizer"
     return (f"{STATE} at step {step}, {len(weights)} weight file(s){optimizer}{engine}, "
             f"{len(rng)} RNG files")  # fmt: skip
+
+
+def _fsdp_part(folder: Path, pair: tuple[str, str], deep: bool) -> str:
+    """FSDP's file (a full state dict) or whole DCP folder (a sharded one) of the pair."""
+    whole, sharded = pair
+    if is_dir(folder, sharded):
+        check_dcp(folder, sharded, deep)
+        return f"{sharded}/"
+    nonempty_file(folder, whole, f"FSDP saves it, or {sharded}/, before trainer_state.json")
+    if deep:
+        intact_zip(folder, whole)
+    return whole
 
 
 def _has_weights(folder: Path) -> bool:
