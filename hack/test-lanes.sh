@@ -21,7 +21,9 @@
 # 23:34 (kind 4:54 of it), control-plane 25:16 (the Ray e2e 11:53), whole 25:23 warm, with the
 # reference runs cached (one run). Then test_recovery.py came back to the cpu lane, a real-node
 # case and a Ray case went, and the TRL e2e joined the control-plane lane: cpu 23:46,
-# control-plane 23:35, whole 23:55 warm (run 21).
+# control-plane 23:35, whole 23:55 warm (run 21); with the layouts' and relist's tests added,
+# cpu 24:19 (the real nodes 358 s, 281 s the run before), control-plane 23:10, whole 24:55 (run
+# 22), and TRL's resume test moved to the control-plane lane.
 #
 # Arguments are passed to both pytest runs. Logs and JUnit reports are in .test-logs/.
 set -uo pipefail
@@ -34,8 +36,10 @@ mkdir -p "$LOGS"
 # always runs somewhere.
 # tests/e2e/kind comes before tests/e2e/real: its cluster (about 17 GB of images on its nodes)
 # is deleted at the end of its file, while the real nodes stay up until the lane ends.
-CPU_LANE=(tests/trainer tests/e2e/test_rljob_recovery.py tests/cluster/test_recovery.py tests/e2e/kind
-  tests/e2e/real tests/unit)
+# TRL's resume test (tests/trainer/test_trl_resume.py, half a minute) runs in the other lane.
+CPU_LANE=(tests/trainer/test_megatron_resume.py tests/trainer/test_trainer_resume.py
+  tests/trainer/test_trainer_runs.py tests/e2e/test_rljob_recovery.py tests/cluster/test_recovery.py
+  tests/e2e/kind tests/e2e/real tests/unit)
 # Each lane hands out ports from its own half of rljob_testenv.ports' range.
 RLJOB_TEST_PORTS=20000-24999 "$BIN/pytest" "${CPU_LANE[@]}" --junitxml="$LOGS/cpu.xml" "$@" \
   >"$LOGS/cpu.log" 2>&1 &

@@ -47,7 +47,6 @@ from typing import Any
 import rljob_contract as contract
 import rljob_guest
 from rljob_contract import progress
-from rljob_contract.request import parse_request
 from rljob_guest import Hook, run_program, version_of
 
 TRANSFORMERS = "transformers"
@@ -116,8 +115,7 @@ class Notice:
                 value = self.request_file.read_text().strip()
             except OSError:
                 value = ""  # not projected (yet): no request
-            if value:
-                parse_request(value)  # a malformed time is still a request
+            if value:  # any value is a request; a step's end is the only deadline kept here
                 self.requested = f"checkpoint request {value!r}"
         return bool(self.signalled or self.requested)
 

@@ -107,7 +107,7 @@ notice = bridge.Notice(None, None, None)
 notice.take_sigterm()
 notice.training = sys.argv[1] == "training"
 os.kill(os.getpid(), signal.SIGTERM)
-time.sleep(0.5)
+time.sleep(0.5)  # not a test wait: a moment for the signal
 print("alive", notice.signalled)
 """
 
