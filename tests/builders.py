@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rljob_operator import constants as c
-from rljob_operator.launcher import ray
+from rljob_operator.launcher import podside, ray
 from rljob_operator.launcher.identity import JobRef
 from rljob_operator.launcher.pods import desired_pods
 
@@ -90,7 +90,7 @@ def make_node(
 
 def mounted_launcher(root: Path) -> Path:
     """The Ray launcher's files as a kubelet lays out its ConfigMap's items; the folder."""
-    for path, text in ray.launcher_files().items():
+    for path, text in podside.launcher_files(ray.POD_PROGRAMS).items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
     return root

@@ -273,9 +273,9 @@ def test_a_configmap_planted_under_the_launchers_name_makes_the_ray_job_refuse_t
     """Whoever creates the launcher's ConfigMap first would put the code that every Ray
     process of the job imports: the job fails, naming it, and no pod mounts it. With the job's
     labels the planted one is in the operator's cache; without, its create finds it."""
-    from rljob_operator.launcher.ray import launcher_config_map_name
+    from rljob_operator.launcher import podside, ray
 
-    name = launcher_config_map_name("grpo")
+    name = podside.config_map_name("grpo", ray.POD_PROGRAMS)
     labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: "grpo"} if labelled else {}
     planted = {"metadata": {"name": name, "labels": labels},
                "data": {"rljob_ray_bridge.py": "import os  # someone else's code"}}  # fmt: skip

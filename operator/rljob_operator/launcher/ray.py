@@ -37,14 +37,6 @@ POD_PROGRAMS = ("ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py")  # from 
 NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
 
 
-def launcher_files() -> dict[str, str]:
-    return podside.launcher_files(POD_PROGRAMS)
-
-
-def launcher_config_map_name(job: str) -> str:
-    return podside.config_map_name(job, POD_PROGRAMS)
-
-
 def config_map(
     spec: JobSpec, job: str, namespace: str, metadata: dict[str, Any]
 ) -> dict[str, Any] | None:

@@ -136,7 +136,7 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
     job = make_job(**VERL)
     spec, ref = parse_spec(job["spec"]), job_ref(job)
     config_map = desired_launcher_config_map(spec, ref)
-    assert config_map["metadata"]["name"] == ray.launcher_config_map_name(ref.name)
+    assert config_map["metadata"]["name"] == podside.config_map_name(ref.name, ray.POD_PROGRAMS)
     assert config_map["metadata"]["name"].startswith(f"{ref.name}-launcher-")
     assert config_map["metadata"]["ownerReferences"][0]["uid"] == ref.uid
     for pod in desired_pods(spec, ref, 0, None):
@@ -147,9 +147,9 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
         mount = next(m for m in mounts if m["name"] == podside.LAUNCHER_VOLUME)
         assert (mount["mountPath"], mount["readOnly"]) == (podside.LAUNCHER_DIR, True)
         files = {i["path"]: config_map["data"][i["key"]] for i in source["items"]}
-        assert files == ray.launcher_files()
+        assert files == podside.launcher_files(ray.POD_PROGRAMS)
     assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py", "rljob_contract/__init__.py",
-            "rljob_contract/progress.py"} <= set(ray.launcher_files())  # fmt: skip
+            "rljob_contract/progress.py"} <= set(podside.launcher_files(ray.POD_PROGRAMS))  # fmt: skip
     assert desired_launcher_config_map(parse_spec(make_job()["spec"]), ref) is None  # torchrun
 
 
