@@ -1,8 +1,9 @@
 """The reconcile's pure entry points over plain objects, as the unit tests call them: each
-takes the pass's snapshot first, as reconcile.run.reconcile does from its cache."""
+takes the pass's snapshot first, as reconcile.run.Reconciler.observe does from its cache."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from rljob_operator.api.spec import parse_spec
 from rljob_operator.api.status import JobStatus
 from rljob_operator.reconcile import decide as decide_module
 from rljob_operator.reconcile import run
+from rljob_operator.reconcile.boost_decision import decide_boost
 from rljob_operator.reconcile.lookup import CheckpointFinder, Inspection
 from rljob_operator.reconcile.plan import LookupPending, LookupResult, Plan
 from rljob_operator.reconcile.settings import Settings
@@ -51,10 +53,13 @@ def plan_boost_write(
     plan: Plan, job: dict[str, Any], finder: CheckpointFinder, cache: ClusterCache,
     now: datetime, limit: int = 100, pods: list[dict[str, Any]] | None = None,
 ) -> None:  # fmt: skip
-    """`limit`: the administrator's largest boost (--max-priority-boost); `pods`: the job's."""
+    """The boost's part of a pass whose status is `plan`'s, as the pass observes it (the
+    cache, the checkpoint folder through `finder`) and decides it. `limit`: the
+    administrator's largest boost (--max-priority-boost); `pods`: the job's."""
     settings = Settings(max_priority_boost=limit)
-    snap = take_snapshot(job, pods or [], {}, now, settings=settings)
-    run.plan_boost_write(plan, snap, finder, cache)
+    snap = take_snapshot(with_status(job, plan.status), pods or [], {}, now, settings=settings)
+    snap = replace(snap, boost=run.observe_boost(cache, finder, snap))
+    decide_boost(plan, snap)
 
 
 def lookup(finder: CheckpointFinder, job: dict[str, Any]) -> LookupResult | Inspection:

@@ -26,7 +26,7 @@ from . import constants as c
 from .kube import Kube, KubeError
 from .metrics import JOB_GOODPUT, PASSES, QUEUE_DEPTH, record_transition
 from .reconcile.lookup import CheckpointFinder
-from .reconcile.run import reconcile
+from .reconcile.run import Reconciler
 from .reconcile.settings import DEFAULT_SETTINGS, Settings
 from .runtime.cache import DELETED, ClusterCache, Key
 from .runtime.events import EventSink
@@ -53,12 +53,12 @@ class Controller:
         relist_seconds: float = RELIST_SECONDS,
         settings: Settings = DEFAULT_SETTINGS,
     ) -> None:
-        self.kube, self.finder = kube, finder
-        self.settings = settings
+        self.kube = kube
         self.namespaces = list(namespaces) if namespaces is not None else None  # None: all
         self.cache = ClusterCache()
         self.queue = WorkQueue()
         self.events = EventSink(kube.post_event)
+        self.reconcile = Reconciler(kube, self.cache, finder, self.events, settings)
         self.workers = workers
         self.resync_seconds, self.relist_seconds = resync_seconds, relist_seconds
         self.stopping = threading.Event()
@@ -211,8 +211,7 @@ class Controller:
         log.debug("pass %s/%s", namespace, name)
         try:
             PASSES.inc()
-            passed = reconcile(self.kube, self.cache, namespace, name, self.finder, self.events,
-                               settings=self.settings)  # fmt: skip
+            passed = self.reconcile(namespace, name)
         except KubeError as exc:
             self._after_error(key, exc)
             return

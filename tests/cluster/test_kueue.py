@@ -489,12 +489,15 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     """The operator without RBAC for Workloads (a ServiceAccount with no role): the real API
     server refuses the first write (403); twenty passes in a row then send no request, and the
     job's PriorityBoost condition carries the API server's words."""
+    from dataclasses import replace
+
     from chart_helpers import service_account_kubeconfig
     from kubernetes import config
     from rljob_operator.api.status import JobStatus
     from rljob_operator.api.timestamps import iso
     from rljob_operator.kube import API_REQUESTS, CountingApiClient, Kube
-    from rljob_operator.reconcile import run
+    from rljob_operator.reconcile import act, run
+    from rljob_operator.reconcile.boost_decision import decide_boost
     from rljob_operator.reconcile.plan import Plan
     from rljob_operator.reconcile.priority_boost import Saved
     from rljob_operator.reconcile.settings import Settings
@@ -533,15 +536,16 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     before = patches._value.get()
     plans = []
     for _ in range(21):
-        plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
         snap = take_snapshot(
             job, [pod], {}, datetime.now(UTC), settings=Settings(max_priority_boost=50)
         )
-        run.plan_boost_write(plan, snap, Folder(), cache)
+        snap = replace(snap, boost=run.observe_boost(cache, Folder(), snap))
+        plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
+        decide_boost(plan, snap)
         job["status"] = json_copy(
             plan.status.to_dict()
         )  # as if stored: this pass's one request is the boost's
-        run.apply(kube, cache, job, plan, lambda *event: None)
+        act.apply(kube, cache, job, plan, lambda *event: None)
         plans.append(plan)
     assert plans[0].annotate_workload is not None  # the first pass tried
     assert patches._value.get() - before == 1  # and only the first

@@ -25,7 +25,7 @@ from kube_steps import free_port, wait_for
 from rljob_operator.api.spec import parse_spec
 from rljob_operator.launcher import ray
 from rljob_operator.launcher.pods import desired_secret
-from rljob_operator.reconcile.run import with_fresh_secrets
+from rljob_operator.reconcile.act import with_fresh_secrets
 from rljob_testenv.localray import RAY
 
 

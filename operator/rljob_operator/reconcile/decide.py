@@ -1,8 +1,9 @@
 """One reconcile pass as a pure function: what the cluster shows in, a Plan out.
 
 The caller takes a snapshot of the job, its pods and their nodes (from the watch cache:
-reconcile.snapshot), calls `decide`, and carries out the plan (reconcile.run.apply: fence,
-create, record, then release, ask, delete and drop the old PodGroups together, tell). Every
+reconcile.run.Reconciler.observe), calls `decide`, and carries out the plan
+(reconcile.act.apply: fence, create, record, then release, ask, delete and drop the old
+PodGroups together, tell). Every
 decision reads the observed facts and the job's status, never in-memory state, so an
 operator restarted at any moment picks up where it was.
 
@@ -16,7 +17,7 @@ look that fails, one that cannot start), recovery (the record of each new gang),
 suspicion (a checkpoint the trainer crashed on), progress (an attempt under way), stuck
 (pods that cannot be placed or started), finish (success, suspension, TTL), pod_cleanup
 (how deletions meet the pods), save_on_notice (whether a job that rljob's bridge saves can
-be saved on notice).
+be saved on notice), boost_decision (Kueue's priority boost).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
 from ..api.spec import SpecError
 from ..frameworks import framework
 from ..launcher.launchers import launcher_of
+from .boost_decision import decide_boost
 from .failure import attempt_ended
 from .finish import finished, suspend
 from .observe import observe, ray_status
@@ -59,6 +61,7 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     skip_pods_already_going(p.plan, pods)
     release_once_stopped(p.plan, pods)
     delete_after_requests_land(p, pods)  # after the release: a held pod keeps its finalizer
+    decide_boost(p.plan, snap)
     p.account()
     return p.plan
 

@@ -1,7 +1,8 @@
 """What one pass reads, taken once at its start: the job, its spec parsed and checked, its
 status parsed, its pods split by role, what it owns across attempts, their nodes, Kueue's
-admission, what the API server serves, and the time. Every decision of the pass reads this
-and nothing else, however often the pass decides again after a look at the checkpoints."""
+admission, what the priority boost reads, what the API server serves, and the time. Every
+decision of the pass reads this and nothing else, however often the pass decides again after
+a look at the checkpoints (reconcile.run gathers it)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,24 @@ from ..api.status import JobStatus
 from ..launcher.identity import JobRef
 from ..launcher.pods import check_template
 from ..queueing import Admission
+from .boost_guards import Classes
+from .priority_boost import Refusal, SavedRead
 from .settings import DEFAULT_SETTINGS, Settings
+
+
+@dataclass(frozen=True)
+class BoostFacts:
+    """What the priority boost of a job that wants one reads (reconcile.boost_decision): the
+    Kueue Workload of `attempt` as the cache has it, the priority classes' values by source,
+    a refused write that waits out its back-off, and the checkpoint folder's last read (at
+    most one a policy interval and attempt; None where the pass did not need or could not
+    make one)."""
+
+    attempt: int
+    workload: dict[str, Any] | None
+    classes: Classes
+    refusal: Refusal | None = None
+    saved: SavedRead | None = None
 
 
 @dataclass(frozen=True)
@@ -35,10 +53,28 @@ class Snapshot:
     workload_api: bool = False  # the API server serves the Workload API (all-or-nothing gangs)
     admission: Admission | None = None  # why Kueue has not admitted the attempt, where it says
     settings: Settings = DEFAULT_SETTINGS  # the administrator's
+    boost: BoostFacts | None = None  # where the job wants a priority boost
 
     def with_status(self, status: JobStatus) -> Snapshot:
         """The same moment, with the job as it will look once `status` is written."""
         return replace(self, job=dict(self.job, status=status.to_dict()), status=status)
+
+
+def job_ref(job: dict[str, Any]) -> JobRef:
+    meta = job["metadata"]
+    return JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
+
+
+def checked_spec(job: dict[str, Any], ref: JobRef) -> JobSpec | SpecError:
+    """The job's spec parsed, and its template rendered once to see that it sets nothing of
+    rljob's; the error where either is refused. A function of the spec and the job's name
+    alone: the same for every pass of one metadata.generation."""
+    try:
+        spec = parse_spec(job.get("spec") or {})
+        check_template(spec, ref)
+    except SpecError as exc:
+        return exc
+    return spec
 
 
 def take_snapshot(
@@ -50,16 +86,14 @@ def take_snapshot(
     admission: Admission | None = None,
     settings: Settings = DEFAULT_SETTINGS,
     shared: frozenset[tuple[str, str]] = frozenset(),
+    spec: JobSpec | SpecError | None = None,
 ) -> Snapshot:
-    """`pods` are all of the job's pods, trainers and inspectors."""
+    """`pods` are all of the job's pods, trainers and inspectors; `spec`, the job's spec as
+    `checked_spec` returns it, where the caller kept it from an earlier pass."""
+    ref = job_ref(job)
+    if spec is None:
+        spec = checked_spec(job, ref)
     meta = job["metadata"]
-    ref = JobRef(meta["name"], meta["namespace"], meta.get("uid", ""))
-    spec: JobSpec | SpecError
-    try:
-        spec = parse_spec(job.get("spec") or {})
-        check_template(spec, ref)
-    except SpecError as exc:
-        spec = exc
     roles: dict[str, list[dict[str, Any]]] = {c.ROLE_TRAINER: [], c.ROLE_INSPECTOR: []}
     for pod in pods:
         roles.get((pod["metadata"].get("labels") or {}).get(c.LABEL_ROLE) or "", []).append(pod)

@@ -1,5 +1,5 @@
 """A ConfigMap found under the name of the job's launcher ConfigMap is the job's own only when
-the job controls it and it holds what rljob ships (reconcile.run.not_ours)."""
+the job controls it and it holds what rljob ships (reconcile.act.not_ours)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from builders import job_ref, make_job
 from rljob_operator.api.spec import parse_spec
 from rljob_operator.launcher.pods import desired_launcher_config_map
-from rljob_operator.reconcile.run import not_ours
+from rljob_operator.reconcile.act import not_ours
 
 JOB = make_job(framework="verl", command=["python3", "-m", "verl.trainer.main_ppo"])
 

@@ -1,6 +1,7 @@
 """Kueue's priority boost from the work at risk: the pure policy (reconcile.priority_boost),
 its guards (reconcile.boost_guards: below the next class up, on the job's own Workload only),
-the pass's plan of the write (reconcile.run.plan_boost_write) and the cache it reads."""
+what a pass reads for it (reconcile.run.observe_boost: the cache, the checkpoint folder once
+an interval) and its plan of the write (reconcile.boost_decision)."""
 
 from __future__ import annotations
 

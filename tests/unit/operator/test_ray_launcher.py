@@ -173,7 +173,7 @@ def test_a_ray_gangs_ports_admit_only_the_jobs_own_pods():
 
 @pytest.mark.parametrize("token_auth", [True, False])
 def test_every_ray_pod_reads_the_jobs_own_token_for_rays_authentication(token_auth):
-    from rljob_operator.reconcile.run import with_fresh_secrets
+    from rljob_operator.reconcile.act import with_fresh_secrets
 
     job = make_job(**VERL, ray={"tokenAuth": token_auth})
     ref = job_ref(job)

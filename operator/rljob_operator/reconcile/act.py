@@ -1,0 +1,173 @@
+"""Carry out a pass's plan: the only writes of a pass (see `apply` for the order).
+
+A cache can lag behind, so every write is conditional on the job's resourceVersion as the
+pass saw it: the status write carries it, and a pass that creates or deletes without changing
+the status first writes an empty patch that carries it (a fence). A stale pass fails with a
+conflict before it creates a pod or deletes anything, and is run again on the job as the API
+server has it. Children are created under fixed names, so a repeated create is a no-op;
+events go out last, once the status they describe is stored. What the pass wrote goes into
+the cache at once, so that the next pass sees it before the watch brings it.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+from rljob_contract.request import format_request
+
+from .. import constants as c
+from ..api.status import JobStatus
+from ..kube import Kube, KubeError, at_once
+from ..runtime.cache import ClusterCache, controller_uid
+from ..runtime.events import PostEvent
+from .plan import Plan
+from .pod_cleanup import holds_our_finalizer
+from .priority_boost import Refusal
+
+log = logging.getLogger(__name__)
+
+
+def status_patch(old: dict[str, Any], new: JobStatus) -> dict[str, Any]:
+    """A merge patch from the status as stored to `new` (top-level keys; a removed key becomes
+    null)."""
+    wanted = new.to_dict()
+    patch = {k: v for k, v in wanted.items() if old.get(k) != v}
+    patch.update({k: None for k in old if k not in wanted})
+    return patch
+
+
+def apply(
+    kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan, tell: PostEvent
+) -> None:
+    """Fence, create, record, then release, ask, delete and drop the old PodGroups, tell.
+
+    A new gang is created before its creation is recorded, so a pass that dies
+    half-way creates the rest next time rather than mistaking the missing pods for
+    deleted ones; an ended attempt is recorded before its pods are deleted, so the
+    end is counted exactly once. Requests that need none of each other go out together
+    (`at_once`): the gang's pods, once what they name exists; the releases, requests and
+    deletes. The pods and the job as the API server returns them go into the cache, so
+    that the next pass sees them before the watch brings them.
+    """
+    meta = job["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    revision = meta.get("resourceVersion")
+    patch = status_patch(job.get("status") or {}, plan.status)
+    acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
+            or plan.delete_pod_groups)  # fmt: skip
+    fence = plan.create or (acts and not patch)
+    children = [obj for obj in plan.create if obj["kind"] != "Pod"]
+    pods = [obj for obj in plan.create if obj["kind"] == "Pod"]
+    # What the pods name (their Service, PodGroup, ...) is made beside the fence: none of it
+    # runs anything, so a stale pass leaves at most an unused PodGroup of an attempt that is
+    # not recorded, which that attempt takes over if it comes, and the job's deletion removes.
+    at_once([
+        *([partial(_fence, kube, cache, job)] if fence else []),
+        *([partial(_create_children, kube, cache, children)] if children else []),
+    ])  # fmt: skip
+    for created in at_once(partial(kube.create, pod) for pod in pods):
+        if created:
+            # The next pass must see the new gang, though its watch events have not come:
+            # a pod missing from the cache would look deleted.
+            cache.on_pod(None, created)
+    if patch:
+        cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
+    request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
+    answers = at_once([
+        *(partial(kube.release_pod, namespace, pod) for pod in plan.release),
+        *(partial(kube.delete_pod, namespace, pod) for pod in plan.delete),
+        *(partial(kube.delete_pod, namespace, pod, grace_seconds=0) for pod in plan.force_delete),
+        *(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
+          for pod in plan.request_checkpoint),
+        *(partial(kube.delete_pod_group, namespace, group) for group in plan.delete_pod_groups),
+    ])  # fmt: skip
+    released = answers[: len(plan.release)]  # none that this pass deletes: decide sees to it
+    deleted = answers[len(released) : len(released) + len(plan.delete) + len(plan.force_delete)]
+    done = len(released) + len(deleted)
+    asked = answers[done : done + len(plan.request_checkpoint)]
+    # The next pass must not release, delete or ask a pod again before the watch brings this,
+    # nor delete a pod asked before its request lands. A deleted pod without our finalizer may
+    # be gone already, and is left to the watch.
+    for pod in [*released, *(p for p in deleted if p and holds_our_finalizer(p)), *asked]:
+        if pod:
+            cache.on_pod(None, pod)
+    if plan.annotate_workload:
+        _annotate_workload(kube, cache, name, namespace, *plan.annotate_workload)
+    for event in plan.events:
+        tell(job, event.type, event.reason, event.message)
+    if plan.delete_job:
+        kube.delete_job(namespace, name)
+
+
+def _fence(kube: Kube, cache: ClusterCache, job: dict[str, Any]) -> None:
+    """An empty status write that fails if the job changed since the pass read it."""
+    meta = job["metadata"]
+    cache.on_job(None, kube.patch_status(meta["namespace"], meta["name"], {},
+                                         meta.get("resourceVersion")))  # fmt: skip
+
+
+class ForeignChild(Exception):
+    """An object under a name the job's own child must have is not the job's: its pods would
+    mount or run what someone else put there."""
+
+
+def not_ours(found: dict[str, Any], wanted: dict[str, Any]) -> str | None:
+    """Why a ConfigMap found under the name of the job's own is not it (another controller,
+    or other contents); None where it is."""
+    owners = {o.get("uid") for o in wanted["metadata"]["ownerReferences"]}
+    if controller_uid(found) not in owners:
+        return "its controller is not the job"
+    if (found.get("data") or {}) != wanted.get("data") or found.get("binaryData"):
+        return "its contents are not what rljob ships"
+    return None
+
+
+def with_fresh_secrets(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Secret as the plan names it gets a fresh random value for each of its keys here, as
+    it is created: the plan stays a function of what the pass saw, and no value is logged."""
+    if obj["kind"] != "Secret":
+        return obj
+    return {**obj, "stringData": {key: secrets.token_urlsafe(32) for key in obj["stringData"]}}
+
+
+def _create_children(kube: Kube, cache: ClusterCache, children: list[dict[str, Any]]) -> None:
+    """Create what a gang's pods name, in the plan's order. A ConfigMap that is there already
+    is read and must be the job's own (ForeignChild otherwise), before any pod mounts it. A
+    Secret that is there already is the job's: its name holds the job's uid."""
+    for obj in children:
+        created = kube.create(with_fresh_secrets(obj))
+        meta = obj["metadata"]
+        if created is None and obj["kind"] == "ConfigMap":
+            found = kube.get_config_map(meta["namespace"], meta["name"])
+            why = not_ours(found, obj) if found else None
+            if why:
+                raise ForeignChild(f"ConfigMap {meta['name']} exists and is not the job's own "
+                                   f"({why}); rljob will not mount it into the job's pods. "
+                                   "Delete it, then the job, and create the job again")  # fmt: skip
+            created = found
+        if created and obj["kind"] in c.SHARED_KINDS:
+            cache.on_shared(obj["kind"], None, created)
+
+
+def _annotate_workload(
+    kube: Kube, cache: ClusterCache, job: str, namespace: str, workload: str,
+    annotations: dict[str, str],
+) -> None:  # fmt: skip
+    """Write the priority boost. Advisory: a refusal (no RBAC for it, Kueue's webhook) is
+    kept for the job's back-off and condition (reconcile.priority_boost), and the pass goes on."""
+    try:
+        stored = kube.annotate_kueue_workload(namespace, workload, annotations)
+    except KubeError as exc:
+        log.warning("%s/%s: cannot write Kueue's priority boost (%s)", namespace, workload, exc)
+        before = cache.boost_refusal(namespace, job)
+        count = before.count + 1 if before else 1
+        cache.refuse_boost(namespace, job, Refusal(datetime.now(UTC), count, str(exc)))
+        return
+    cache.refuse_boost(namespace, job, None)
+    if stored is not None:
+        cache.on_admission(None, stored)
