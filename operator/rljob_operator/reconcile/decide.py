@@ -59,7 +59,7 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     no_grace_for_lost_nodes(p.plan, pods, snap.nodes, snap.now, p.not_ready_tolerance)
     wake_when_tolerance_ends(p, pods, snap.nodes)
     skip_pods_already_going(p.plan, pods)
-    release_once_stopped(p.plan, pods)
+    release_once_stopped(p, pods)
     delete_after_requests_land(p, pods)  # after the release: a held pod keeps its finalizer
     decide_boost(p.plan, snap)
     p.account()
@@ -107,6 +107,7 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
         return
     p.plan.delete = list(seen.stale)
     if seen.stale_unended:  # the old gang may still run (a trainer saving on SIGTERM)
+        p.old_gang_runs = True
         p.requeue(1)
     elif not p.status.attempt_creation_time:
         start_attempt(p, spec, lookup)  # the old pods that are left have ended

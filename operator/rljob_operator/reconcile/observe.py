@@ -58,7 +58,7 @@ class Observed:
     unrequested: tuple[str, ...] = ()  # running pods not yet asked to checkpoint
     ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
     stuck: Stuck = Stuck()  # active pods that have not started
-    stale_unended: tuple[str, ...] = ()  # stale pods that may still run: not Succeeded/Failed
+    stale_unended: tuple[str, ...] = ()  # stale pods that may still run (has_stopped)
 
     @property
     def disruptions(self) -> list[PodEnd]:
@@ -97,6 +97,16 @@ class Observed:
         return None
 
 
+def has_stopped(pod: dict[str, Any]) -> bool:
+    """Ended (Succeeded or Failed, as its kubelet says), or deleted without a grace period:
+    its kubelet kills it at once, or none is left to (a lost node), and nothing waits for it.
+    The next gang may start beside it, and its finalizer may go."""
+    if (pod.get("status") or {}).get("phase") in c.POD_ENDED_PHASES:
+        return True
+    meta = pod["metadata"]
+    return bool(meta.get("deletionTimestamp")) and meta.get("deletionGracePeriodSeconds") == 0
+
+
 def observe(
     spec: JobSpec,
     status: JobStatus,
@@ -121,7 +131,7 @@ def observe(
         labels = meta.get("labels", {})
         if labels.get(c.LABEL_ATTEMPT) != str(attempt):
             stale.append(meta["name"])
-            if (pod.get("status") or {}).get("phase") not in c.POD_ENDED_PHASES:
+            if not has_stopped(pod):
                 stale_unended.append(meta["name"])
             continue
         node_name = pod.get("spec", {}).get("nodeName")

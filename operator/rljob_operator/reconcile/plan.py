@@ -86,6 +86,7 @@ class Pass:
         self.plan = Plan(status=replace(snap.status, observed_generation=self.generation))
         self.not_ready_tolerance: float = RestartPolicy().node_not_ready_tolerance_seconds
         self.lost: tuple[int, float | None] | None = None  # (steps, seconds) a new gang lost
+        self.old_gang_runs = False  # a pod of an ended attempt may still run
 
     @property
     def status(self) -> JobStatus:

@@ -14,6 +14,7 @@ from rljob_contract.request import parse_request
 from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, Phase
 from ..preemption.nodes import not_ready_seconds
+from .observe import has_stopped
 from .plan import Pass, Plan
 
 
@@ -33,26 +34,29 @@ def ends_recorded(p: Pass, pods: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def release_once_stopped(plan: Plan, pods: list[dict[str, Any]]) -> None:
-    """Keep the finalizer of a pod whose end is recorded until a pass sees it stopped: ended,
-    or deleted without a grace period (no kubelet will end it), or at rest and not deleted.
+def release_once_stopped(p: Pass, pods: list[dict[str, Any]]) -> None:
+    """Keep the finalizer of a pod whose end is recorded until a pass sees it stopped
+    (observe.has_stopped), or at rest and not deleted; and while an old pod still runs, keep
+    them all, for the pass that creates the next gang.
 
     A release sent beside the pod's delete could be applied first and return the pod not yet
-    going; the next pass would delete it again. A release sent while the pod stops makes a
-    pass of its own, and the pass that sees the last old pod stop, which creates the next
-    gang, waits for it. The pass that sees the pod stopped releases it after its creates and
+    going; the next pass would delete it again. A release sent while another old pod stops
+    would make a pass of its own, and the pass that sees the last old pod stop, which creates
+    the next gang, would wait behind it. The creating pass releases them after its creates and
     its status write."""
-    asked = set(plan.delete + plan.force_delete)
+    if p.old_gang_runs:
+        p.plan.release = []
+        return
+    asked = set(p.plan.delete + p.plan.force_delete)
 
     def stopping(pod: dict[str, Any]) -> bool:
         meta = pod["metadata"]
         if not meta.get("deletionTimestamp"):
             return meta["name"] in asked
-        stopped = (pod.get("status") or {}).get("phase") in c.POD_ENDED_PHASES
-        return not stopped and meta.get("deletionGracePeriodSeconds") != 0
+        return not has_stopped(pod)
 
     holding = {pod["metadata"]["name"] for pod in pods if stopping(pod)}
-    plan.release = [name for name in plan.release if name not in holding]
+    p.plan.release = [name for name in p.plan.release if name not in holding]
 
 
 def skip_pods_already_going(plan: Plan, pods: list[dict[str, Any]]) -> None:

@@ -693,12 +693,37 @@ def test_finalizers_are_released_once_the_end_is_recorded_and_the_pod_has_stoppe
     n1_going = make_pod(job, 0, 1, node="gpu-node-1", deleting=True)
     assert decide(recorded, [evicted, n1_going], NODES, NOW).release == []
     n0_failed = make_pod(job, 0, 0, phase="Failed", exit_code=143, deleting=True)
-    assert decide(recorded, [n0_failed, n1_going], NODES, NOW).release == ["grpo-a0-n0"]
+    # n0 has stopped, n1 not yet: n0 waits for the pass that creates the next gang, which no
+    # pass of releases alone holds up.
+    assert decide(recorded, [n0_failed, n1_going], NODES, NOW).release == []
+    n1_failed = make_pod(job, 0, 1, node="gpu-node-1", phase="Failed", exit_code=143,
+                         deleting=True)  # fmt: skip
+    last_stopped = decide(recorded, [n0_failed, n1_failed], NODES, NOW)
+    assert last_stopped.needs_checkpoint_lookup  # the creating pass: it looks, then creates
+    assert sorted(last_stopped.release) == ["grpo-a0-n0", "grpo-a0-n1"]
     lost = dict(n1_going, metadata={**n1_going["metadata"], "deletionGracePeriodSeconds": 0})
     assert decide(recorded, [lost], NODES, NOW).release == ["grpo-a0-n1"]  # no kubelet ends it
 
     running = started(make_job(), phase=Phase.RUNNING)
     assert decide(running, pods_of(running), NODES, NOW).release == []
+
+
+def test_a_pod_deleted_without_a_grace_period_has_stopped_and_the_next_gang_starts_beside_it():
+    """The kubelet kills it at once (or none is left to): the pass that sees it creates the
+    next gang and drops its finalizer, with no pass in between that only releases."""
+    job = with_status(make_job(checkpoint={"resume": "never"}), {
+        "attempt": 1, "preemptions": 1, "phase": Phase.RESTARTING,
+    })  # fmt: skip
+    going = pods_of(job, attempt=0, deleting=True)
+    killed = [dict(pod, metadata={**pod["metadata"], "deletionGracePeriodSeconds": 0})
+              for pod in going]  # fmt: skip
+
+    started = decide(job, killed, NODES, NOW)
+
+    assert created_pod_names(started) == ["grpo-a1-n0", "grpo-a1-n1"]
+    assert sorted(started.release) == ["grpo-a0-n0", "grpo-a0-n1"]
+    held = decide(job, [killed[0], going[1]], NODES, NOW)  # one still has its grace period
+    assert held.create == [] and held.release == [] and held.requeue_after == 1
 
 
 def test_finished_job_releases_its_pods():
