@@ -14,12 +14,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import chart_cluster
 import pytest
 from chart_helpers import CHART
 from e2e_steps import CLAIM
 from kube_steps import api_client, wait_for
 from kubernetes import client
-from rljob_operator import constants as c
 from rljob_testenv import onrealnodes
 
 REPO = Path(__file__).resolve().parents[3]
@@ -69,11 +69,7 @@ def kind_core(kind_api) -> client.CoreV1Api:
 @pytest.fixture(scope="module")
 def kind_namespace(kind_api) -> Iterator[str]:
     """Where the tests' jobs run: a namespace the chart's operator watches."""
-    core = client.CoreV1Api(kind_api)
-    name = f"jobs-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
+    yield from chart_cluster.jobs_namespace(kind_api)
 
 
 @pytest.fixture(scope="module")
@@ -85,17 +81,8 @@ def kind_operator(kind_cluster: str, kind_api, kind_namespace: str) -> client.V1
 
     onrealnodes.install_chart(kind.kubeconfig_path(kind_cluster), CHART, [kind_namespace])
     core = client.CoreV1Api(kind_api)
-    return wait_for(lambda: _ready_operator_pod(core), 120, "the operator pod to be Ready")
-
-
-def _ready_operator_pod(core: client.CoreV1Api) -> client.V1Pod | None:
-    pods = core.list_namespaced_pod(
-        onrealnodes.OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=rljob-operator"
-    ).items
-    for pod in pods:
-        if any(x.type == "Ready" and x.status == "True" for x in pod.status.conditions or []):
-            return pod
-    return None
+    return wait_for(lambda: chart_cluster.ready_operator_pod(core), 120,
+                    "the operator pod to be Ready")  # fmt: skip
 
 
 @pytest.fixture
@@ -113,28 +100,11 @@ def kind_claim(
     volume, claim = kind.shared_volume(f"ckpts-{subpath[-8:]}", CLAIM, kind_namespace, subpath)
     kind_core.create_persistent_volume(volume)
     kind_core.create_namespaced_persistent_volume_claim(kind_namespace, claim)
-    wait_for(lambda: _claim_phase(kind_core, kind_namespace) == "Bound", 60, "the claim to bind")
+    wait_for(lambda: chart_cluster.claim_phase(kind_core, kind_namespace) == "Bound", 60,
+             "the claim to bind")  # fmt: skip
     yield folder
-    # A failed test leaves its job, whose pods hold the claim: remove them first.
-    client.CustomObjectsApi(kind_core.api_client).delete_collection_namespaced_custom_object(
-        c.GROUP, c.VERSION, kind_namespace, c.PLURAL
-    )
-    wait_for(
-        lambda: not kind_core.list_namespaced_pod(kind_namespace, label_selector=c.LABEL_JOB).items,
-        180,
-        "the jobs' pods to go",
-    )
-    kind_core.delete_namespaced_persistent_volume_claim(CLAIM, kind_namespace)
-    kind_core.delete_persistent_volume(volume["metadata"]["name"])
-    wait_for(lambda: _claim_phase(kind_core, kind_namespace) is None, 120, "the claim to go")
+    chart_cluster.remove_claim(kind_core, kind_namespace, volume["metadata"]["name"])
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def _claim_phase(core: client.CoreV1Api, namespace: str) -> str | None:
-    for claim in core.list_namespaced_persistent_volume_claim(namespace).items:
-        if claim.metadata.name == CLAIM:
-            return claim.status.phase
-    return None
 
 
 @pytest.fixture(autouse=True)
@@ -146,10 +116,10 @@ def what_the_cluster_showed(request, kind_cluster: str, kind_namespace: str) -> 
         return
     from rljob_testenv import kind
 
-    ns = ("-n", kind_namespace)
-    for args in (("get", "rltj,pods", "-o", "wide", *ns), ("events", *ns), ("get", "nodes"),
-                 ("logs", "-n", onrealnodes.OPERATOR_NAMESPACE,
-                  f"deploy/{onrealnodes.OPERATOR_DEPLOYMENT}", "--tail=300")):  # fmt: skip
+    def kubectl(*args: str) -> str:
         shown = kind.kubectl(kind_cluster, *args, check=False)
-        lines = [x for x in (shown.stdout + shown.stderr).splitlines() if "GET /healthz" not in x]
-        print(f"\n$ kubectl {' '.join(args)}\n" + "\n".join(lines[-60:]))
+        return shown.stdout + shown.stderr
+
+    log = kubectl("logs", "-n", onrealnodes.OPERATOR_NAMESPACE,
+                  f"deploy/{onrealnodes.OPERATOR_DEPLOYMENT}", "--tail=300")  # fmt: skip
+    chart_cluster.show_cluster(kubectl, kind_namespace, log)

@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import chart_cluster
 import pytest
 from chart_helpers import CHART
 from e2e_steps import CLAIM
 from kube_steps import api_client, bind_claim, wait_for
 from kubernetes import client
-from rljob_operator import constants as c
 from rljob_testenv import onrealnodes
 
 REAL_NODES = 2
@@ -61,11 +61,7 @@ def real_core(real_api) -> client.CoreV1Api:
 @pytest.fixture(scope="session")
 def jobs_namespace(real_api) -> Iterator[str]:
     """Where the tests' jobs run: a namespace the chart's operator watches."""
-    core = client.CoreV1Api(real_api)
-    name = f"jobs-{uuid.uuid4().hex[:6]}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
+    yield from chart_cluster.jobs_namespace(real_api)
 
 
 @pytest.fixture(scope="session")
@@ -73,19 +69,10 @@ def chart_operator(real_cluster: str, real_api, jobs_namespace: str) -> Iterator
     """`helm install` of charts/rljob-operator with the image built from the Dockerfile."""
     onrealnodes.install_operator(real_cluster, CHART, [jobs_namespace])
     core = client.CoreV1Api(real_api)
-    pod = wait_for(lambda: _ready_operator_pod(core), 60, "the operator pod to be Ready")
+    pod = wait_for(lambda: chart_cluster.ready_operator_pod(core), 60,
+                   "the operator pod to be Ready")  # fmt: skip
     yield pod
     onrealnodes.uninstall_operator(real_cluster)
-
-
-def _ready_operator_pod(core: client.CoreV1Api) -> client.V1Pod | None:
-    pods = core.list_namespaced_pod(
-        onrealnodes.OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=rljob-operator"
-    ).items
-    for pod in pods:
-        if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
-            return pod
-    return None
 
 
 @pytest.fixture
@@ -101,26 +88,8 @@ def real_claim(real_core: client.CoreV1Api, jobs_namespace: str) -> Iterator[Pat
     )
     pv_name = bind_claim(real_core, jobs_namespace, CLAIM, volume)
     yield folder
-    # A test that failed left its job, whose pods hold the claim: remove them first, so that
-    # one failure does not fail the next test's set-up as well.
-    client.CustomObjectsApi(real_core.api_client).delete_collection_namespaced_custom_object(
-        c.GROUP, c.VERSION, jobs_namespace, c.PLURAL
-    )
-    wait_for(
-        lambda: not real_core.list_namespaced_pod(jobs_namespace, label_selector=c.LABEL_JOB).items,
-        120,
-        "the jobs' pods to go",
-    )
-    real_core.delete_namespaced_persistent_volume_claim(CLAIM, jobs_namespace)
-    real_core.delete_persistent_volume(pv_name)
-    # The next test makes a claim of the same name: wait out pvc-protection's finalizer.
-    wait_for(lambda: not _claim_exists(real_core, jobs_namespace), 120, "the claim to be deleted")
+    chart_cluster.remove_claim(real_core, jobs_namespace, pv_name)
     shutil.rmtree(folder, ignore_errors=True)
-
-
-def _claim_exists(core: client.CoreV1Api, namespace: str) -> bool:
-    return any(c.metadata.name == CLAIM
-               for c in core.list_namespaced_persistent_volume_claim(namespace).items)  # fmt: skip
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -139,15 +108,8 @@ def what_the_cluster_showed(request, real_cluster: str, jobs_namespace: str) -> 
         return
     from rljob_testenv import cluster
 
-    shown = [
-        (f"kubectl {' '.join(args)}", cluster.kubectl(real_cluster, *args, check=False))
-        for args in (
-            ("get", "rltj,pods", "-o", "wide", "-n", jobs_namespace),
-            ("events", "-n", jobs_namespace),
-            ("get", "nodes", "-o", "wide"),
-        )
-    ]
-    shown.append(("the operator's log", onrealnodes.operator_log(real_cluster, tail=400)))
-    for title, text in shown:
-        lines = [x for x in text.splitlines() if "GET /healthz" not in x and "succeeded." not in x]
-        print(f"\n$ {title}\n" + "\n".join(lines[-40:]))
+    def kubectl(*args: str) -> str:
+        return cluster.kubectl(real_cluster, *args, check=False)
+
+    chart_cluster.show_cluster(kubectl, jobs_namespace,
+                               onrealnodes.operator_log(real_cluster, tail=400))  # fmt: skip
