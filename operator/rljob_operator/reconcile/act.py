@@ -48,10 +48,13 @@ def apply(
 
     A new gang is created before its creation is recorded, so a pass that dies
     half-way creates the rest next time rather than mistaking the missing pods for
-    deleted ones; an ended attempt is recorded before its pods are deleted, so the
-    end is counted exactly once. Requests that need none of each other go out together
-    (`at_once`): the gang's pods, once what they name exists; the releases, requests and
-    deletes. The pods and the job as the API server returns them go into the cache, so
+    deleted ones; an ended attempt is recorded before its pods are deleted or released, so
+    the end is counted exactly once. Finalizers of pods whose end an earlier pass recorded
+    (`plan.release_first`) go out beside the fence, before the new gang: the scheduler counts
+    a pod's resources until the pod is gone, and would find no room for the new pods while
+    the old ones wait for their release. Requests that need none of each other go out
+    together (`at_once`): the gang's pods, once what they name exists; the releases, requests
+    and deletes. The pods and the job as the API server returns them go into the cache, so
     that the next pass sees them before the watch brings them.
     """
     meta = job["metadata"]
@@ -66,10 +69,14 @@ def apply(
     # What the pods name (their Service, PodGroup, ...) is made beside the fence: none of it
     # runs anything, so a stale pass leaves at most an unused PodGroup of an attempt that is
     # not recorded, which that attempt takes over if it comes, and the job's deletion removes.
-    at_once([
+    first = plan.release if plan.release_first else []
+    later = [] if plan.release_first else plan.release
+    answers = at_once([
+        *(partial(kube.release_pod, namespace, pod) for pod in first),
         *([partial(_fence, kube, cache, job)] if fence else []),
         *([partial(_create_children, kube, cache, children)] if children else []),
     ])  # fmt: skip
+    released = answers[: len(first)]
     for created in at_once(partial(kube.create, pod) for pod in pods):
         if created:
             # The next pass must see the new gang, though its watch events have not come:
@@ -79,16 +86,17 @@ def apply(
         cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
     request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
     answers = at_once([
-        *(partial(kube.release_pod, namespace, pod) for pod in plan.release),
+        *(partial(kube.release_pod, namespace, pod) for pod in later),
         *(partial(kube.delete_pod, namespace, pod) for pod in plan.delete),
         *(partial(kube.delete_pod, namespace, pod, grace_seconds=0) for pod in plan.force_delete),
         *(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
           for pod in plan.request_checkpoint),
         *(partial(kube.delete_pod_group, namespace, group) for group in plan.delete_pod_groups),
     ])  # fmt: skip
-    released = answers[: len(plan.release)]  # none that this pass deletes: decide sees to it
-    deleted = answers[len(released) : len(released) + len(plan.delete) + len(plan.force_delete)]
-    done = len(released) + len(deleted)
+    # None of the released pods is one that this pass deletes: decide sees to it.
+    released += answers[: len(later)]
+    deleted = answers[len(later) : len(later) + len(plan.delete) + len(plan.force_delete)]
+    done = len(later) + len(deleted)
     asked = answers[done : done + len(plan.request_checkpoint)]
     # The next pass must not release, delete or ask a pod again before the watch brings this,
     # nor delete a pod asked before its request lands. A deleted pod without our finalizer may

@@ -61,6 +61,7 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     skip_pods_already_going(p.plan, pods)
     release_once_stopped(p, pods)
     delete_after_requests_land(p, pods)  # after the release: a held pod keeps its finalizer
+    p.plan.release_first = p.status.attempt == snap.status.attempt  # no end recorded now
     decide_boost(p.plan, snap)
     p.account()
     return p.plan

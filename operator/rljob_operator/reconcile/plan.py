@@ -56,6 +56,7 @@ class Plan:
     request_checkpoint: list[str] = field(default_factory=list)  # pods to ask to save now
     checkpoint_deadline: datetime | None = None  # when the request says the save must be done
     release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
+    release_first: bool = False  # their end was recorded by an earlier pass: before the creates
     delete_pod_groups: list[str] = field(default_factory=list)  # of attempts that are over
     # The attempt's Kueue Workload and the priority-boost annotations to merge into it.
     annotate_workload: tuple[str, dict[str, str]] | None = None

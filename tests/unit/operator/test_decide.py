@@ -684,6 +684,7 @@ def test_finalizers_are_released_once_the_end_is_recorded_and_the_pod_has_stoppe
 
     ended = decide(job, pods, NODES, NOW)
     assert ended.status.attempt == 1  # the end of attempt 0 is recorded
+    assert not ended.release_first  # by this pass: a release must wait for the record
     assert ended.delete == ["grpo-a0-n1"]
     # Neither has stopped. A release beside n1's delete could return it not yet going, and the
     # next pass would delete it again; one while they stop would hold up the next gang's pass.
@@ -722,6 +723,9 @@ def test_a_pod_deleted_without_a_grace_period_has_stopped_and_the_next_gang_star
 
     assert created_pod_names(started) == ["grpo-a1-n0", "grpo-a1-n1"]
     assert sorted(started.release) == ["grpo-a0-n0", "grpo-a0-n1"]
+    # Their end was recorded by an earlier pass: released before the new gang is created, so
+    # that the scheduler no longer counts their GPUs when it places it.
+    assert started.release_first
     held = decide(job, [killed[0], going[1]], NODES, NOW)  # one still has its grace period
     assert held.create == [] and held.release == [] and held.requeue_after == 1
 
