@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -155,6 +156,13 @@ class Controller:
         nodes, revision = self.kube.list_nodes()
         changed |= set(self.cache.replace_nodes(nodes, revision))
         self._relist_priority_classes()
+        # Python's full collections walk every object the process holds, the cache's first:
+        # 50-170 ms with the GIL held, measured in the middle of recoveries (a pass, the watch
+        # events and the Events all stand still). What the lists brought lives until the next
+        # list or its watch event replaces it, and holds no reference cycles: keep it, and all
+        # that came before it, out of the collector's walks. Their memory is still freed as
+        # soon as nothing refers to them.
+        gc.freeze()
         log.debug("relist: %d jobs changed", len(changed))
         for key in sorted(changed):
             self.queue.add(key)
