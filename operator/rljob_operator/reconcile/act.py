@@ -66,11 +66,11 @@ def apply(
     fence = plan.create or (acts and not patch)
     children = [obj for obj in plan.create if obj["kind"] != "Pod"]
     pods = [obj for obj in plan.create if obj["kind"] == "Pod"]
+    first = plan.release if plan.release_first else []
+    later = [] if plan.release_first else plan.release
     # What the pods name (their Service, PodGroup, ...) is made beside the fence: none of it
     # runs anything, so a stale pass leaves at most an unused PodGroup of an attempt that is
     # not recorded, which that attempt takes over if it comes, and the job's deletion removes.
-    first = plan.release if plan.release_first else []
-    later = [] if plan.release_first else plan.release
     answers = at_once([
         *(partial(kube.release_pod, namespace, pod) for pod in first),
         *([partial(_fence, kube, cache, job)] if fence else []),

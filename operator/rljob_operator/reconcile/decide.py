@@ -3,9 +3,8 @@
 The caller takes a snapshot of the job, its pods and their nodes (from the watch cache:
 reconcile.run.Reconciler.observe), calls `decide`, and carries out the plan
 (reconcile.act.apply: fence, create, record, then release, ask, delete and drop the old
-PodGroups together, tell). Every
-decision reads the observed facts and the job's status, never in-memory state, so an
-operator restarted at any moment picks up where it was.
+PodGroups together, tell). Every decision reads the observed facts and the job's status, never
+in-memory state, so an operator restarted at any moment picks up where it was.
 
 A restart is a number: it bumps `status.attempt`. Pods of other attempts are stale
 and are deleted; the next gang is created only once none of them runs (each is gone, or
@@ -55,13 +54,15 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     p = Pass(snap)
     pods = list(snap.trainers)
     _decide(p, lookup)
-    p.plan.release = ends_recorded(p, pods)
+    p.plan.release = ends_recorded(p.status, pods)
     no_grace_for_lost_nodes(p.plan, pods, snap.nodes, snap.now, p.not_ready_tolerance)
     wake_when_tolerance_ends(p, pods, snap.nodes)
     skip_pods_already_going(p.plan, pods)
     release_once_stopped(p, pods)
     delete_after_requests_land(p, pods)  # after the release: a held pod keeps its finalizer
-    p.plan.release_first = p.status.attempt == snap.status.attempt  # no end recorded now
+    # Releases of pods whose end the stored status records already need no fence nor record.
+    stored = set(ends_recorded(snap.status, pods))
+    p.plan.release_first = all(name in stored for name in p.plan.release)
     decide_boost(p.plan, snap)
     p.account()
     return p.plan

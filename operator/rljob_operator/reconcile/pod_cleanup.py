@@ -13,6 +13,7 @@ from rljob_contract.request import parse_request
 
 from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, Phase
+from ..api.status import JobStatus
 from ..preemption.nodes import not_ready_seconds
 from .observe import has_stopped
 from .plan import Pass, Plan
@@ -22,10 +23,11 @@ def holds_our_finalizer(pod: dict[str, Any]) -> bool:
     return c.FINALIZER in (pod["metadata"].get("finalizers") or [])
 
 
-def ends_recorded(p: Pass, pods: list[dict[str, Any]]) -> list[str]:
-    """Pods whose end no longer needs keeping: of another attempt, or of a job at rest."""
-    at_rest = p.status.phase in (*TERMINAL_PHASES, Phase.SUSPENDED)
-    attempt = str(p.status.attempt)
+def ends_recorded(status: JobStatus, pods: list[dict[str, Any]]) -> list[str]:
+    """Pods whose end `status` records, so that it no longer needs keeping: of another
+    attempt, or of a job at rest."""
+    at_rest = status.phase in (*TERMINAL_PHASES, Phase.SUSPENDED)
+    attempt = str(status.attempt)
     return [
         pod["metadata"]["name"]
         for pod in pods

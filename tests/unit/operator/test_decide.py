@@ -684,7 +684,6 @@ def test_finalizers_are_released_once_the_end_is_recorded_and_the_pod_has_stoppe
 
     ended = decide(job, pods, NODES, NOW)
     assert ended.status.attempt == 1  # the end of attempt 0 is recorded
-    assert not ended.release_first  # by this pass: a release must wait for the record
     assert ended.delete == ["grpo-a0-n1"]
     # Neither has stopped. A release beside n1's delete could return it not yet going, and the
     # next pass would delete it again; one while they stop would hold up the next gang's pass.
@@ -704,6 +703,12 @@ def test_finalizers_are_released_once_the_end_is_recorded_and_the_pod_has_stoppe
     assert sorted(last_stopped.release) == ["grpo-a0-n0", "grpo-a0-n1"]
     lost = dict(n1_going, metadata={**n1_going["metadata"], "deletionGracePeriodSeconds": 0})
     assert decide(recorded, [lost], NODES, NOW).release == ["grpo-a0-n1"]  # no kubelet ends it
+
+    # A pod that stopped before the end's pass is released by it, but only after the status
+    # write that records the end: the pod is what says how the attempt ended.
+    ended_stopped = decide(job, [n0_failed, make_pod(job, 0, 1, node="gpu-node-1")], NODES, NOW)
+    assert ended_stopped.status.attempt == 1
+    assert ended_stopped.release == ["grpo-a0-n0"] and not ended_stopped.release_first
 
     running = started(make_job(), phase=Phase.RUNNING)
     assert decide(running, pods_of(running), NODES, NOW).release == []
@@ -737,6 +742,8 @@ def test_finished_job_releases_its_pods():
 
     assert plan.status.phase == Phase.SUCCEEDED
     assert sorted(plan.release) == ["grpo-a0-n0", "grpo-a0-n1"]
+    # The success is recorded by this pass: the pods, which say so, stay until it is stored.
+    assert not plan.release_first
 
 
 def test_pods_on_a_deleted_node_are_deleted_without_grace():
