@@ -24,7 +24,8 @@
 # control-plane 23:35, whole 23:55 warm (run 21); with the layouts' and relist's tests added,
 # cpu 24:19 (the real nodes 358 s, 281 s the run before), control-plane 23:10, whole 24:55 (run
 # 22), and TRL's resume test moved to the control-plane lane: cpu 24:38, control-plane 24:48,
-# whole 25:22 (run 23). About 49 minutes of work in two lanes: at the 25-minute target.
+# whole 25:22 (run 23). About 49 minutes of work in two lanes: at the 25-minute target. On
+# 2026-12-05 (run 24): cpu 21:47, control-plane 21:49 (the Ray e2e 9:50), whole 22:21 warm.
 #
 # Arguments are passed to both pytest runs. Logs and JUnit reports are in .test-logs/.
 set -uo pipefail
