@@ -123,3 +123,38 @@ def test_sigterm_is_a_notice_only_while_a_trainer_trains(phase):
         assert (done.returncode, done.stdout.strip()) == (0, "alive SIGTERM"), done.stderr
     else:
         assert done.returncode == -signal.SIGTERM, (done.stdout, done.stderr)
+
+
+SHADOW_TRAINER = """
+class BaseTrainer:  # another transformers, whose trainer module has no Trainer
+    pass
+"""
+USER_PROGRAM = """
+import sys
+import transformers.trainer as trainer
+print("ran", sys.argv[1:], trainer.BaseTrainer.__name__)
+sys.exit(3)
+"""
+
+
+def test_a_transformers_without_the_hooked_name_runs_the_program_as_it_is_and_says_why(tmp_path):
+    """The bridge as torchrun starts it, over a `transformers` whose trainer module has no
+    `Trainer` (a shadow package on the path): the user's program runs with its arguments and
+    its own exit code, and the progress record says why there is no save on notice."""
+    shadow = tmp_path / "shadow" / "transformers"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("__version__ = '0.0-shadow'\n")
+    (shadow / "trainer.py").write_text(SHADOW_TRAINER)
+    (tmp_path / "train.py").write_text(USER_PROGRAM)
+    podside, contract_dir = Path(bridge.__file__).parent, Path(contract.__file__).parent.parent
+    env = {"PYTHONPATH": f"{tmp_path / 'shadow'}:{podside}:{contract_dir}",
+           contract.ENV_CHECKPOINT_DIR: str(tmp_path / "out")}  # fmt: skip
+    (tmp_path / "out").mkdir()
+    done = subprocess.run([sys.executable, bridge.__file__, str(tmp_path / "train.py"), "--lr", "1"],
+                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (3, "ran ['--lr', '1'] BaseTrainer"), (
+        done.stderr
+    )
+    written = record(tmp_path / "out" / progress.FRAMEWORK_PROGRESS_FILE_NAME)
+    why = written[progress.SAVE_ON_NOTICE_UNAVAILABLE]
+    assert "transformers.trainer.Trainer.__init__ not found" in why, written
