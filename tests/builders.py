@@ -9,8 +9,8 @@ from typing import Any
 
 from rljob_operator import constants as c
 from rljob_operator.launcher import podside, ray
-from rljob_operator.launcher.identity import JobRef
 from rljob_operator.launcher.pods import desired_pods
+from rljob_operator.reconcile.snapshot import job_ref
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
@@ -23,11 +23,6 @@ def make_job(name: str = "grpo", nnodes: int = 2, **spec: Any) -> dict[str, Any]
         "spec": {"image": "trainer:1", "nnodes": nnodes, **spec},
         "status": {},
     }
-
-
-def job_ref(job: dict[str, Any]) -> JobRef:
-    meta = job["metadata"]
-    return JobRef(meta["name"], meta["namespace"], meta["uid"])
 
 
 def make_pod(
