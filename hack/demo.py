@@ -39,9 +39,9 @@ from typing import Any
 
 import yaml
 from demo_frameworks import FRAMEWORKS, DemoFramework, Logged, Reference, Setting, Verdict
-from demo_stacks import AgentStack, RealNodeStack
 from rljob_operator.api.timestamps import unix_seconds
 from rljob_testenv import scenario
+from rljob_testenv.stacks import AgentStack, RealNodeStack, Stack
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "demo"
@@ -157,19 +157,17 @@ class Screen:
 class Demo:
     def __init__(self, args: argparse.Namespace) -> None:
         from kubernetes import client, config
-        from rljob_testenv import cluster
 
         self.args = args
         self.name = args.cluster
-        self.cluster = cluster
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
         self.out = (args.out or REPO / "out" / f"demo-{stamp}").resolve()
         self.out.mkdir(parents=True, exist_ok=True)
         self.screen = Screen()
-        self.nodes = (
-            RealNodeStack(self.out, NAMESPACE, CLAIM, GPUS_PER_NODE, REPO)
+        self.stack: Stack = (
+            RealNodeStack(self.name, REPO, GPUS_PER_NODE, out=self.out)
             if args.real_nodes
-            else AgentStack(self.out, NAMESPACE, CLAIM, GPUS_PER_NODE)
+            else AgentStack(self.name, self.out, CLAIM, GPUS_PER_NODE)
         )
         self.client, self.config = client, config
         self.seen: dict[tuple[int, int], Logged] = {}  # (attempt, step) -> what it logged
@@ -178,27 +176,24 @@ class Demo:
 
     # ------------------------------------------------------------------ set-up
     def kubectl(self, *args: str, input: str | None = None) -> str:
-        return self.cluster.kubectl(self.name, *args, input=input)
+        return self.stack.kubectl(*args, input=input)
 
     def start(self) -> None:
-        from rljob_testenv import onrealnodes
-
         def say(message: str) -> None:
             self.screen.say(message, timeline=False)
 
         say(f"output folder: {self.out}")
-        if self.cluster.exists(self.name):
+        if self.stack.exists():
             say(f"cluster {self.name!r} is left from an earlier run: removing it")
-            self.cluster.down(self.name, say=lambda m: None)
-        self.kubeconfig = self.nodes.up(self.name, say)
-        self.cluster.install_crds(self.name, REPO / "crds")
+            self.stack.down(say=lambda m: None)
+        self.kubeconfig = self.stack.up(say)
         configuration = self.client.Configuration()
         self.config.load_kube_config(str(self.kubeconfig), client_configuration=configuration)
         api = self.client.ApiClient(configuration)
         self.core = self.client.CoreV1Api(api)
         self.custom = self.client.CustomObjectsApi(api)
-        claim_dir = self.nodes.start(self.kubeconfig, self.name, say)
-        volume = onrealnodes.shared_folder_volume("demo-checkpoints", claim_dir, NAMESPACE, CLAIM)
+        self.stack.start_operator(NAMESPACE, say)
+        claim_dir, volume = self.stack.claim_volume("demo-checkpoints", NAMESPACE, CLAIM)
         urgent = {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
@@ -208,9 +203,9 @@ class Demo:
         }
         self.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([volume, urgent]))
         setting = Setting(
-            steps=self.args.steps, out=self.out, claim=claim_dir, image=self.nodes.trainer_image,
+            steps=self.args.steps, out=self.out, claim=claim_dir, image=self.stack.trainer_image,
             model_size=self.args.model_size,
-            pod_log=lambda pod: self.nodes.pod_log(self.name, NAMESPACE, pod),
+            pod_log=lambda pod: self.stack.pod_log(NAMESPACE, pod),
         )  # fmt: skip
         self.framework: DemoFramework = FRAMEWORKS[self.args.framework](setting)
         self.framework.prepare(say)
@@ -304,7 +299,7 @@ class Demo:
         node = rank0.spec.node_name
         name = f"urgent-{index + 1}"
         labels = {"app": "rljob-demo-urgent"}
-        image = self.nodes.urgent_image
+        image = self.stack.urgent_image
         urgent = scenario.preemptor_pod(name, node, URGENT_CLASS, GPUS_PER_NODE, image, labels)
         self.core.create_namespaced_pod(NAMESPACE, urgent)
         self.recoveries.append(Recovery(index, step, node, time.time()))
@@ -425,7 +420,7 @@ class Demo:
             f"reference (uninterrupted): {reference.note}",
             *verdict.lines,
             f"plot: {self.out / 'demo.png'}",
-            f"logs: {self.nodes.logs()}",
+            f"logs: {self.stack.logs()}",
         ]
         return "\n".join(lines)
 
@@ -529,16 +524,16 @@ class Demo:
     # ------------------------------------------------------------------ clean-up
     def stop(self) -> None:
         self.screen.clear()
-        stopped = self.nodes.stop(self.name)
+        stopped = self.stack.stop()
         name = self.name
         if self.args.keep:
             print(
-                f"cluster {name!r} kept: export KUBECONFIG={self.cluster.kubeconfig_path(name)}; "
+                f"cluster {name!r} kept: export KUBECONFIG={self.stack.kubeconfig}; "
                 f"kubectl get rltj,pods,events; remove it with `.venv/bin/rljob testenv down "
                 f"--name {name}`"
             )
-        elif self.cluster.exists(name):
-            self.cluster.down(name, say=lambda m: None)
+        elif self.stack.exists():
+            self.stack.down(say=lambda m: None)
         print(
             f"cleaned up: {stopped}" + ("" if self.args.keep else f", cluster {name!r} removed"),
             flush=True,

@@ -731,7 +731,8 @@ def create_cluster(
 ) -> Path:
     """Create a kind cluster (a control plane and `workers` workers) and wait until every node
     is Ready and CoreDNS answers; returns its kubeconfig. `shared_dir` is mounted on every node
-    at SHARED_MOUNT (see shared_volume()). An existing cluster of that name is reused."""
+    at SHARED_MOUNT (stacks.KindStack puts volumes there). An existing cluster of that name is
+    reused."""
     check_host(install=install, say=say)
     ensure_kind(say)
     image = ensure_node_image(say)
@@ -850,31 +851,3 @@ def load_image_archive(
         args += ["--nodes", ",".join(nodes)]
     _kind(args, kind_env(cluster_dir(name)), f"kind load image-archive {Path(archive).name}",
           timeout)  # fmt: skip
-
-
-def shared_volume(
-    pv_name: str, claim: str, namespace: str, subpath: str = "", size: str = "1Gi"
-) -> list[dict]:
-    """A hostPath PersistentVolume on the folder every node mounts (ReadWriteMany) and a claim
-    bound to it: what a shared filesystem is to a real cluster. The folder `subpath` must exist
-    (a node would make a missing one root-owned, which a non-root trainer cannot write)."""
-    path = f"{SHARED_MOUNT}/{subpath}".rstrip("/")
-    return [
-        {
-            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
-            "spec": {
-                "capacity": {"storage": size}, "accessModes": ["ReadWriteMany"],
-                "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "rljob-shared",
-                "hostPath": {"path": path, "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": claim},
-            },
-        },
-        {
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim, "namespace": namespace},
-            "spec": {
-                "accessModes": ["ReadWriteMany"], "storageClassName": "rljob-shared",
-                "volumeName": pv_name, "resources": {"requests": {"storage": size}},
-            },
-        },
-    ]  # fmt: skip

@@ -1,10 +1,6 @@
 """What a cluster with real nodes needs to run rljob as a user would: the nodes running this
-repository's images, the operator installed by its Helm chart with the image built from the
-Dockerfile, and a shared folder for checkpoints.
-
-The real-node tests and `make demo-real` both use these. The shared folder is a stand-in:
-a hostPath PersistentVolume, ReadWriteMany, works here only because every real node is a
-process tree on this one machine, as an NFS or Lustre mount would be on a real cluster.
+repository's images, and the operator installed by its Helm chart with the image built from
+the Dockerfile (on kind's nodes too). rljob_testenv.stacks puts them together.
 """
 
 from __future__ import annotations
@@ -90,23 +86,3 @@ def operator_log(name: str, tail: int = -1) -> str:
         name, "logs", "-n", OPERATOR_NAMESPACE, f"deploy/{OPERATOR_DEPLOYMENT}", f"--tail={tail}",
         check=False,
     )  # fmt: skip
-
-
-def shared_folder_volume(pv_name: str, folder: Path, namespace: str, claim: str) -> dict:
-    """A ReadWriteMany PersistentVolume on a host folder, reserved for one claim. The folder is
-    made writable for the trainer image's non-root user."""
-    folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o777)
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": pv_name},
-        "spec": {
-            "capacity": {"storage": "10Gi"},
-            "accessModes": ["ReadWriteMany"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": str(folder), "type": "Directory"},
-            "claimRef": {"namespace": namespace, "name": claim},
-        },
-    }

@@ -1,27 +1,83 @@
-"""What the e2e tests on a cluster with rljob installed by its chart share, whichever nodes
-it has (tests/e2e/real: kubelets and containerds as local processes; tests/e2e/kind: kind's
-nodes): the jobs' namespace, the operator pod once Ready, the claim's removal, and what a
-failed test prints."""
+"""Fixtures of the e2e tests on a cluster with rljob installed by its chart, whichever nodes it
+has (tests/e2e/real: kubelets and containerds as local processes; tests/e2e/kind: kind's
+nodes). Each folder's conftest provides `stack`, a rljob_testenv.stacks.Stack that is up, and
+imports these: the jobs' namespace, the operator pod once Ready, a claim on the shared volume,
+and what a failed test prints."""
 
 from __future__ import annotations
 
+import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from e2e_steps import CLAIM
-from kube_steps import wait_for
+from kube_steps import api_client, bind_claim, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
 from rljob_testenv import onrealnodes
+from rljob_testenv.stacks import Stack
 
 
-def jobs_namespace(api: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace for the tests' jobs, deleted at the end (a fixture's body)."""
-    core = client.CoreV1Api(api)
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+@pytest.fixture(scope="module")
+def cluster_api(stack: Stack) -> Iterator[client.ApiClient]:
+    with api_client(stack.kubeconfig) as api:
+        yield api
+
+
+@pytest.fixture
+def cluster_core(cluster_api: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(cluster_api)
+
+
+@pytest.fixture(scope="module")
+def jobs_namespace(cluster_api: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace for the tests' jobs, which the chart's operator watches."""
+    core = client.CoreV1Api(cluster_api)
     name = f"jobs-{uuid.uuid4().hex[:6]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def chart_operator(
+    stack: Stack, cluster_api: client.ApiClient, jobs_namespace: str
+) -> client.V1Pod:
+    """`helm upgrade --install` of charts/rljob-operator, with the image built from the
+    Dockerfile, into a namespace under the "restricted" Pod Security Standard; its Ready pod.
+    The release goes with the cluster."""
+    stack.start_operator(jobs_namespace, say)
+    core = client.CoreV1Api(cluster_api)
+    return wait_for(lambda: ready_operator_pod(core), 120, "the operator pod to be Ready")
+
+
+@pytest.fixture
+def shared_claim(
+    stack: Stack, cluster_core: client.CoreV1Api, jobs_namespace: str
+) -> Iterator[Path]:
+    """The claim the jobs name, bound to a volume on a fresh folder that every node sees; the
+    folder, as this machine sees it."""
+    volume = f"ckpts-{uuid.uuid4().hex[:6]}"
+    folder, manifest = stack.claim_volume(volume, jobs_namespace, CLAIM)
+    bind_claim(cluster_core, jobs_namespace, CLAIM, manifest)
+    yield folder
+    remove_claim(cluster_core, jobs_namespace, volume)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def what_the_cluster_showed(request, stack: Stack, jobs_namespace: str) -> Iterator[None]:
+    """On a failure, print what a user would look at: jobs, pods, events, the operator's log."""
+    failed_before = request.session.testsfailed
+    yield
+    if request.session.testsfailed > failed_before:
+        show_cluster(stack, jobs_namespace)
 
 
 def ready_operator_pod(core: client.CoreV1Api) -> client.V1Pod | None:
@@ -57,15 +113,15 @@ def remove_claim(core: client.CoreV1Api, namespace: str, volume: str) -> None:
     wait_for(lambda: claim_phase(core, namespace) is None, 120, "the claim to go")
 
 
-def show_cluster(kubectl: Callable[..., str], namespace: str, operator_log: str) -> None:
+def show_cluster(stack: Stack, namespace: str) -> None:
     """Print what a user would look at after a failure: jobs, pods, events, nodes and the
-    operator's log. `kubectl(*args)` returns what kubectl printed."""
+    operator's log."""
     shown = [
-        (f"kubectl {' '.join(args)}", kubectl(*args))
+        (f"kubectl {' '.join(args)}", stack.kubectl(*args, check=False))
         for args in (("get", "rltj,pods", "-o", "wide", "-n", namespace),
                      ("events", "-n", namespace), ("get", "nodes", "-o", "wide"))
     ]  # fmt: skip
-    shown.append(("the operator's log", operator_log))
+    shown.append(("the operator's log", stack.operator_log(tail=400)))
     for title, text in shown:
         lines = [x for x in text.splitlines() if "GET /healthz" not in x and "succeeded." not in x]
         print(f"\n$ {title}\n" + "\n".join(lines[-60:]))

@@ -74,25 +74,25 @@ def wait_step(api, namespace: str, name: str, checkpoints: Path, step: int) -> N
 # The first test of the file also makes the cluster and loads the images (minutes).
 @pytest.mark.timeout(1500)
 def test_a_drained_worker_saves_on_notice_and_the_gang_resumes_bit_exact(
-    kind_cluster, kind_api, kind_core, kind_namespace, kind_operator, kind_claim, reference, rng
+    stack, cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim, reference, rng
 ):
     name = "drained"
-    checkpoints = kind_claim / experiment_path(name) / "checkpoints"
+    checkpoints = shared_claim / experiment_path(name) / "checkpoints"
     # Late in the run (the slow steps come after it), and the two steps after it between
     # periodic saves: the save on notice is then the only save it can resume from.
     at = rng.choice([17, 21])
     assert (at + 1) % SAVE_INTERVAL and (at + 2) % SAVE_INTERVAL
-    create_job(kind_api, kind_namespace, kind_job(name, slow_from_step=at + 1))
-    gang = running_gang(kind_core, kind_namespace, 0, 2, timeout=300)
+    create_job(cluster_api, jobs_namespace, kind_job(name, slow_from_step=at + 1))
+    gang = running_gang(cluster_core, jobs_namespace, 0, 2, timeout=300)
     assert len({pod.spec.node_name for pod in gang}) == 2, "one pod per worker"
-    wait_step(kind_api, kind_namespace, name, checkpoints, at)
+    wait_step(cluster_api, jobs_namespace, name, checkpoints, at)
     victim = rng.choice(gang).spec.node_name
     print(f"draining {victim} after step {at}")
-    kind.kubectl(kind_cluster, "drain", victim, f"--pod-selector={c.LABEL_JOB}={name}",
+    kind.kubectl(stack.name, "drain", victim, f"--pod-selector={c.LABEL_JOB}={name}",
                  "--ignore-daemonsets", "--timeout=180s", timeout=240)  # fmt: skip
     # The new gang needs both workers again (one pod per node).
-    kind.kubectl(kind_cluster, "uncordon", victim)
-    job = wait_succeeded(kind_api, kind_namespace, name, timeout=600)
+    kind.kubectl(stack.name, "uncordon", victim)
+    job = wait_succeeded(cluster_api, jobs_namespace, name, timeout=600)
 
     st = job["status"]
     (recovery,) = st["recoveries"]
@@ -110,3 +110,4 @@ def test_a_drained_worker_saves_on_notice_and_the_gang_resumes_bit_exact(
         f"resumed from step {recovery['resumedFromStep']}, lost {recovery['lostSteps']}; "
         "final weights bitwise equal to the uninterrupted run"
     )
+

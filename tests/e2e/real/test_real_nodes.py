@@ -116,11 +116,11 @@ def condition(job: dict[str, Any], cond_type: str) -> dict[str, Any] | None:
     )
 
 
-def delete_job(real_api, namespace: str, name: str) -> None:
-    client.CustomObjectsApi(real_api).delete_namespaced_custom_object(
+def delete_job(cluster_api, namespace: str, name: str) -> None:
+    client.CustomObjectsApi(cluster_api).delete_namespaced_custom_object(
         c.GROUP, c.VERSION, namespace, c.PLURAL, name
     )
-    core = client.CoreV1Api(real_api)
+    core = client.CoreV1Api(cluster_api)
     wait_for(
         lambda: (
             not core.list_namespaced_pod(namespace, label_selector=f"{c.LABEL_JOB}={name}").items
@@ -167,21 +167,21 @@ def test_the_chart_runs_the_operator_image_restricted_with_metrics_and_health(ch
 
 
 def test_eviction_with_a_save_slower_than_torchruns_default_30s_still_resumes_from_it(
-    real_api, real_core, jobs_namespace, chart_operator, real_claim, reference, rng
+    cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim, reference, rng
 ):
     """torchrun is the container's PID 1; on SIGTERM it gives its workers
     TORCH_ELASTIC_SHUTDOWN_TIMEOUT (from the grace period), not 30 s: a 40 s save ends."""
     job_name = "slow-save"
-    checkpoints = real_claim / experiment_path(job_name) / "checkpoints"
+    checkpoints = shared_claim / experiment_path(job_name) / "checkpoints"
     at = rng.choice([s for s in range(5, 12) if s % SAVE_INTERVAL])
     body = real_job(job_name, 1, 2, template_spec={"terminationGracePeriodSeconds": 90},
                     env=[{"name": ENV_TEST_SLOW_STOP_SAVE, "value": "40"}])  # fmt: skip
-    create_job(real_api, jobs_namespace, body)
-    gang = running_gang(real_core, jobs_namespace, 0, 1, timeout=240)
+    create_job(cluster_api, jobs_namespace, body)
+    gang = running_gang(cluster_core, jobs_namespace, 0, 1, timeout=240)
     wait_step(checkpoints, at, attempt=0, timeout=300)
     evicted_at = time.monotonic()
-    evict(real_core, jobs_namespace, gang[0].metadata.name)
-    job = wait_succeeded(real_api, jobs_namespace, job_name, timeout=600)
+    evict(cluster_core, jobs_namespace, gang[0].metadata.name)
+    job = wait_succeeded(cluster_api, jobs_namespace, job_name, timeout=600)
 
     recovery = job["status"]["recoveries"][0]
     assert recovery["reason"] == "EvictionByEvictionAPI", recovery
@@ -189,7 +189,7 @@ def test_eviction_with_a_save_slower_than_torchruns_default_30s_still_resumes_fr
     assert time.monotonic() - evicted_at > 40  # the save really took its 40 s
     assert_same_run_as_reference(checkpoints, reference)
     report_recovery(f"1 node x 2 processes evicted after step {at}, a 40 s save", job, checkpoints)
-    delete_job(real_api, jobs_namespace, job_name)
+    delete_job(cluster_api, jobs_namespace, job_name)
 
 
 # A slow step and a deletion that gives less than the pods' grace period. Each sampled token of
@@ -203,7 +203,7 @@ OWN_GRACE = 120
 
 
 def test_a_deletion_shorter_than_the_grace_period_still_saves_the_last_finished_step(
-    real_api, real_core, jobs_namespace, chart_operator, real_claim, rng
+    cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim, rng
 ):
     """`kubectl delete --grace-period=40` of one pod of a 2-node gang whose pods have 120 s:
     the deleted pod's trainer counts 120 s from its SIGTERM. The operator tells its peer in
@@ -211,22 +211,22 @@ def test_a_deletion_shorter_than_the_grace_period_still_saves_the_last_finished_
     deleted gets no more volume updates, so the peer is deleted only after it), and the gang
     saves the last finished step within the 40 s: it resumes from it, with no step lost."""
     job_name = "short-grace"
-    checkpoints = real_claim / experiment_path(job_name) / "checkpoints"
+    checkpoints = shared_claim / experiment_path(job_name) / "checkpoints"
     at = rng.choice([s for s in range(5, 8) if s % SAVE_INTERVAL])  # not an interval save
     body = real_job(job_name, 2, 1, template_spec={"terminationGracePeriodSeconds": OWN_GRACE},
                     env=[{"name": ENV_TEST_SLOW_ROLLOUT_TOKEN, "value": str(SLOW_TOKEN)},
                          {"name": ENV_TEST_SLOW_ROLLOUT_FROM_STEP, "value": str(at + 1)}])  # fmt: skip
     body["spec"]["args"] = [a.replace(f"max_steps={MAX_STEPS}", f"max_steps={at + 1}")
                             for a in body["spec"]["args"]]  # fmt: skip
-    create_job(real_api, jobs_namespace, body)
-    gang = running_gang(real_core, jobs_namespace, 0, 2, timeout=240)
+    create_job(cluster_api, jobs_namespace, body)
+    gang = running_gang(cluster_core, jobs_namespace, 0, 2, timeout=240)
     wait_step(checkpoints, at, attempt=0, timeout=300)
-    real_core.delete_namespaced_pod(gang[1].metadata.name, jobs_namespace,
+    cluster_core.delete_namespaced_pod(gang[1].metadata.name, jobs_namespace,
                                     grace_period_seconds=SHORT_GRACE)  # fmt: skip
     # The next gang needs no slow step: a merge patch drops the test's variables.
-    client.CustomObjectsApi(real_api).patch_namespaced_custom_object(
+    client.CustomObjectsApi(cluster_api).patch_namespaced_custom_object(
         c.GROUP, c.VERSION, jobs_namespace, c.PLURAL, job_name, {"spec": {"env": None}})  # fmt: skip
-    job = wait_succeeded(real_api, jobs_namespace, job_name, timeout=600)
+    job = wait_succeeded(cluster_api, jobs_namespace, job_name, timeout=600)
 
     st = job["status"]
     recovery = st["recoveries"][0]
@@ -234,7 +234,7 @@ def test_a_deletion_shorter_than_the_grace_period_still_saves_the_last_finished_
     assert (st["preemptions"], st["failures"]) == (1, 0), st
     said = f"its deletion gave it {SHORT_GRACE} s of its {OWN_GRACE} s grace period"
     assert st["lastEnd"]["message"].endswith(said), st["lastEnd"]
-    asked = [e.message for e in events_of(real_core, jobs_namespace, job_name)
+    asked = [e.message for e in events_of(cluster_core, jobs_namespace, job_name)
              if e.reason == "CheckpointRequested"]  # fmt: skip
     assert len(asked) == 1 and asked[0].endswith(said), asked
     assert sorted(parse_step(d.name) for d in checkpoints.glob("global_step_*")) == [
@@ -242,21 +242,21 @@ def test_a_deletion_shorter_than_the_grace_period_still_saves_the_last_finished_
         at,
         at + 1,
     ]
-    delete_job(real_api, jobs_namespace, job_name)
+    delete_job(cluster_api, jobs_namespace, job_name)
 
 
 # --------------------------------------------------------------------------- failures
 
 
 def test_an_image_that_does_not_exist_is_a_condition_and_an_event_not_a_retry_loop(
-    real_api, real_core, jobs_namespace, chart_operator
+    cluster_api, cluster_core, jobs_namespace, chart_operator
 ):
     name = "no-image"
-    create_job(real_api, jobs_namespace,
+    create_job(cluster_api, jobs_namespace,
                custom_job(name, ["python", "-c", "pass"], image="localhost/rljob-nope:1"))  # fmt: skip
     stuck = wait_for(
         lambda: (lambda cond: cond if cond and cond["status"] == "True" else None)(
-            condition(get_job(real_api, jobs_namespace, name), "ContainersNotStarting")
+            condition(get_job(cluster_api, jobs_namespace, name), "ContainersNotStarting")
         ),
         120,
         "the ContainersNotStarting condition",
@@ -266,47 +266,47 @@ def test_an_image_that_does_not_exist_is_a_condition_and_an_event_not_a_retry_lo
 
     # The kubelet retries the pull; the job must not count that as failures, at any time.
     def retried_while_pending() -> bool:
-        status = get_job(real_api, jobs_namespace, name)["status"]
+        status = get_job(cluster_api, jobs_namespace, name)["status"]
         counted = (status["phase"], status["failures"], status["attempt"])
         assert counted == (Phase.PENDING, 0, 0), status
-        return pull_attempts(real_core, jobs_namespace, name) >= 2
+        return pull_attempts(cluster_core, jobs_namespace, name) >= 2
 
     wait_for(retried_while_pending, 120, "the kubelet to retry the pull")
-    job = get_job(real_api, jobs_namespace, name)
+    job = get_job(cluster_api, jobs_namespace, name)
     assert job["status"]["phase"] == Phase.PENDING and job["status"]["failures"] == 0
     assert job["status"]["attempt"] == 0
-    warnings = [e for e in events_of(real_core, jobs_namespace, name) if e.type == "Warning"]
+    warnings = [e for e in events_of(cluster_core, jobs_namespace, name) if e.type == "Warning"]
     assert {e.reason for e in warnings} & {"ErrImagePull", "ImagePullBackOff"}, warnings
-    delete_job(real_api, jobs_namespace, name)
+    delete_job(cluster_api, jobs_namespace, name)
 
 
 def test_a_command_the_image_does_not_have_is_a_clear_failure(
-    real_api, real_core, jobs_namespace, chart_operator
+    cluster_api, cluster_core, jobs_namespace, chart_operator
 ):
     """The operator image has no torchrun: the container cannot start (runc's StartError,
     exit 128), and the job says which executable is missing."""
     name = "no-command"
-    create_job(real_api, jobs_namespace, custom_job(name, ["python", "-c", "pass"]))
-    job = wait_failed(real_api, jobs_namespace, name)
+    create_job(cluster_api, jobs_namespace, custom_job(name, ["python", "-c", "pass"]))
+    job = wait_failed(cluster_api, jobs_namespace, name)
     failed = condition(job, "Failed")
     assert "StartError" in failed["message"], failed
     assert 'exec: "torchrun": executable file not found' in failed["message"], failed
     assert job["status"]["failures"] == 1 and job["status"]["preemptions"] == 0
-    delete_job(real_api, jobs_namespace, name)
+    delete_job(cluster_api, jobs_namespace, name)
 
 
 def test_a_container_killed_by_the_oom_killer_is_a_failure_not_a_disruption(
-    real_api, real_core, jobs_namespace, chart_operator
+    cluster_api, cluster_core, jobs_namespace, chart_operator
 ):
     name = "oom"
     hog = ["python", "-c", "b = []\nwhile True: b.append(bytearray(8 << 20))"]
-    create_job(real_api, jobs_namespace,
+    create_job(cluster_api, jobs_namespace,
                custom_job(name, hog, image=TRAINER_IMAGE, resources={"limits": {"memory": "256Mi"}}))  # fmt: skip
-    job = wait_failed(real_api, jobs_namespace, name)
+    job = wait_failed(cluster_api, jobs_namespace, name)
     failed = condition(job, "Failed")
     assert "OOMKilled" in failed["reason"] + failed["message"], failed
     assert job["status"]["preemptions"] == 0
-    delete_job(real_api, jobs_namespace, name)
+    delete_job(cluster_api, jobs_namespace, name)
 
 
 # What the trainer container finds, written to the checkpoint volume for the test to read.
@@ -327,14 +327,14 @@ SLEEPER = ["python", "-c", "import time; time.sleep(3600)"]
 
 
 def test_a_full_pod_template_runs_with_its_sidecars_init_container_shm_host_network_and_secret(
-    real_api, real_core, jobs_namespace, chart_operator, real_claim
+    cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim
 ):
     """The template users bring to a GPU cluster: an init container that fetches the
     model, a native sidecar and a plain second container, a memory-backed /dev/shm, the
     node's network, and a token from a Secret. The trainer's exit 0 ends the job although
     the plain sidecar still runs."""
     name = "full-template"
-    real_core.create_namespaced_secret(jobs_namespace, client.V1Secret(
+    cluster_core.create_namespaced_secret(jobs_namespace, client.V1Secret(
         metadata=client.V1ObjectMeta(name="hf"), string_data={"token": "s3cret"}))  # fmt: skip
     folder = f"{name}/checkpoints"
     body = custom_job(name, ["sh", "-c", 'exec python -c "$PROBE"'], image=TRAINER_IMAGE,
@@ -361,12 +361,12 @@ def test_a_full_pod_template_runs_with_its_sidecars_init_container_shm_host_netw
         volumes=[{"name": "models", "emptyDir": {}},
                  {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}],
     )  # fmt: skip
-    create_job(real_api, jobs_namespace, body)
-    probe = real_claim / folder / "probe.json"
+    create_job(cluster_api, jobs_namespace, body)
+    probe = shared_claim / folder / "probe.json"
     wait_for(probe.exists, 180, "the trainer container to report what it found")
 
-    (pod,) = trainer_pods(real_core, jobs_namespace, 0)
-    node = real_core.read_node(pod.spec.node_name)
+    (pod,) = trainer_pods(cluster_core, jobs_namespace, 0)
+    node = cluster_core.read_node(pod.spec.node_name)
     node_ip = next(a.address for a in node.status.addresses if a.type == "InternalIP")
     assert pod.status.pod_ip == node_ip  # on the node's network
     assert [x.name for x in pod.spec.containers] == ["log-shipper", "trainer"]
@@ -377,15 +377,15 @@ def test_a_full_pod_template_runs_with_its_sidecars_init_container_shm_host_netw
     found = json.loads(probe.read_text())
     assert found["token"] == "s3cret" and found["model"] == "fetched"
     assert found["shm_bytes"] > 64 * 2**20  # the emptyDir, not the runtime's 64 MiB default
-    job = wait_succeeded(real_api, jobs_namespace, name, timeout=120)
+    job = wait_succeeded(cluster_api, jobs_namespace, name, timeout=120)
     assert job["status"]["failures"] == 0
-    delete_job(real_api, jobs_namespace, name)
-    real_core.delete_namespaced_secret("hf", jobs_namespace)
+    delete_job(cluster_api, jobs_namespace, name)
+    cluster_core.delete_namespaced_secret("hf", jobs_namespace)
 
 
-def wait_failed(real_api, namespace: str, name: str) -> dict[str, Any]:
+def wait_failed(cluster_api, namespace: str, name: str) -> dict[str, Any]:
     def failed() -> dict[str, Any] | None:
-        job = get_job(real_api, namespace, name)
+        job = get_job(cluster_api, namespace, name)
         return job if (job.get("status") or {}).get("phase") == Phase.FAILED else None
 
     return wait_for(failed, 120, f"{name} to fail")
@@ -399,7 +399,7 @@ def wait_failed(real_api, namespace: str, name: str) -> dict[str, Any]:
     ("how", "reason"), [("not-ready", "NodeNotReady"), ("deleted", "NodeLost")]
 )
 def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
-    how, reason, real_cluster, real_api, real_core, jobs_namespace, chart_operator, real_claim
+    how, reason, stack, cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim
 ):
     """Its kubelet, containerd and pods are killed by PID. It goes NotReady (and past the
     job's tolerance), or its Node is deleted as well; either way its pod is deleted without
@@ -412,14 +412,14 @@ def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
     body["spec"]["args"] = [a.replace(f"max_steps={MAX_STEPS}", "max_steps=400")
                             for a in body["spec"]["args"]]  # fmt: skip
     survivor = chart_operator.spec.node_name  # the operator must outlive the node
-    doomed = next(f"real-node-{i}" for i in range(2) if f"real-node-{i}" != survivor)
+    doomed = next(node for node in stack.nodes if node != survivor)
     body["spec"]["template"]["spec"]["nodeSelector"] = {"kubernetes.io/hostname": doomed}
-    create_job(real_api, jobs_namespace, body)
-    running_gang(real_core, jobs_namespace, 0, 1, timeout=240)
-    checkpoints = real_claim / experiment_path(name) / "checkpoints"
+    create_job(cluster_api, jobs_namespace, body)
+    running_gang(cluster_core, jobs_namespace, 0, 1, timeout=240)
+    checkpoints = shared_claim / experiment_path(name) / "checkpoints"
     wait_step(checkpoints, SAVE_INTERVAL + 1, 0, 300)
-    where = cluster.cluster_dir(real_cluster)
-    realnodes.power_off(real_cluster, where, doomed)
+    where = cluster.cluster_dir(stack.name)
+    realnodes.power_off(stack.name, where, doomed)
     # Nothing of the node runs any more. A save is written before its step's progress, so a
     # kill between the two leaves a step folder newer than the progress file.
     saved = [parse_step(d.name) or 0 for d in checkpoints.iterdir()]
@@ -427,17 +427,17 @@ def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
     try:
         # Let the job go to the other node (a merge patch: None drops the key).
         selector = {"kubernetes.io/hostname": None, **REAL}
-        client.CustomObjectsApi(real_api).patch_namespaced_custom_object(
+        client.CustomObjectsApi(cluster_api).patch_namespaced_custom_object(
             c.GROUP, c.VERSION, jobs_namespace, c.PLURAL, name,
             {"spec": {"template": {"spec": {"nodeSelector": selector}}}},
         )  # fmt: skip
         if how == "deleted":
-            real_core.delete_node(doomed)
+            cluster_core.delete_node(doomed)
         else:
-            wait_for(lambda: _not_ready(real_core, doomed), 90, f"{doomed} to go NotReady")
-        gang = running_gang(real_core, jobs_namespace, 1, 1, timeout=240)
+            wait_for(lambda: _not_ready(cluster_core, doomed), 90, f"{doomed} to go NotReady")
+        gang = running_gang(cluster_core, jobs_namespace, 1, 1, timeout=240)
         assert gang[0].spec.node_name == survivor
-        st = status(real_api, jobs_namespace, name)
+        st = status(cluster_api, jobs_namespace, name)
         assert st["recoveries"][0]["reason"] == reason, st["recoveries"]
         # No save on SIGTERM from a dead node: the newest interval save (the one at the last
         # step may have been cut short by the kill, and is then passed over).
@@ -445,12 +445,12 @@ def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
         assert st["recoveries"][0]["resumedFromStep"] in (newest, newest - SAVE_INTERVAL), st
         assert st["failures"] == 0
         wait_step(checkpoints, st["recoveries"][0]["resumedFromStep"] + 1, 1, 120)
-        job = get_job(real_api, jobs_namespace, name)
+        job = get_job(cluster_api, jobs_namespace, name)
         report_recovery(f"its node powered off ({how})", job, checkpoints)
     finally:
-        realnodes.power_on(real_cluster, where, doomed)  # its kubelet registers it again
-        wait_for(lambda: _ready(real_core, doomed), 120, f"{doomed} to be Ready again")
-    delete_job(real_api, jobs_namespace, name)
+        realnodes.power_on(stack.name, where, doomed)  # its kubelet registers it again
+        wait_for(lambda: _ready(cluster_core, doomed), 120, f"{doomed} to be Ready again")
+    delete_job(cluster_api, jobs_namespace, name)
 
 
 def _ready(core: client.CoreV1Api, node: str) -> bool:

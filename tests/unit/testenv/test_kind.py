@@ -51,15 +51,6 @@ def test_containers_conf_lowers_ulimits_only_without_cap_sys_resource(
     assert "default_ulimits" not in kind._containers_conf(tmp_path).read_text()
 
 
-def test_shared_volume_is_a_read_write_many_host_path_bound_to_its_claim() -> None:
-    pv, claim = kind.shared_volume("pv-1", "ckpt", "ns", subpath="job-a", size="2Gi")
-    assert pv["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert pv["spec"]["hostPath"]["path"] == "/rljob/shared/job-a"
-    assert pv["spec"]["claimRef"] == {"namespace": "ns", "name": "ckpt"}
-    assert claim["spec"]["volumeName"] == "pv-1"
-    assert claim["metadata"] == {"name": "ckpt", "namespace": "ns"}
-
-
 def test_missing_podman_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kind.os, "geteuid", lambda: 0)
     monkeypatch.setattr(kind.shutil, "which", lambda prog: None)
@@ -108,3 +99,4 @@ def test_docker_as_provider_needs_a_docker_engine(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("RLJOB_KIND_PROVIDER", "lxc")
     with pytest.raises(kind.KindError, match="one of podman, docker"):
         kind.provider()
+

@@ -1,0 +1,325 @@
+"""The clusters rljob's demo and its end-to-end tests run on, behind one protocol.
+
+A `Stack` is a control plane, nodes that run pods, and rljob's operator: node agents
+(devtools/rljob_nodeagent: stand-in kubelets that run each pod's command as a local process,
+docs/nodeagent.md) under the operator as a local process; real nodes (kubelets and containerds
+as local processes, docs/testenv.md) or kind's nodes (the same in podman containers,
+docs/kind.md) under the operator its Helm chart installs. hack/demo.py and the fixtures of
+tests/e2e/chart_cluster.py see only the protocol.
+
+Each checkpoint volume is a host folder every node sees, exposed as a ReadWriteMany
+PersistentVolume reserved for one claim: what an NFS or Lustre mount is to a real cluster.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import binaries, cluster, images, kind, nodeconfig, onkind, onrealnodes, realnodes
+from .operator_process import OperatorProcess
+from .scenario import PLACEHOLDER_IMAGE
+
+Say = Callable[[str], None]
+# What `up` raises when the host cannot run the stack; its message says what is missing.
+START_ERRORS = (
+    binaries.BinariesError, cluster.ClusterError, images.ImageError, kind.KindError,
+    realnodes.RealNodeError,
+)  # fmt: skip
+CHART = Path(__file__).resolve().parents[2] / "charts" / "rljob-operator"
+
+
+class Stack(Protocol):
+    """A cluster whose nodes run the gang's pods, and rljob's operator on it."""
+
+    name: str
+    nodes: tuple[str, ...]  # where gangs run
+    trainer_image: str | None  # None: the job's own (node agents run this venv's trainer)
+    urgent_image: str  # what a preempting pod runs: an image every node holds
+
+    @property
+    def kubeconfig(self) -> Path: ...
+
+    def exists(self) -> bool:
+        """Whether a cluster of this name is up (left by an earlier run, or up() ran)."""
+        ...
+
+    def up(self, say: Say) -> Path:
+        """The control plane and the nodes, with the images they run; the kubeconfig."""
+        ...
+
+    def start_operator(self, namespace: str, say: Say) -> None:
+        """rljob's operator, watching `namespace`, once it runs."""
+        ...
+
+    def claim_volume(self, volume: str, namespace: str, claim: str) -> tuple[Path, dict]:
+        """A fresh host folder every node sees, and the PersistentVolume `volume` on it,
+        reserved for the claim: (the folder as this machine sees it, the volume's manifest)."""
+        ...
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        """kubectl against the cluster; its output (stdout and stderr when check is False)."""
+        ...
+
+    def pod_log(self, namespace: str, pod: str) -> str:
+        """A pod's log so far; "" when there is none to read."""
+        ...
+
+    def operator_log(self, tail: int = -1) -> str: ...
+
+    def logs(self) -> str:
+        """Where a user looks after a run (one line)."""
+        ...
+
+    def stop(self) -> str:
+        """Stop what runs on this machine outside the cluster and keep the logs a user reads
+        afterwards; the cluster stays. One line saying what was done."""
+        ...
+
+    def down(self, say: Say) -> None:
+        """Remove the cluster and everything stop() leaves."""
+        ...
+
+
+def shared_folder_volume(name: str, host_path: str, namespace: str, claim: str) -> dict:
+    """A ReadWriteMany hostPath PersistentVolume at `host_path` (as the nodes see it),
+    reserved for one claim."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": host_path, "type": "Directory"},
+            "claimRef": {"namespace": namespace, "name": claim},
+        },
+    }
+
+
+def _fresh_folder(folder: Path) -> Path:
+    """Made writable for the trainer image's non-root user; a node would make a missing one
+    root-owned."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o777)
+    return folder
+
+
+class AgentStack:
+    """`make demo`'s: node agents (stand-in kubelets that run each pod's command as a local
+    process) and the operator as a local process, which reads the claim's folder in-process.
+    Quick to start; docs/nodeagent.md says what it fakes."""
+
+    trainer_image: str | None = None
+    urgent_image = PLACEHOLDER_IMAGE  # a node agent runs no image
+
+    def __init__(self, name: str, out: Path, claim: str, gpus_per_node: int, nodes: int = 2):
+        self.name, self.out, self.claim, self.gpus = name, out, claim, gpus_per_node
+        self.nodes = tuple(f"{name}-node-{i}" for i in range(nodes))
+        self.root = out / "nodeagent"  # the agents' pod folders, claims and logs
+        self.agents: Any = None
+        self.operator: OperatorProcess | None = None
+
+    @property
+    def kubeconfig(self) -> Path:
+        return cluster.kubeconfig_path(self.name)
+
+    def exists(self) -> bool:
+        return cluster.exists(self.name)
+
+    def up(self, say: Say) -> Path:
+        from rljob_nodeagent import spawn
+
+        binaries.install(say=say)
+        kubeconfig = cluster.up(self.name, gpu_nodes=0, say=say)
+        self.agents = spawn(kubeconfig, list(self.nodes), self.root, gpus=self.gpus)
+        say(f"node agents up: {', '.join(self.nodes)} ({self.gpus} GPUs each; pods run as "
+            f"local processes, logs in {self.root / 'logs'})")  # fmt: skip
+        return kubeconfig
+
+    def start_operator(self, namespace: str, say: Say) -> None:
+        from rljob_nodeagent import claim_dir
+
+        cluster.install_crds(self.name, CHART.parents[1] / "crds")
+        folder = claim_dir(self.root, namespace, self.claim)
+        self.operator = OperatorProcess(
+            self.kubeconfig, namespace, self.out / "operator.log",
+            RLJOB_CHECKPOINT_VOLUMES=f"{self.claim}={folder}",
+        )  # fmt: skip
+        self.operator.start()
+        say(f"operator up (log: {self.out / 'operator.log'})")
+
+    def claim_volume(self, volume: str, namespace: str, claim: str) -> tuple[Path, dict]:
+        """The agents map a claim to a folder of their own by its namespace and name; the
+        volume's path is never read."""
+        from rljob_nodeagent import claim_dir
+
+        folder = _fresh_folder(claim_dir(self.root, namespace, claim))
+        return folder, shared_folder_volume(volume, str(folder), namespace, claim)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return cluster.kubectl(self.name, *args, input=input, check=check)
+
+    def pod_log(self, namespace: str, pod: str) -> str:
+        """The agent's log file of the pod, which outlives the pod."""
+        try:
+            return (self.root / "logs" / namespace / f"{pod}.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def operator_log(self, tail: int = -1) -> str:
+        try:
+            lines = (self.out / "operator.log").read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return ""
+        return "\n".join(lines[max(len(lines) - tail, 0) :] if tail >= 0 else lines)
+
+    def logs(self) -> str:
+        return f"{self.out} (operator.log, nodeagent/logs/, reference.log)"
+
+    def stop(self) -> str:
+        """The agents and the operator run here: they stop, whatever is kept."""
+        from rljob_nodeagent import live_processes
+
+        if self.agents is not None:
+            self.agents.stop()
+        if self.operator is not None:
+            self.operator.stop()
+        left = [p for node in self.nodes for p in live_processes(node)]
+        return f"operator and node agents stopped, {len(left)} pod processes left"
+
+    def down(self, say: Say) -> None:
+        self.stop()
+        cluster.down(self.name, say=say)
+
+
+class _ChartStack(ABC):
+    """What real nodes and kind share: the operator installed by its chart, which finds resume
+    targets through its inspector pods, and pods' logs read with kubectl."""
+
+    out: Path | None
+    name: str
+
+    @property
+    @abstractmethod
+    def kubeconfig(self) -> Path: ...
+
+    @abstractmethod
+    def exists(self) -> bool: ...
+
+    @abstractmethod
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str: ...
+
+    def start_operator(self, namespace: str, say: Say) -> None:
+        say(f"helm install charts/rljob-operator (image {images.OPERATOR.tag})")
+        onrealnodes.install_chart(self.kubeconfig, CHART, [namespace])
+        say(f"operator running in {onrealnodes.OPERATOR_NAMESPACE}, installed by its chart")
+
+    def pod_log(self, namespace: str, pod: str) -> str:
+        """The container's log as the kubelet keeps it; "" once the pod is gone."""
+        return self.kubectl("logs", "-n", namespace, pod, check=False)
+
+    def operator_log(self, tail: int = -1) -> str:
+        return self.kubectl("logs", "-n", onrealnodes.OPERATOR_NAMESPACE,
+                            f"deploy/{onrealnodes.OPERATOR_DEPLOYMENT}", f"--tail={tail}",
+                            check=False)  # fmt: skip
+
+    def logs(self) -> str:
+        return f"{self.out} (operator.log, pods/, reference.log)"
+
+    def stop(self) -> str:
+        """Keep the operator's and the pods' logs (of every namespace but the system's) in
+        `out` before the nodes go."""
+        if self.out is None or not self.exists():
+            return "nothing to keep"
+        (self.out / "operator.log").write_text(self.operator_log())
+        pods = self.out / "pods"
+        pods.mkdir(exist_ok=True)
+        every = "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {end}"
+        listed = self.kubectl("get", "pods", "-A", "-o", every, check=False)
+        for entry in listed.split():
+            namespace, pod = entry.split("/", 1)
+            if not namespace.startswith("kube-"):
+                (pods / f"{pod}.log").write_text(self.pod_log(namespace, pod))
+        return "operator and pod logs saved"
+
+
+class RealNodeStack(_ChartStack):
+    """`make demo-real`'s and tests/e2e/real's: real nodes (a kubelet and a containerd each,
+    docs/testenv.md) running the images built from the Dockerfiles, under the chart's operator.
+    The images are built with buildah on first use (the trainer's about 8 minutes: torch from
+    PyPI). Every node is a process tree on this machine, so a host folder is a volume all of
+    them see: under `out` when given (with the logs stop() keeps, they outlive the cluster),
+    else in the cluster's own folder."""
+
+    trainer_image = images.TRAINER.tag
+    urgent_image = nodeconfig.PAUSE_IMAGE  # on every node: an urgent pod really runs
+
+    def __init__(self, name: str, repo: Path, gpus_per_node: int, nodes: int = 2,
+                 out: Path | None = None):  # fmt: skip
+        self.name, self.repo, self.gpus, self.out = name, repo, gpus_per_node, out
+        self.nodes = tuple(f"real-node-{i}" for i in range(nodes))
+        self.volumes = (out or cluster.cluster_dir(name)) / "volumes"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return cluster.kubeconfig_path(self.name)
+
+    def exists(self) -> bool:
+        return cluster.exists(self.name)
+
+    def up(self, say: Say) -> Path:
+        kubeconfig = onrealnodes.up(self.name, len(self.nodes), self.gpus, self.repo, say)
+        say(f"real nodes up: {', '.join(self.nodes)} ({self.gpus} GPUs each)")
+        return kubeconfig
+
+    def claim_volume(self, volume: str, namespace: str, claim: str) -> tuple[Path, dict]:
+        folder = _fresh_folder(self.volumes / volume)
+        return folder, shared_folder_volume(volume, str(folder), namespace, claim)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return cluster.kubectl(self.name, *args, input=input, check=check)
+
+    def down(self, say: Say) -> None:
+        if self.exists():
+            cluster.down(self.name, say=say)
+
+
+class KindStack(_ChartStack):
+    """tests/e2e/kind's: a kind cluster of a control plane and workers on rootful podman, the
+    project's images loaded with `kind load image-archive`, every node mounting one host folder
+    (kind's extraMounts) at kind.SHARED_MOUNT. Its nodes advertise no GPUs."""
+
+    trainer_image = images.TRAINER.tag
+    urgent_image = images.OPERATOR.tag  # on every node; give it a command that keeps running
+
+    def __init__(self, name: str, repo: Path, workers: int = 2, out: Path | None = None):
+        self.name, self.repo, self.out = name, repo, out
+        self.nodes = tuple(onkind.node_names(name, workers)[1])
+        self.shared = kind.shared_dir(name) or kind.cluster_dir(name) / "shared"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return kind.kubeconfig_path(self.name)
+
+    def exists(self) -> bool:
+        return kind.cluster_exists(self.name)
+
+    def up(self, say: Say) -> Path:
+        return onkind.up(self.name, self.shared, self.repo, len(self.nodes), say)
+
+    def claim_volume(self, volume: str, namespace: str, claim: str) -> tuple[Path, dict]:
+        folder = _fresh_folder(self.shared / "volumes" / volume)
+        path = f"{kind.SHARED_MOUNT}/{folder.relative_to(self.shared)}"
+        return folder, shared_folder_volume(volume, path, namespace, claim)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        shown = kind.kubectl(self.name, *args, check=check, stdin=input)
+        return shown.stdout if check else shown.stdout + shown.stderr
+
+    def down(self, say: Say) -> None:
+        kind.delete_cluster(self.name, say=say)
