@@ -175,7 +175,7 @@ def add_gpu_nodes(
     names = [f"{prefix}-{i}" for i in range(count)]
     docs = [gpu_node_manifest(n, shape) for n in names]
     kubectl(name, "apply", "-f", "-", input=yaml.safe_dump_all(docs))
-    _wait(
+    wait_until(
         lambda: _ready_nodes(name) >= set(names),
         timeout=60,
         what=f"nodes {', '.join(names)} to become Ready",
@@ -195,7 +195,9 @@ def _ready_nodes(name: str) -> set[str]:
     }
 
 
-def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `predicate` (a ClusterError counts as not yet) until true; ClusterError after
+    `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -317,7 +319,7 @@ def up(
                 f"kwokctl could not create cluster {name!r} (exit {result.returncode}):\n"
                 f"{result.stderr.strip() or result.stdout.strip()}{logs}"
             )
-        _wait(lambda: _healthy(name), timeout=60, what="the API server to answer /readyz")
+        wait_until(lambda: _healthy(name), timeout=60, what="the API server to answer /readyz")
         say(f"cluster {name!r} is up in {time.monotonic() - started:.1f}s")
     existing = {n for n in _ready_nodes(name) if n.startswith("gpu-node-")}
     if len(existing) < gpu_nodes:
@@ -329,7 +331,7 @@ def up(
             list(real.images), say,
         )  # fmt: skip
         names = [p.name for p in plans]
-        _wait(
+        wait_until(
             lambda: _ready_nodes(name) >= set(names),
             timeout=120,
             what=f"real nodes {', '.join(names)} to become Ready",
@@ -379,7 +381,9 @@ def down(name: str = DEFAULT_CLUSTER_NAME, say: Callable[[str], None] = print) -
     for pid in pids:  # kwokctl stops them; make sure, so that nothing outlives `down`.
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
-    _wait(lambda: not any(alive(p) for p in pids), timeout=15, what="cluster processes to exit")
+    wait_until(
+        lambda: not any(alive(p) for p in pids), timeout=15, what="cluster processes to exit"
+    )
     shutil.rmtree(cluster_dir(name), ignore_errors=True)
     if result.returncode != 0:
         say(f"kwokctl delete reported: {result.stderr.strip()} (cleaned up anyway)")

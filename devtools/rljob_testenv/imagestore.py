@@ -42,31 +42,45 @@ class ImageStoreError(RuntimeError):
     """The store could not be made; the message has containerd's own words."""
 
 
-def stores_dir() -> Path:
-    return binaries.cache_root() / "containerd-stores"
+def stores_dir(family: str = "") -> Path:
+    """Where the stores of one family (the real nodes', "": kind's, "kind") are kept."""
+    return binaries.cache_root() / ("containerd-stores" + (f"-{family}" if family else ""))
 
 
-def store_for(archives: list[Path], say: Callable[[str], None] = print) -> Path:
-    """The root of a containerd store that holds `archives` (made now if the cache lacks it).
+def store_for(
+    archives: list[Path],
+    say: Callable[[str], None] = print,
+    base: Path | None = None,
+    family: str = "",
+) -> Path:
+    """The root of a containerd store that holds `archives` (made now if the cache lacks it),
+    besides what the containerd root `base` holds (a kind node image's own images).
 
-    The archives' names carry a hash of their content (images.build), so they and the
-    containerd binary name the store; stores of other archives are removed.
+    The archives' names carry a hash of their content (images.build), so they, the base's
+    path and the containerd binary name the store; the family's stores of other archives
+    are removed.
     """
     containerd = binaries.require("containerd")
-    key = hashlib.sha256(
-        "\n".join([str(containerd), *(a.name for a in archives)]).encode()
-    ).hexdigest()[:16]
-    store = stores_dir() / key
-    stores_dir().mkdir(parents=True, exist_ok=True)
-    with (stores_dir() / LOCK).open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another start of real nodes may be making it
+    named = [str(containerd), str(base or ""), *(a.name for a in archives)]
+    key = hashlib.sha256("\n".join(named).encode()).hexdigest()[:16]
+    folder = stores_dir(family)
+    store = folder / key
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / LOCK).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another start of the nodes may be making it
         if not (store / "root").is_dir():
-            _make(containerd, store, archives, say)
+            _make(containerd, store, archives, base, say)
     return store / "root"
 
 
-def _make(containerd: Path, store: Path, archives: list[Path], say: Callable[[str], None]) -> None:
-    for stale in stores_dir().iterdir():
+def _make(
+    containerd: Path,
+    store: Path,
+    archives: list[Path],
+    base: Path | None,
+    say: Callable[[str], None],
+) -> None:
+    for stale in store.parent.iterdir():
         if stale.name != LOCK:
             shutil.rmtree(stale, ignore_errors=True)
     started = time.monotonic()
@@ -75,6 +89,9 @@ def _make(containerd: Path, store: Path, archives: list[Path], say: Callable[[st
     # The daemon's sockets in a short folder: a unix socket's path has at most 108 bytes.
     sockets = Path(tempfile.mkdtemp(prefix="rjstore-", dir="/tmp"))
     try:
+        partial.mkdir()
+        if base is not None:
+            subprocess.run(["cp", "-a", str(base), str(partial / "root")], check=True)
         _import(containerd, partial, sockets, archives)
         store.mkdir()
         (partial / "root").rename(store / "root")
@@ -86,7 +103,6 @@ def _make(containerd: Path, store: Path, archives: list[Path], say: Callable[[st
 
 def _import(containerd: Path, work: Path, sockets: Path, archives: list[Path]) -> None:
     """Run a containerd on `work`/root with only what an import needs, and import."""
-    work.mkdir()
     socket = sockets / "containerd.sock"
     config = {
         "version": 3,

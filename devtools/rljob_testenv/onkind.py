@@ -1,6 +1,7 @@
-"""rljob on a kind cluster, as a user runs it: the project's images loaded into the nodes with
-`kind load image-archive`, a host folder every node mounts for the checkpoints (a
-ReadWriteMany volume, as NFS or Lustre would be), and the operator installed by its chart.
+"""rljob on a kind cluster, as a user runs it: the project's images on the nodes (a new
+cluster's nodes start with them, kind.node_stores; a reused one gets what it lacks with `kind
+load image-archive`), a host folder every node mounts for the checkpoints (a ReadWriteMany
+volume, as NFS or Lustre would be), and the operator installed by its chart.
 
 The kind e2e tests (tests/e2e/kind) and hack/kind-e2e.sh both stand the cluster up here.
 Everything is checked before the cluster is made (podman, cgroups, disk for the images on
@@ -25,12 +26,6 @@ Say = Callable[[str], None]
 # archive took about 8 GB on each worker (docs/kind.md).
 UNPACKED_PER_ARCHIVE_BYTE = 3
 IMPORT_TIMEOUT = 900
-
-
-def node_names(name: str, workers: int) -> tuple[str, list[str]]:
-    """kind's names for a cluster's control plane and its workers."""
-    suffixes = ["" if i == 0 else str(i + 1) for i in range(workers)]
-    return f"{name}-control-plane", [f"{name}-worker{s}" for s in suffixes]
 
 
 def archive_image(archive: Path) -> tuple[str, str]:
@@ -100,21 +95,22 @@ def load_images(name: str, loads: dict[Path, list[str]], say: Say = print) -> No
 
 
 def up(name: str, shared_dir: Path, repo: Path, workers: int = 2, say: Say = print) -> Path:
-    """A kind cluster of a control plane and `workers` workers sharing `shared_dir`, the
-    operator image on every node and the trainer image on the workers; its kubeconfig. An
-    existing cluster of that name is reused (and gets the images it lacks); one this call
-    made is deleted again if it fails."""
+    """A kind cluster of a control plane and `workers` workers sharing `shared_dir`, with the
+    operator and trainer images on every node; its kubeconfig. A cluster made here starts
+    with them (kind.node_stores); an existing cluster of that name is reused and gets the
+    images it lacks with `kind load image-archive`. One this call made is deleted again if it
+    fails."""
     kind.check_host(say=say)
-    operator = images.build(images.OPERATOR, repo, say)
-    trainer = images.build(images.TRAINER, repo, say)
-    control_plane, nodes = node_names(name, workers)
-    loads = {operator: [control_plane, *nodes], trainer: nodes}
+    archives = [images.build(images.OPERATOR, repo, say), images.build(images.TRAINER, repo, say)]
+    control_plane, nodes = kind.node_names(name, workers)
     made = not kind.cluster_exists(name)
-    if made:
-        check_room(loads, say)
     try:
-        kubeconfig = kind.create_cluster(name, workers, shared_dir, say=say)
-        load_images(name, loads, say)
+        if made:
+            check_room({a: [control_plane] for a in archives}, say)
+            kubeconfig = kind.create_cluster(name, workers, shared_dir, say=say, images=archives)
+        else:
+            kubeconfig = kind.create_cluster(name, workers, shared_dir, say=say)
+            load_images(name, {a: [control_plane, *nodes] for a in archives}, say)
     except BaseException:
         if made:  # leave nothing behind that this call made
             kind.delete_cluster(name, say=say)

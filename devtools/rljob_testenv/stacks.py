@@ -109,7 +109,24 @@ def _fresh_folder(folder: Path) -> Path:
     return folder
 
 
-class AgentStack:
+class _OnLocalControlPlane:
+    """The control plane `rljob testenv up` runs as local processes (node agents and real
+    nodes join it)."""
+
+    name: str
+
+    @property
+    def kubeconfig(self) -> Path:
+        return cluster.kubeconfig_path(self.name)
+
+    def exists(self) -> bool:
+        return cluster.exists(self.name)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return cluster.kubectl(self.name, *args, input=input, check=check)
+
+
+class AgentStack(_OnLocalControlPlane):
     """`make demo`'s: node agents (stand-in kubelets that run each pod's command as a local
     process) and the operator as a local process, which reads the claim's folder in-process.
     Quick to start; docs/nodeagent.md says what it fakes."""
@@ -123,13 +140,6 @@ class AgentStack:
         self.root = out / "nodeagent"  # the agents' pod folders, claims and logs
         self.agents: Any = None
         self.operator: OperatorProcess | None = None
-
-    @property
-    def kubeconfig(self) -> Path:
-        return cluster.kubeconfig_path(self.name)
-
-    def exists(self) -> bool:
-        return cluster.exists(self.name)
 
     def up(self, say: Say) -> Path:
         from rljob_nodeagent import spawn
@@ -160,9 +170,6 @@ class AgentStack:
 
         folder = _fresh_folder(claim_dir(self.root, namespace, claim))
         return folder, shared_folder_volume(volume, str(folder), namespace, claim)
-
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        return cluster.kubectl(self.name, *args, input=input, check=check)
 
     def pod_log(self, namespace: str, pod: str) -> str:
         """The agent's log file of the pod, which outlives the pod."""
@@ -214,6 +221,14 @@ class _ChartStack(ABC):
     @abstractmethod
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str: ...
 
+    @abstractmethod
+    def power_off(self, node: str) -> None:
+        """Stop a node as a power cut would: its kubelet, its runtime and its pods at once."""
+
+    @abstractmethod
+    def power_on(self, node: str) -> None:
+        """Start a node that power_off stopped; it registers again with what it kept."""
+
     def start_operator(self, namespace: str, say: Say) -> None:
         say(f"helm install charts/rljob-operator (image {images.OPERATOR.tag})")
         onrealnodes.install_chart(self.kubeconfig, CHART, [namespace])
@@ -248,8 +263,8 @@ class _ChartStack(ABC):
         return "operator and pod logs saved"
 
 
-class RealNodeStack(_ChartStack):
-    """`make demo-real`'s and tests/e2e/real's: real nodes (a kubelet and a containerd each,
+class RealNodeStack(_OnLocalControlPlane, _ChartStack):
+    """`make demo-real`'s: real nodes (a kubelet and a containerd each,
     docs/testenv.md) running the images built from the Dockerfiles, under the chart's operator.
     The images are built with buildah on first use (the trainer's about 8 minutes: torch from
     PyPI). Every node is a process tree on this machine, so a host folder is a volume all of
@@ -265,13 +280,6 @@ class RealNodeStack(_ChartStack):
         self.nodes = tuple(f"real-node-{i}" for i in range(nodes))
         self.volumes = (out or cluster.cluster_dir(name)) / "volumes"
 
-    @property
-    def kubeconfig(self) -> Path:
-        return cluster.kubeconfig_path(self.name)
-
-    def exists(self) -> bool:
-        return cluster.exists(self.name)
-
     def up(self, say: Say) -> Path:
         kubeconfig = onrealnodes.up(self.name, len(self.nodes), self.gpus, self.repo, say)
         say(f"real nodes up: {', '.join(self.nodes)} ({self.gpus} GPUs each)")
@@ -281,8 +289,11 @@ class RealNodeStack(_ChartStack):
         folder = _fresh_folder(self.volumes / volume)
         return folder, shared_folder_volume(volume, str(folder), namespace, claim)
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        return cluster.kubectl(self.name, *args, input=input, check=check)
+    def power_off(self, node: str) -> None:
+        realnodes.power_off(self.name, cluster.cluster_dir(self.name), node)
+
+    def power_on(self, node: str) -> None:
+        realnodes.power_on(self.name, cluster.cluster_dir(self.name), node)
 
     def down(self, say: Say) -> None:
         if self.exists():
@@ -290,16 +301,18 @@ class RealNodeStack(_ChartStack):
 
 
 class KindStack(_ChartStack):
-    """tests/e2e/kind's: a kind cluster of a control plane and workers on rootful podman, the
-    project's images loaded with `kind load image-archive`, every node mounting one host folder
-    (kind's extraMounts) at kind.SHARED_MOUNT. Its nodes advertise no GPUs."""
+    """tests/e2e/kind's: a kind cluster of a control plane and workers on rootful podman, every
+    node starting with the project's images (kind.node_stores) and mounting one host folder
+    (kind's extraMounts) at kind.SHARED_MOUNT; with `gpus_per_node`, the test device plugin's
+    GPUs on the workers."""
 
     trainer_image = images.TRAINER.tag
     urgent_image = images.OPERATOR.tag  # on every node; give it a command that keeps running
 
-    def __init__(self, name: str, repo: Path, workers: int = 2, out: Path | None = None):
-        self.name, self.repo, self.out = name, repo, out
-        self.nodes = tuple(onkind.node_names(name, workers)[1])
+    def __init__(self, name: str, repo: Path, workers: int = 2, gpus_per_node: int = 0,
+                 out: Path | None = None):  # fmt: skip
+        self.name, self.repo, self.gpus, self.out = name, repo, gpus_per_node, out
+        self.nodes = tuple(kind.node_names(name, workers)[1])
         self.shared = kind.shared_dir(name) or kind.cluster_dir(name) / "shared"
 
     @property
@@ -310,7 +323,41 @@ class KindStack(_ChartStack):
         return kind.cluster_exists(self.name)
 
     def up(self, say: Say) -> Path:
-        return onkind.up(self.name, self.shared, self.repo, len(self.nodes), say)
+        kubeconfig = onkind.up(self.name, self.shared, self.repo, len(self.nodes), say)
+        for node in self.nodes:
+            self._advertise_gpus(node)
+        return kubeconfig
+
+    def _advertise_gpus(self, node: str) -> None:
+        """With `gpus_per_node`, the test device plugin (devtools/rljob_gpuplugin, as on the
+        real nodes) in the worker: that many nvidia.com/gpu, no GPU behind them."""
+        if not self.gpus or self._gpus_of(node) == self.gpus:
+            return
+        kind.node_start_program(node, binaries.require(binaries.GPU_PLUGIN.name),
+                                f"--devices={self.gpus}")  # fmt: skip
+        cluster.wait_until(
+            lambda: self._gpus_of(node) == self.gpus, 60, f"{node} to advertise GPUs"
+        )
+
+    def _gpus_of(self, node: str) -> int:
+        gpus = r"jsonpath={.status.allocatable.nvidia\.com/gpu}"
+        shown = self.kubectl("get", "node", node, "-o", gpus, check=False)
+        return int(shown) if shown.strip().isdigit() else 0
+
+    def power_off(self, node: str) -> None:
+        kind.node_power_off(node)
+
+    def power_on(self, node: str) -> None:
+        """The node's container starts again: systemd, containerd and the kubelet come back;
+        the device plugin is started again once it is Ready."""
+        kind.node_power_on(node)
+        ready = r"jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+
+        def registered_and_ready() -> bool:  # a deleted Node comes back when its kubelet does
+            return self.kubectl("get", "node", node, "-o", ready, check=False) == "True"
+
+        cluster.wait_until(registered_and_ready, 180, f"{node} to be Ready again")
+        self._advertise_gpus(node)
 
     def claim_volume(self, volume: str, namespace: str, claim: str) -> tuple[Path, dict]:
         folder = _fresh_folder(self.shared / "volumes" / volume)

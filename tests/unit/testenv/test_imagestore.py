@@ -1,5 +1,5 @@
-"""The real nodes' image store, made by a real containerd from the pause image's archive
-(the small one) into a folder of the test's own."""
+"""The nodes' image stores, made by a real containerd from the pause image's archive (the
+small one) into a folder of the test's own."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from rljob_testenv import images, imagestore
 
 @pytest.fixture
 def stores(tmp_path, monkeypatch):
-    monkeypatch.setattr(imagestore, "stores_dir", lambda: tmp_path / "stores")
-    return tmp_path / "stores"
+    monkeypatch.setattr(imagestore, "stores_dir", lambda family="": tmp_path / f"stores-{family}")
+    return tmp_path / "stores-"
 
 
 def test_a_node_shares_the_stores_layers_and_owns_its_databases(stores, tmp_path):
@@ -43,3 +43,16 @@ def test_an_archive_containerd_cannot_import_is_a_clear_error_and_leaves_no_stor
     with pytest.raises(imagestore.ImageStoreError, match=r"ctr could not import broken-0123\.tar"):
         imagestore.store_for([broken], say=lambda _: None)
     assert [p.name for p in stores.iterdir()] == [imagestore.LOCK]
+
+
+def test_a_store_on_a_base_keeps_the_bases_images_and_lives_apart(stores, tmp_path):
+    """kind's stores start from the node image's containerd root; making one leaves the real
+    nodes' stores alone."""
+    base = imagestore.store_for([images.pause_archive()], say=lambda _: None)
+    on_base = imagestore.store_for([], say=lambda _: None, base=base, family="kind")
+    assert on_base != base and base.is_dir()
+    blobs = imagestore.SHARED_DIRS[0]
+    assert {p.name for p in (base / blobs).rglob("*")} <= {
+        p.name for p in (on_base / blobs).rglob("*")
+    }
+    assert (on_base / "io.containerd.metadata.v1.bolt" / "meta.db").is_file()

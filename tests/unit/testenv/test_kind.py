@@ -26,6 +26,18 @@ def test_kind_config_mounts_the_shared_folder_on_every_node(tmp_path: Path) -> N
     assert "&id" not in yaml.safe_dump(config)  # no YAML anchors in what kind reads
 
 
+def test_each_node_gets_its_own_containerd_root_in_kinds_node_order(tmp_path: Path) -> None:
+    roots = [tmp_path / n for n in ("c-control-plane", "c-worker", "c-worker2")]
+    config = kind.kind_config("c", "img", 2, tmp_path / "shared", {}, roots)
+    for node, root in zip(config["nodes"], roots, strict=True):
+        assert node["extraMounts"] == [
+            {"hostPath": str(tmp_path / "shared"), "containerPath": kind.SHARED_MOUNT},
+            {"hostPath": str(root), "containerPath": "/var/lib/containerd"},
+        ]
+    control_plane, workers = kind.node_names("c", 2)
+    assert [control_plane, *workers] == [r.name for r in roots]
+
+
 def test_kind_config_carries_this_hosts_quirks() -> None:
     config = kind.kind_config("c", "img", 1, None, QUIRKS)
     (patch,) = config["kubeadmConfigPatches"]
@@ -99,4 +111,3 @@ def test_docker_as_provider_needs_a_docker_engine(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("RLJOB_KIND_PROVIDER", "lxc")
     with pytest.raises(kind.KindError, match="one of podman, docker"):
         kind.provider()
-

@@ -27,7 +27,7 @@ def oci_archive(path: Path, ref: str, digest: str, padding: int = 0) -> Path:
 
 
 def test_node_names_are_kinds() -> None:
-    assert onkind.node_names("c", 3) == ("c-control-plane", ["c-worker", "c-worker2", "c-worker3"])
+    assert kind.node_names("c", 3) == ("c-control-plane", ["c-worker", "c-worker2", "c-worker3"])
 
 
 def test_an_archive_names_its_image_and_manifest(tmp_path: Path) -> None:
