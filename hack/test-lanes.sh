@@ -9,8 +9,9 @@
 # (rljob_testenv.ports), so no two servers of the two lanes are handed the same port.
 #
 #   lane "cpu":           tests/trainer, rljob's own jobs on node agents, test_recovery.py,
-#                         tests/e2e/kind (a kind cluster, made and deleted in 4.5-6.5 minutes),
-#                         tests/e2e/real, tests/unit (shown at its end)
+#                         tests/e2e/kind (one kind cluster: the drain and the node behaviour
+#                         tests, which ran on real nodes until 2026-12-05), tests/unit (shown
+#                         at its end)
 #   lane "control-plane": the rest: tests/cluster, then the Ray jobs on node agents   (shown
 #                         as it runs)
 #
@@ -36,12 +37,10 @@ mkdir -p "$LOGS"
 
 # The cpu lane is named; the control-plane lane is everything else, so a new test file
 # always runs somewhere.
-# tests/e2e/kind comes before tests/e2e/real: its cluster (about 17 GB of images on its nodes)
-# is deleted at the end of its file, while the real nodes stay up until the lane ends.
 # TRL's resume test (tests/trainer/test_trl_resume.py, half a minute) runs in the other lane.
 CPU_LANE=(tests/trainer/test_megatron_resume.py tests/trainer/test_trainer_resume.py
   tests/trainer/test_trainer_runs.py tests/e2e/test_rljob_recovery.py tests/cluster/test_recovery.py
-  tests/e2e/kind tests/e2e/real tests/unit)
+  tests/e2e/kind tests/unit)
 # Each lane hands out ports from its own half of rljob_testenv.ports' range.
 RLJOB_TEST_PORTS=20000-24999 "$BIN/pytest" "${CPU_LANE[@]}" --junitxml="$LOGS/cpu.xml" "$@" \
   >"$LOGS/cpu.log" 2>&1 &

@@ -1,8 +1,7 @@
-"""Fixtures of the e2e tests on a cluster with rljob installed by its chart, whichever nodes it
-has (tests/e2e/real: kubelets and containerds as local processes; tests/e2e/kind: kind's
-nodes). Each folder's conftest provides `stack`, a rljob_testenv.stacks.Stack that is up, and
-imports these: the jobs' namespace, the operator pod once Ready, a claim on the shared volume,
-and what a failed test prints."""
+"""Fixtures of the e2e tests on a cluster with rljob installed by its chart (tests/e2e/kind: kind's
+nodes). A conftest provides `stack`, a session's rljob_testenv.stacks.Stack that is up, and
+imports these: the jobs' namespace and the operator pod once Ready (one of each for the
+session), a claim on the shared volume for each test, and what a failed test prints."""
 
 from __future__ import annotations
 
@@ -19,12 +18,17 @@ from rljob_operator import constants as c
 from rljob_testenv import onrealnodes
 from rljob_testenv.stacks import Stack
 
+__all__ = [  # the fixtures a conftest that provides `stack` takes in
+    "chart_operator", "cluster_api", "cluster_core", "jobs_namespace", "shared_claim",
+    "what_the_cluster_showed",
+]  # fmt: skip
+
 
 def say(msg: str) -> None:
     print(msg, flush=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster_api(stack: Stack) -> Iterator[client.ApiClient]:
     with api_client(stack.kubeconfig) as api:
         yield api
@@ -35,7 +39,7 @@ def cluster_core(cluster_api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(cluster_api)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def jobs_namespace(cluster_api: client.ApiClient) -> Iterator[str]:
     """A fresh namespace for the tests' jobs, which the chart's operator watches."""
     core = client.CoreV1Api(cluster_api)
@@ -45,7 +49,7 @@ def jobs_namespace(cluster_api: client.ApiClient) -> Iterator[str]:
     core.delete_namespace(name)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chart_operator(
     stack: Stack, cluster_api: client.ApiClient, jobs_namespace: str
 ) -> client.V1Pod:

@@ -110,4 +110,3 @@ def test_a_drained_worker_saves_on_notice_and_the_gang_resumes_bit_exact(
         f"resumed from step {recovery['resumedFromStep']}, lost {recovery['lostSteps']}; "
         "final weights bitwise equal to the uninterrupted run"
     )
-

@@ -1,9 +1,10 @@
-"""On real nodes: the chart-installed operator, the trainer image in containers, real kubelets.
+"""On kind's nodes: the chart-installed operator, the trainer image in containers, real kubelets
+with the test device plugin's GPUs (rljob_testenv.stacks.KindStack).
 
 What these show that kwok and the node agent cannot: the kubelet's SIGTERM and grace
 period on an eviction or a deletion (a preemption by the scheduler is the same deletion; its
-classification is tests/e2e/test_rljob_recovery.py's, with the real scheduler, and a drain on
-kind's kubelets is tests/e2e/kind's), torchrun as a container's PID 1 waiting for a save
+classification is tests/e2e/test_rljob_recovery.py's, with the real scheduler, and a drain is
+test_on_kind.py's), torchrun as a container's PID 1 waiting for a save
 longer than its default 30 s, the inspector pod reading the volume on a node, image pull
 and start errors as the kubelet reports them, the OOM killer, and a node that dies.
 Each job is checked the way a user would: its status, conditions, Events, and for the
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +53,15 @@ from rljob_trainer.metrics import read_metrics
 TRAINER_IMAGE = "localhost/rljob-trainer:cpu"
 OPERATOR_IMAGE = "localhost/rljob-operator:dev"
 IMAGE_CONFIG = "/app/configs/grpo_tiny.yaml"  # where the trainer image keeps its configs
-REAL = {"rljob.io/testenv": "real"}
 
 
-def real_job(name: str, nnodes: int, nproc: int, **overrides: Any) -> dict[str, Any]:
-    """The e2e GRPO job, in the trainer image, on the real nodes."""
+def node_job(name: str, nnodes: int, nproc: int, **overrides: Any) -> dict[str, Any]:
+    """The e2e GRPO job, in the trainer image, on any of the workers."""
     body = rljob_job(name, nnodes, nproc, free_port(), pool="unused", max_failures=1)
     spec = body["spec"]
     spec["image"] = TRAINER_IMAGE
     spec["args"] = [IMAGE_CONFIG if a.endswith("grpo_tiny.yaml") else a for a in spec["args"]]
-    spec["template"]["spec"]["nodeSelector"] = REAL
+    del spec["template"]["spec"]["nodeSelector"]  # the node agents' pool
     for key, value in overrides.items():
         if key == "template_spec":
             spec["template"]["spec"].update(value)
@@ -85,7 +84,7 @@ def custom_job(name: str, command: list[str], image: str = OPERATOR_IMAGE, **spe
             "nnodes": 1,
             "command": command,
             "restartPolicy": {"maxFailures": 0, "failureBackoffSeconds": 0},
-            "template": {"spec": {"nodeSelector": REAL, "terminationGracePeriodSeconds": 5}},
+            "template": {"spec": {"terminationGracePeriodSeconds": 5}},
             **spec,
         },
     }
@@ -143,24 +142,31 @@ def report_recovery(title: str, job: dict[str, Any], checkpoints: Path) -> None:
         ("first step", steps[0]["time"] if steps else float("nan")),
     ]
     line = ", ".join(f"{what} +{at - detected:.1f}s" for what, at in marks)
-    REPORTS.append(f"real nodes, {title}: {recovery['reason']}, resumed from step "
+    REPORTS.append(f"kind's nodes, {title}: {recovery['reason']}, resumed from step "
                    f"{recovery['resumedFromStep']}; after detection: {line}")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- the operator
 
 
-def test_the_chart_runs_the_operator_image_restricted_with_metrics_and_health(chart_operator):
+def test_the_chart_runs_the_operator_image_restricted_with_metrics_and_health(
+    stack, cluster_core, chart_operator
+):
     pod = chart_operator
     assert pod.spec.containers[0].image == OPERATOR_IMAGE
     assert pod.spec.service_account_name == "rljob-operator"
-    assert pod.spec.node_name.startswith("real-node-")
+    assert pod.spec.node_name in stack.nodes
     assert pod.spec.security_context.run_as_non_root is True
-    ip = pod.status.pod_ip
-    with urllib.request.urlopen(f"http://{ip}:8080/metrics", timeout=10) as response:
-        assert b"rljob_" in response.read()
-    with urllib.request.urlopen(f"http://{ip}:8081/healthz", timeout=10) as response:
-        assert response.status == 200
+    # Through the API server's proxy, as `kubectl get --raw` reaches a pod from anywhere.
+    name, namespace = pod.metadata.name, pod.metadata.namespace
+    metrics = cluster_core.connect_get_namespaced_pod_proxy_with_path(
+        f"{name}:8080", namespace, "metrics"
+    )
+    assert "rljob_" in metrics
+    health = cluster_core.connect_get_namespaced_pod_proxy_with_path_with_http_info(
+        f"{name}:8081", namespace, "healthz"
+    )
+    assert health[1] == 200
 
 
 # --------------------------------------------------------------------------- disruptions
@@ -174,7 +180,7 @@ def test_eviction_with_a_save_slower_than_torchruns_default_30s_still_resumes_fr
     job_name = "slow-save"
     checkpoints = shared_claim / experiment_path(job_name) / "checkpoints"
     at = rng.choice([s for s in range(5, 12) if s % SAVE_INTERVAL])
-    body = real_job(job_name, 1, 2, template_spec={"terminationGracePeriodSeconds": 90},
+    body = node_job(job_name, 1, 2, template_spec={"terminationGracePeriodSeconds": 90},
                     env=[{"name": ENV_TEST_SLOW_STOP_SAVE, "value": "40"}])  # fmt: skip
     create_job(cluster_api, jobs_namespace, body)
     gang = running_gang(cluster_core, jobs_namespace, 0, 1, timeout=240)
@@ -213,7 +219,7 @@ def test_a_deletion_shorter_than_the_grace_period_still_saves_the_last_finished_
     job_name = "short-grace"
     checkpoints = shared_claim / experiment_path(job_name) / "checkpoints"
     at = rng.choice([s for s in range(5, 8) if s % SAVE_INTERVAL])  # not an interval save
-    body = real_job(job_name, 2, 1, template_spec={"terminationGracePeriodSeconds": OWN_GRACE},
+    body = node_job(job_name, 2, 1, template_spec={"terminationGracePeriodSeconds": OWN_GRACE},
                     env=[{"name": ENV_TEST_SLOW_ROLLOUT_TOKEN, "value": str(SLOW_TOKEN)},
                          {"name": ENV_TEST_SLOW_ROLLOUT_FROM_STEP, "value": str(at + 1)}])  # fmt: skip
     body["spec"]["args"] = [a.replace(f"max_steps={MAX_STEPS}", f"max_steps={at + 1}")
@@ -394,20 +400,18 @@ def wait_failed(cluster_api, namespace: str, name: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- a node dies
 
 
-# Last in this file, which pytest keeps in order: the node stays dead for the session.
+# Last in this file, which pytest keeps in order: a node that dies is the roughest case.
 @pytest.mark.parametrize(
     ("how", "reason"), [("not-ready", "NodeNotReady"), ("deleted", "NodeLost")]
 )
 def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
     how, reason, stack, cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim
 ):
-    """Its kubelet, containerd and pods are killed by PID. It goes NotReady (and past the
-    job's tolerance), or its Node is deleted as well; either way its pod is deleted without
-    grace and the gang runs on the other node."""
-    from rljob_testenv import cluster, realnodes
-
+    """Its kubelet, containerd and pods stop at once (the stack's power cut). It goes NotReady
+    (and past the job's tolerance), or its Node is deleted as well; either way its pod is
+    deleted without grace and the gang runs on the other node."""
     name = f"node-{how}"
-    body = real_job(name, 1, 1, restartPolicy={"maxFailures": 1, "failureBackoffSeconds": 0,
+    body = node_job(name, 1, 1, restartPolicy={"maxFailures": 1, "failureBackoffSeconds": 0,
                                                 "nodeNotReadyToleranceSeconds": 10})  # fmt: skip
     body["spec"]["args"] = [a.replace(f"max_steps={MAX_STEPS}", "max_steps=400")
                             for a in body["spec"]["args"]]  # fmt: skip
@@ -418,15 +422,14 @@ def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
     running_gang(cluster_core, jobs_namespace, 0, 1, timeout=240)
     checkpoints = shared_claim / experiment_path(name) / "checkpoints"
     wait_step(checkpoints, SAVE_INTERVAL + 1, 0, 300)
-    where = cluster.cluster_dir(stack.name)
-    realnodes.power_off(stack.name, where, doomed)
+    stack.power_off(doomed)
     # Nothing of the node runs any more. A save is written before its step's progress, so a
     # kill between the two leaves a step folder newer than the progress file.
     saved = [parse_step(d.name) or 0 for d in checkpoints.iterdir()]
     last_step = max([read_progress(checkpoints)["step"], *saved])
     try:
         # Let the job go to the other node (a merge patch: None drops the key).
-        selector = {"kubernetes.io/hostname": None, **REAL}
+        selector = {"kubernetes.io/hostname": None}
         client.CustomObjectsApi(cluster_api).patch_namespaced_custom_object(
             c.GROUP, c.VERSION, jobs_namespace, c.PLURAL, name,
             {"spec": {"template": {"spec": {"nodeSelector": selector}}}},
@@ -448,7 +451,7 @@ def test_a_node_that_dies_and_the_gang_recovers_on_the_other_node(
         job = get_job(cluster_api, jobs_namespace, name)
         report_recovery(f"its node powered off ({how})", job, checkpoints)
     finally:
-        realnodes.power_on(stack.name, where, doomed)  # its kubelet registers it again
+        stack.power_on(doomed)  # its kubelet registers it again
         wait_for(lambda: _ready(cluster_core, doomed), 120, f"{doomed} to be Ready again")
     delete_job(cluster_api, jobs_namespace, name)
 
