@@ -27,6 +27,8 @@
 # 22), and TRL's resume test moved to the control-plane lane: cpu 24:38, control-plane 24:48,
 # whole 25:22 (run 23). About 49 minutes of work in two lanes: at the 25-minute target. On
 # 2026-12-05 (run 24): cpu 21:47, control-plane 21:49 (the Ray e2e 9:50), whole 22:21 warm.
+# Then the real-node tests moved to the kind cluster (one cluster, each node on hard links of
+# one image store): cpu 21:33 (kind 478 s), control-plane 22:06, whole 22:11 (run 26).
 #
 # Arguments are passed to both pytest runs. Logs and JUnit reports are in .test-logs/.
 set -uo pipefail

@@ -79,7 +79,11 @@ def verl_reference(verl_inputs: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 def main_ppo_job(namespace: str, port: int, priority_class: str, inputs: str) -> dict:
     """The job a verl user writes: verl's module as the command, its overrides as args."""
-    job = ray_job(JOB, "verl", namespace, port, priority_class)
+    # A step of verl's driver took 25 s once with the other lane's kind nodes busy (run 25),
+    # and the bridge rightly gave up a save that could not end within 20 s: room for a slow
+    # step, since this test is about the save on notice (test_ray_recovery's covers a grace
+    # too short for one). The pod exits once the save is done, so a fast run waits no longer.
+    job = ray_job(JOB, "verl", namespace, port, priority_class, grace=45)
     spec = job["spec"]
     spec["command"] = ["python", "-m", "verl.trainer.main_ppo"]
     spec["args"] = recipe.overrides(
