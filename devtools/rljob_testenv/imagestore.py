@@ -1,4 +1,4 @@
-"""The real nodes' images in one containerd store, made once per set of image archives.
+"""The nodes' images in one containerd store, made once per set of image archives.
 
 Importing the images into each node's containerd took 150 s on the development machine at
 every start of the real nodes: each containerd copies the 2.9 GB trainer image into its
@@ -7,7 +7,8 @@ kept in the cache, and each node's containerd starts on hard links of that store
 containerd never writes a content blob or an image layer's unpacked files in place (a
 container writes into a layer of its own, over them), so the nodes can share those files;
 everything else in the store (its bolt databases, ...) is small and each node gets its own
-copy.
+copy. The real nodes use it so, and kind's nodes (kind.node_stores), whose store starts from
+the node image's own.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class ImageStoreError(RuntimeError):
 
 
 def stores_dir(family: str = "") -> Path:
-    """Where the stores of one family (the real nodes', "": kind's, "kind") are kept."""
+    """Where one family's stores are kept: the real nodes' (family ""), kind's ("kind")."""
     return binaries.cache_root() / ("containerd-stores" + (f"-{family}" if family else ""))
 
 
