@@ -4,8 +4,8 @@ load image-archive`), a host folder every node mounts for the checkpoints (a Rea
 volume, as NFS or Lustre would be), and the operator installed by its chart.
 
 The kind e2e tests (tests/e2e/kind) and hack/kind-e2e.sh both stand the cluster up here.
-Everything is checked before the cluster is made (podman, cgroups, disk for the images on
-every node), so that a machine that cannot run it fails at once, saying what it lacks.
+Everything is checked before the cluster is made (podman, cgroups, disk for the images), so
+that a machine that cannot run it fails at once, saying what it lacks.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from . import images, kind
 Say = Callable[[str], None]
 
 # containerd keeps an image's compressed layers and unpacks them beside: the trainer's 2.9 GB
-# archive took about 8 GB on each worker (docs/kind.md).
+# archive took about 8 GB (docs/kind.md).
 UNPACKED_PER_ARCHIVE_BYTE = 3
 IMPORT_TIMEOUT = 900
 
@@ -50,15 +50,15 @@ def nodes_lacking(ref: str, digest: str, nodes: list[str]) -> list[str]:
     return lacking
 
 
-def check_room(loads: dict[Path, list[str]], say: Say = print) -> None:
-    """KindError unless the disk under the provider's store has room for every image on every
-    node it goes to, besides a cluster's own."""
-    needed = sum(a.stat().st_size * UNPACKED_PER_ARCHIVE_BYTE * len(n) for a, n in loads.items())
+def check_room(archives: list[Path], say: Say = print) -> None:
+    """KindError unless the disk under the provider's store has room for the images once (the
+    nodes share one store by hard links, kind.node_stores), besides a cluster's own."""
+    needed = sum(a.stat().st_size * UNPACKED_PER_ARCHIVE_BYTE for a in archives)
     store = kind.provider_store()
     probe = store if store.exists() else Path("/")
     free = shutil.disk_usage(probe).free
     wanted = needed + kind.CLUSTER_DISK_GIB * 2**30
-    say(f"  disk: the images need about {needed / 2**30:.1f} GiB on the nodes, "
+    say(f"  disk: the images need about {needed / 2**30:.1f} GiB unpacked, "
         f"{free / 2**30:.1f} GiB are free under {store}")  # fmt: skip
     if free < wanted:
         raise kind.KindError(
@@ -106,7 +106,7 @@ def up(name: str, shared_dir: Path, repo: Path, workers: int = 2, say: Say = pri
     made = not kind.cluster_exists(name)
     try:
         if made:
-            check_room({a: [control_plane] for a in archives}, say)
+            check_room(archives, say)
             kubeconfig = kind.create_cluster(name, workers, shared_dir, say=say, images=archives)
         else:
             kubeconfig = kind.create_cluster(name, workers, shared_dir, say=say)
