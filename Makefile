@@ -11,7 +11,7 @@ LOCK := requirements/operator.lock
 STAMP := $(VENV)/.installed-$(shell cat $(PROJECTS) $(LOCK) | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: all demo demo-verl demo-real test unit cluster-test lint fmt venv binaries node-binaries kueue-binaries images kind-image host-deps lock cluster-up cluster-down clean chart-crds crd
+.PHONY: all demo demo-verl demo-kind test unit cluster-test lint fmt venv binaries node-binaries kueue-binaries images kind-image host-deps lock cluster-up cluster-down clean chart-crds crd
 
 all: test
 
@@ -33,10 +33,10 @@ venv: $(STAMP)
 binaries: venv
 	$(BIN)/rljob testenv install
 
-## And what the real test nodes run: kubelet, kube-proxy, containerd, crictl, CoreDNS and the
-## device plugin.
+## And what kind's node image holds: kubelet, kubeadm, kube-proxy, containerd, crictl, CoreDNS
+## and the test device plugin.
 node-binaries: binaries
-	$(BIN)/rljob testenv install --real-nodes
+	$(BIN)/rljob testenv install --node-binaries
 
 ## And Kueue, for the tests of queued jobs (tests/cluster/test_kueue.py): every release they run
 ## on (rljob_testenv.binaries.KUEUE_VERSIONS: v0.17.0, v0.19.2), each cached apart; a release
@@ -44,9 +44,10 @@ node-binaries: binaries
 kueue-binaries: binaries
 	$(BIN)/rljob testenv install --kueue
 
-## The images the real test nodes run, built from the Dockerfiles with buildah where what they
-## copy changed (cached under ~/.cache/rljob/images). Built before pytest: a cold build (torch
-## from PyPI) can outlast one test's timeout.
+## The images kind's nodes run in tests/e2e/kind (the operator's, the trainer's and the Ray
+## driver's test image), built with buildah where what they copy changed (cached under
+## ~/.cache/rljob/images). Built before pytest: a cold build (torch from PyPI) can outlast one
+## test's timeout.
 images: venv host-deps
 	$(BIN)/rljob testenv images
 
@@ -56,9 +57,10 @@ images: venv host-deps
 kind-image: node-binaries host-deps
 	$(BIN)/rljob testenv kind image
 
-## What the real test nodes need from Debian (root): the OCI runtime, CNI plugins, iptables,
-## catatonit (the pause image), and mmdebstrap and buildah to build the images without Docker;
-## podman is kind's provider for tests/e2e/kind (rootful, offline).
+## What the tests need from Debian (root): podman, kind's provider (rootful, offline); runc,
+## which buildah runs its steps with; catatonit (the pause image); mmdebstrap and buildah to
+## build the images without Docker; CNI plugins, iptables and conntrack for podman's networks
+## (kind's node image brings its own from mmdebstrap).
 HOST_PACKAGES := runc containernetworking-plugins catatonit mmdebstrap buildah iptables conntrack podman
 host-deps:
 	@missing=$$(for p in $(HOST_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
@@ -77,7 +79,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
-	$(BIN)/hadolint Dockerfile trainer_image/Dockerfile
+	$(BIN)/hadolint Dockerfile trainer_image/Dockerfile tests/e2e/kind/ray-driver.Dockerfile
 
 fmt: venv
 	$(BIN)/ruff format .
@@ -104,11 +106,11 @@ demo: venv binaries
 demo-verl: venv binaries
 	$(BIN)/python hack/demo.py --framework verl
 
-## The same demo on real nodes: kubelet + containerd, the images built from the Dockerfiles,
-## the operator installed by its chart (root, host-deps and ~30 GB of disk; the first run
+## The same demo on a kind cluster: kind's nodes run the images built from the Dockerfiles,
+## the operator installed by its chart (root, host-deps and ~20 GB of disk; the first run
 ## builds the trainer image, about 8 minutes).
-demo-real: venv host-deps node-binaries
-	$(BIN)/python hack/demo.py --real-nodes --cluster demo-real
+demo-kind: venv host-deps kind-image
+	$(BIN)/python hack/demo.py --kind --cluster demo-kind
 
 ## After editing crds/: the pod template's PodSpec (from the pinned Kubernetes release),
 ## docs/api.md and the chart's copy; tests/unit/operator/test_crd.py fails until they are current.

@@ -2,13 +2,15 @@
 
 rljob asks a trainer to save now by annotating its pod; a downward-API volume turns the
 annotation into the file the trainer polls. The kubelet rewrites that file only when it
-syncs the pod, so the delay is the kubelet's, not rljob's. This measures it on the test
-environment's real nodes: a pod polls the file every 50 ms and prints when it changes;
-the script annotates it N times and prints the delays (median, p90, max).
+syncs the pod, so the delay is the kubelet's, not rljob's. This measures it on a kind
+cluster's kubelet: a pod (the operator image, which kind's nodes hold) polls the file every
+50 ms and prints when it changes; the script annotates it N times and prints the delays
+(median, p90, max).
 
-    .venv/bin/python benchmarks/checkpoint_request_latency.py --cluster rtest --samples 10
-
-The cluster must have real nodes (`rljob testenv up --real-nodes 1 --without-trainer-image`).
+    .venv/bin/rljob testenv kind up --name bench --workers 1
+    .venv/bin/rljob testenv kind load --name bench ~/.cache/rljob/images/rljob-operator-dev-*.tar
+    .venv/bin/python benchmarks/checkpoint_request_latency.py --cluster bench --samples 10
+    .venv/bin/rljob testenv kind down --name bench
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import uuid
 
 from kubernetes import client, config
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
-from rljob_testenv import cluster
+from rljob_testenv import images, kind
 
 POLLER = """
 import sys, time
@@ -45,10 +47,9 @@ def poller_pod(name: str) -> dict:
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
-            "nodeSelector": {"rljob.io/testenv": "real"},
             "terminationGracePeriodSeconds": 0,
             "containers": [{
-                "name": "poll", "image": "localhost/rljob-operator:dev",
+                "name": "poll", "image": images.OPERATOR.tag,
                 "imagePullPolicy": "Never", "command": ["python", "-c", POLLER],
                 "volumeMounts": [{"name": "podinfo", "mountPath": "/podinfo"}],
             }],
@@ -72,11 +73,11 @@ def seen_at(core: client.CoreV1Api, name: str, value: str, timeout: float) -> fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cluster", required=True)
+    parser.add_argument("--cluster", required=True, help="a kind cluster made here")
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=180)
     args = parser.parse_args()
-    config.load_kube_config(config_file=str(cluster.kubeconfig_path(args.cluster)))
+    config.load_kube_config(config_file=str(kind.kubeconfig_path(args.cluster)))
     core = client.CoreV1Api()
     name = f"latency-{uuid.uuid4().hex[:6]}"
     core.create_namespaced_pod("default", poller_pod(name))

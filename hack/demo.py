@@ -10,9 +10,9 @@ reference run, the comparison) is in hack/demo_frameworks.py, the rest is here.
    - by default (`make demo`), two node agents (nodes whose pods run as local processes,
      devtools/rljob_nodeagent) and the operator as a local process, which reads the
      checkpoint claim's local directory in-process (RLJOB_CHECKPOINT_VOLUMES);
-   - with --real-nodes (`make demo-real`), two real nodes (a kubelet and a containerd each)
-     that run the trainer image, and the operator installed by its Helm chart, which reads
-     the claim through its inspector pod;
+   - with --kind (`make demo-kind`), a kind cluster instead (a control plane and two workers
+     on rootful podman, whose kubelets and containerds run the trainer image), and the
+     operator installed by its Helm chart, which reads the claim through its inspector pod;
 2. applies the framework's example (examples/grpo-demo.yaml, examples/verl-grpo-demo.yaml: a
    ReadWriteMany claim and a 2-node RLTrainingJob; the demo binds the claim to a local volume
    and sets the step count), and shows its progress live;
@@ -41,7 +41,7 @@ import yaml
 from demo_frameworks import FRAMEWORKS, DemoFramework, Logged, Reference, Setting, Verdict
 from rljob_operator.api.timestamps import unix_seconds
 from rljob_testenv import scenario
-from rljob_testenv.stacks import AgentStack, RealNodeStack, Stack
+from rljob_testenv.stacks import AgentStack, KindStack, Stack
 
 REPO = Path(__file__).resolve().parent.parent
 NAME = "demo"
@@ -89,14 +89,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="output folder (default out/demo-<time>)")
     parser.add_argument("--cluster", default=NAME, help=f"local cluster name (default {NAME})")
     parser.add_argument(
-        "--real-nodes",
+        "--kind",
         action="store_true",
-        help="run on real nodes (kubelet + containerd, the trainer image in containers) under "
-        "the chart-installed operator, instead of node agents; needs root and ~30 GB of disk",
+        help="run on a kind cluster (the trainer image in containers on kind's nodes) under "
+        "the chart-installed operator, instead of node agents; needs root, podman and ~20 GB "
+        "of disk",
     )
     args = parser.parse_args()
     kind = FRAMEWORKS[args.framework]
-    if args.real_nodes and not kind.real_nodes:
+    if args.kind and not kind.on_kind:
         parser.error(f"--framework {args.framework} runs on node agents only")
     if args.model_size and args.model_size not in kind.model_sizes:
         parser.error(f"--framework {args.framework} has no --model-size {args.model_size}")
@@ -165,8 +166,8 @@ class Demo:
         self.out.mkdir(parents=True, exist_ok=True)
         self.screen = Screen()
         self.stack: Stack = (
-            RealNodeStack(self.name, REPO, GPUS_PER_NODE, out=self.out)
-            if args.real_nodes
+            KindStack(self.name, REPO, workers=2, gpus_per_node=GPUS_PER_NODE, out=self.out)
+            if args.kind
             else AgentStack(self.name, self.out, CLAIM, GPUS_PER_NODE)
         )
         self.client, self.config = client, config
@@ -527,9 +528,10 @@ class Demo:
         stopped = self.stack.stop()
         name = self.name
         if self.args.keep:
+            down = "testenv kind down" if self.args.kind else "testenv down"
             print(
                 f"cluster {name!r} kept: export KUBECONFIG={self.stack.kubeconfig}; "
-                f"kubectl get rltj,pods,events; remove it with `.venv/bin/rljob testenv down "
+                f"kubectl get rltj,pods,events; remove it with `.venv/bin/rljob {down} "
                 f"--name {name}`"
             )
         elif self.stack.exists():

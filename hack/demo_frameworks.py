@@ -88,7 +88,7 @@ class DemoFramework(Protocol):
 
     example: ClassVar[Path]  # the manifest the demo applies
     default_steps: ClassVar[int]
-    real_nodes: ClassVar[bool]  # whether --real-nodes can run it (the trainer image has it)
+    on_kind: ClassVar[bool]  # whether --kind can run it (the trainer image has it)
     model_sizes: ClassVar[dict[str, list[str]]]  # --model-size: the overrides of each size
     starting: ClassVar[str]  # what a new gang does before its first step
     reward_label: ClassVar[str]
@@ -145,7 +145,7 @@ class RljobDemo:
 
     example = REPO / "examples" / "grpo-demo.yaml"
     default_steps = 60
-    real_nodes = True
+    on_kind = True
     model_sizes: ClassVar[dict[str, list[str]]] = {  # d_model x layers (docs/trainer.md)
         "tiny": [],  # the packaged config: d_model 64, 2 layers
         "small": ["model.d_model=128", "model.n_layers=2", "model.d_ff=512"],
@@ -168,7 +168,7 @@ class RljobDemo:
         self.run_dir = self.checkpoints.parent  # metrics.jsonl, beside the checkpoints
 
     def manifests(self) -> list[dict[str, Any]]:
-        """The example with the step count and model size set (and the image on real nodes)."""
+        """The example with the step count and model size set (and the image on kind)."""
         docs, job = example_documents(self.example)
         spec = job["spec"]
         args = [a for a in spec["args"] if not a.startswith("runner.max_steps=")]
@@ -268,12 +268,12 @@ class VerlDemo:
     2 FSDP2 ranks, a tiny random Qwen2), saved on notice through verl's checkpoint manager and
     resumed through verl's resume switch; the reference is the same driver and overrides on a
     local 2-node Ray cluster outside Kubernetes. verl logs each step's metrics on the head's
-    output only, so the demo reads them there. Node agents only: real nodes run the trainer
+    output only, so the demo reads them there. Node agents only: kind runs the trainer
     image, which holds no verl."""
 
     example = REPO / "examples" / "verl-grpo-demo.yaml"
     default_steps = 30
-    real_nodes = False
+    on_kind = False
     model_sizes: ClassVar[dict[str, list[str]]] = {}  # the recipe's model: 1 layer, hidden 16
     starting = "Ray starting on both pods, then verl's driver on the head"
     reward_label = "reward (critic/score/mean)"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # rljob end to end on a kind cluster, the way `make test` runs it (tests/e2e/kind): a control plane
-# and two workers, the operator and trainer images loaded into them, the Helm chart installed,
-# a 2-pod job trained on CPU, one worker drained with `kubectl drain`, and the job resumed from
-# the checkpoint it saved on that notice, its final weights bitwise equal to an uninterrupted run.
-# The cluster is deleted at the end, whatever happened. See docs/kind.md.
+# and two workers holding the project's images, the Helm chart installed, a 2-pod job trained on
+# CPU, one worker drained with `kubectl drain`, and the job resumed from the checkpoint it saved
+# on that notice, its final weights bitwise equal to an uninterrupted run; a verl-shaped Ray job
+# preempted by the scheduler and resumed the same way; and what a node does (eviction, OOM, pull
+# errors, a power cut). The cluster is deleted at the end, whatever happened. See docs/kind.md.
 #
 #   hack/kind-e2e.sh                             # podman (rootful), offline: what ran here
 #   RLJOB_KIND_PROVIDER=docker hack/kind-e2e.sh  # Docker as kind's provider

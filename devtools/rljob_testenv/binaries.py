@@ -25,7 +25,7 @@ KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.22.0"
-# The real nodes' runtime (`testenv up --real-nodes`).
+# What kind's node image runs (`testenv install --node-binaries`).
 CONTAINERD_VERSION = "v2.4.2"
 CRI_TOOLS_VERSION = "v1.37.0"
 COREDNS_VERSION = "v1.14.7"
@@ -147,7 +147,7 @@ COMPONENTS: tuple[GoComponent, ...] = (
     ),
 )
 
-# What a real node runs, built only for `testenv up --real-nodes` (`testenv install --real-nodes`).
+# What kind's node image holds, built only for it (`testenv install --node-binaries`).
 NODE_COMPONENTS: tuple[GoComponent, ...] = (
     _kubernetes("kubernetes-node", ("kubelet", "kube-proxy")),
     GoComponent(
@@ -426,19 +426,19 @@ def _go_binary_name(package: str) -> str:
 def install(
     names: Iterable[str] | None = None,
     say: Callable[[str], None] = print,
-    real_nodes: bool = False,
+    node_binaries: bool = False,
     peers: bool = False,
     kueue: bool = False,
 ) -> dict[str, Path]:
     """Make every binary available, building what is neither preinstalled nor cached."""
     components = (
         *COMPONENTS,
-        *(NODE_COMPONENTS if real_nodes else ()),
+        *(NODE_COMPONENTS if node_binaries else ()),
         *(PEER_COMPONENTS if peers else ()),
         *(KUEUES if kueue else ()),
     )
     known = {b for c in components for b in c.commands}
-    if real_nodes:
+    if node_binaries:
         build_local(GPU_PLUGIN, say)
         known.add(GPU_PLUGIN.name)
     wanted = set(names or known)

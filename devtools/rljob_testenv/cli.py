@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rljob_operator.cli import CommandError
 
-from . import binaries, cluster, images, kind, pki, realnodes
+from . import binaries, cluster, images, kind, pki
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -23,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     install = commands.add_parser("install", help="build or find the pinned Kubernetes binaries")
     install.add_argument(
-        "--real-nodes", action="store_true", help="also what real nodes run (kubelet, containerd)"
+        "--node-binaries",
+        action="store_true",
+        help="also what kind's node image holds (kubelet, kubeadm, containerd, crictl, ...)",
     )
     install.add_argument(
         "--peers",
@@ -35,7 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     install.set_defaults(handler=_reported(_install))
     commands.add_parser(
-        "images", help="build the images real nodes run where they changed; print their archives"
+        "images",
+        help="build the images kind's nodes run in the tests where they changed; print their "
+        "archives",
     ).set_defaults(handler=_reported(_images))
 
     def named(cmd: str, help_text: str) -> argparse.ArgumentParser:
@@ -46,23 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up = named("up", "start a cluster with kwok GPU nodes (installs binaries if needed)")
     up.add_argument("--nodes", type=int, default=3, help="number of kwok GPU nodes")
     up.add_argument("--gpus-per-node", type=int, default=8)
-    up.add_argument(
-        "--real-nodes",
-        type=int,
-        default=0,
-        help="also start this many real nodes: a kubelet and containerd each, running the "
-        "project's images (built with buildah on first use)",
-    )
-    up.add_argument("--gpus-per-real-node", type=int, default=1)
-    up.add_argument(
-        "--without-trainer-image",
-        action="store_true",
-        help="real nodes get only the operator image (the trainer's is 6 GB: torch from PyPI)",
-    )
     up.set_defaults(handler=_reported(_up))
-    load = named("load", "rebuild the project's images and import them into the real nodes")
-    load.add_argument("--without-trainer-image", action="store_true")
-    load.set_defaults(handler=_reported(_load))
     named("down", "stop a cluster and remove its files").set_defaults(handler=_reported(_down))
     named("kubeconfig", "print the path of a cluster's kubeconfig").set_defaults(
         handler=_reported(_kubeconfig)
@@ -146,41 +134,25 @@ def _say(message: str) -> None:
 
 def _install(args: argparse.Namespace) -> int:
     for name, path in binaries.install(
-        say=_say, real_nodes=args.real_nodes, peers=args.peers, kueue=args.kueue
+        say=_say, node_binaries=args.node_binaries, peers=args.peers, kueue=args.kueue
     ).items():
         print(f"{name}\t{path}")
     return 0
 
 
-def _archives(with_trainer: bool) -> tuple[Path, ...]:
-    """The images real nodes run, built from the repository's Dockerfiles where they changed."""
-    repo = Path(__file__).resolve().parents[2]
-    archives = (images.pause_archive(_say), images.build(images.OPERATOR, repo, _say))
-    if with_trainer:
-        archives += (images.build(images.TRAINER, repo, _say),)
-    return archives
-
-
 def _images(args: argparse.Namespace) -> int:
-    for archive in _archives(with_trainer=True):
-        print(archive)
+    """The images tests/e2e/kind runs, built from the repository's Dockerfiles where what
+    they copy changed."""
+    repo = Path(__file__).resolve().parents[2]
+    for image in (images.OPERATOR, images.TRAINER, images.ray_driver_image()):
+        print(images.build(image, repo, _say))
     return 0
 
 
 def _up(args: argparse.Namespace) -> int:
-    binaries.install(say=_say, real_nodes=bool(args.real_nodes))
+    binaries.install(say=_say)
     shape = cluster.NodeShape(gpus=args.gpus_per_node)
-    real = cluster.RealNodes()
-    if args.real_nodes:
-        archives = _archives(not args.without_trainer_image)
-        real = cluster.RealNodes(args.real_nodes, args.gpus_per_real_node, archives)
-    print(cluster.up(args.name, gpu_nodes=args.nodes, shape=shape, say=_say, real=real))
-    return 0
-
-
-def _load(args: argparse.Namespace) -> int:
-    archives = _archives(not args.without_trainer_image)
-    realnodes.load_images(args.name, cluster.cluster_dir(args.name), list(archives))
+    print(cluster.up(args.name, gpu_nodes=args.nodes, shape=shape, say=_say))
     return 0
 
 
@@ -207,7 +179,6 @@ def _list(args: argparse.Namespace) -> int:
 ERRORS = (
     binaries.BinariesError,
     cluster.ClusterError,
-    realnodes.RealNodeError,
     images.ImageError,
     kind.KindError,
     pki.PkiError,

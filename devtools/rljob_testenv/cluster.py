@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from . import binaries, nodeconfig, pki, realnodes, stages
+from . import binaries, stages
 from .processes import alive
 
 DEFAULT_CLUSTER_NAME = "rljob"
@@ -219,15 +219,6 @@ KWOK_ARGS = (
     ("kube-controller-manager", "leader-elect", "false"),
     ("kube-scheduler", "leader-elect", "false"),
 )
-REAL_NODE_ARGS = (
-    # The node controller notices a silent kubelet within seconds, not minutes.
-    ("kube-controller-manager", "node-monitor-period", "2s"),
-    ("kube-controller-manager", "node-monitor-grace-period", "20s"),
-    # `kubectl logs` and `exec` dial a node by its address: its name resolves nowhere.
-    ("kube-apiserver", "kubelet-preferred-address-types", "InternalIP"),
-)
-
-
 # The Workload API's gang scheduling (alpha in 1.35 and 1.36): PodGroups that the scheduler
 # places all or nothing.
 FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
@@ -248,27 +239,11 @@ def extra_args(args: tuple[tuple[str, str, str], ...]) -> list[str]:
     return firsts + rest
 
 
-@dataclass(frozen=True)
-class RealNodes:
-    """Real kubelets to add (see realnodes), and the image archives each node imports."""
-
-    count: int = 0
-    gpus: int = 1
-    images: tuple[Path, ...] = ()
-
-
-def _real_node_api_ips() -> tuple[str, ...]:
-    """Where pods and kubelets reach the API server: the Service ClusterIP, every bridge."""
-    bridges = [nodeconfig.NetworkPlan(i).gateway for i in range(nodeconfig.MAX_NETWORKS)]
-    return (nodeconfig.KUBERNETES_SERVICE_IP, *bridges)
-
-
 def up(
     name: str = DEFAULT_CLUSTER_NAME,
     gpu_nodes: int = 3,
     shape: NodeShape = NodeShape(),
     say: Callable[[str], None] = print,
-    real: RealNodes = RealNodes(),
     kubelet_like_pods: bool = False,
 ) -> Path:
     """Start a cluster (or reuse a healthy one of that name) and return its kubeconfig path.
@@ -277,8 +252,6 @@ def up(
     compares controllers; by default a Job's pod succeeds as soon as it runs.
     """
     validate_name(name)
-    if real.count:
-        realnodes.check_host()
     if exists(name) and _healthy(name):
         say(f"cluster {name!r} is already running")
     else:
@@ -289,13 +262,9 @@ def up(
             f"starting cluster {name!r} (kube-apiserver, etcd, scheduler, controller-manager, kwok)"
         )
         started = time.monotonic()
-        args = KWOK_ARGS
         config = []
         if kubelet_like_pods:
             config = ["--config", str(stages.write_config(cluster_dir(name) / "stages.yaml"))]
-        if real.count:
-            pki.create_control_plane_pki(cluster_dir(name) / "pki", _real_node_api_ips())
-            args += REAL_NODE_ARGS
         result = _kwokctl(
             [
                 "create", "cluster",
@@ -309,7 +278,7 @@ def up(
                 f"--kube-feature-gates={FEATURE_GATES}",
                 f"--kube-runtime-config={RUNTIME_CONFIG}",
                 *config,
-                *extra_args(args),
+                *extra_args(KWOK_ARGS),
             ]
         )  # fmt: skip
         if result.returncode != 0:
@@ -324,18 +293,6 @@ def up(
     existing = {n for n in _ready_nodes(name) if n.startswith("gpu-node-")}
     if len(existing) < gpu_nodes:
         add_gpu_nodes(name, gpu_nodes, shape)
-    if real.count:
-        say(f"adding {real.count} real nodes (kubelet + containerd each)")
-        plans = realnodes.up(
-            name, cluster_dir(name), kubeconfig_path(name), real.count, real.gpus,
-            list(real.images), say,
-        )  # fmt: skip
-        names = [p.name for p in plans]
-        wait_until(
-            lambda: _ready_nodes(name) >= set(names),
-            timeout=120,
-            what=f"real nodes {', '.join(names)} to become Ready",
-        )
     return kubeconfig_path(name)
 
 
@@ -375,7 +332,6 @@ def down(name: str = DEFAULT_CLUSTER_NAME, say: Callable[[str], None] = print) -
     if not cluster_dir(name).exists():
         say(f"cluster {name!r} does not exist")
         return
-    realnodes.down(name, cluster_dir(name), say)
     pids = _pids(name)
     result = _kwokctl(["delete", "cluster", "--name", name], timeout=120)
     for pid in pids:  # kwokctl stops them; make sure, so that nothing outlives `down`.

@@ -1,12 +1,12 @@
-"""The project's images, built from its own Dockerfiles with buildah, for the real test nodes.
+"""The project's images, built from its own Dockerfiles with buildah, for kind's nodes.
 
 No container registry is reachable here, so nothing is pulled: the base image is a
 Debian bookworm made locally with mmdebstrap (python3 with a venv at /usr/local, so
 that `python` and `pip` are on PATH as in the official python images), the pause image
 is Debian's static catatonit, and each Dockerfile builds with `--pull=never` on that
 base through its BASE_IMAGE argument. Every image is saved as an OCI archive under
-the cache, keyed by a hash of what went into it, and imported into each node's
-containerd by `realnodes`.
+the cache, keyed by a hash of what went into it, and unpacked into the store kind's nodes
+start on (kind.node_stores).
 
 buildah runs its RUN steps with runc (crun refuses this machine's hybrid cgroups) and
 with the host's CA bundle mounted, which is how they reach PyPI.
@@ -20,11 +20,14 @@ import subprocess
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
-from . import binaries, nodeconfig
+from . import binaries
 
 BASE_IMAGE = "localhost/rljob-base/python:3.11-bookworm"
+# The sandbox image of kind's nodes, under this name too: a pod of it runs until deleted.
+PAUSE_IMAGE = "localhost/rljob-testenv/pause:catatonit"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 HOST_PROGRAMS = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
 
@@ -38,15 +41,21 @@ class ImageBuild:
     """One of the repository's Dockerfiles, built for the test nodes."""
 
     tag: str
-    dockerfile: str  # relative to the repository root, which is the build context
+    dockerfile: str  # relative to the repository root
     copies: tuple[str, ...]  # the files and folders the Dockerfile copies: they make the key
     build_args: dict[str, str] = field(default_factory=dict)
+    context: str = "."  # the build context, relative to the repository root
+    base: ImageBuild | None = None  # the repository's image this one is built FROM
 
     def key(self, repo: Path) -> str:
         digest = hashlib.sha256()
         digest.update(repr((self.tag, self.dockerfile, sorted(self.build_args.items()))).encode())
+        if self.context != ".":
+            digest.update(self.context.encode())
         for path in _context_files(repo, (self.dockerfile, *self.copies)):
             digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes())
+        if self.base:
+            digest.update(self.base.key(repo).encode())
         return digest.hexdigest()[:16]
 
 
@@ -64,6 +73,31 @@ TRAINER = ImageBuild(
     ("contract", "trainer_image"),
     {"BASE_IMAGE": BASE_IMAGE, "TORCH_REQUIREMENT": TORCH_REQUIREMENT},
 )
+
+# Test tooling, never shipped: the trainer image plus Ray, verl and the e2e tests' Ray driver
+# (tests/e2e/ray_trainer.py), for a verl-shaped Ray job on kind. Its context is tests/e2e,
+# which the repository's .dockerignore keeps out of the product images.
+RAY_DRIVER_PACKAGES = (
+    "ray", "verl", "TransferQueue", "transformers", "tensordict", "omegaconf", "numpy",
+    "cachetools", "fastapi", "uvicorn",
+)  # fmt: skip
+
+
+def pinned_as_here(packages: Iterable[str]) -> str:
+    """`name==version` of each package as this environment has it: the image's driver then
+    runs the same libraries as the uninterrupted reference run made here."""
+    return " ".join(f"{name}=={metadata.version(name)}" for name in packages)
+
+
+def ray_driver_image() -> ImageBuild:
+    return ImageBuild(
+        "localhost/rljob-e2e-ray-driver:cpu",
+        "tests/e2e/kind/ray-driver.Dockerfile",
+        ("tests/e2e/ray_trainer.py",),
+        {"TRAINER_IMAGE": TRAINER.tag, "PACKAGES": pinned_as_here(RAY_DRIVER_PACKAGES)},
+        context="tests/e2e",
+        base=TRAINER,
+    )
 
 
 def _build_output(path: Path) -> bool:
@@ -161,6 +195,12 @@ def base_image(say: Callable[[str], None] = print) -> str:
     return BASE_IMAGE
 
 
+def _in_buildah(ref: str, archive: Path) -> None:
+    """`ref` in buildah's store, from its archive where the store lost it (a base image)."""
+    if not _has_image(ref):
+        _run(["buildah", "pull", "--quiet", f"oci-archive:{archive}"], f"reading {archive.name}")
+
+
 def pause_archive(say: Callable[[str], None] = print) -> Path:
     """The sandbox ("pause") image: Debian's static catatonit in pause mode, and nothing else."""
     archive = images_dir() / "pause-catatonit.tar"
@@ -168,7 +208,7 @@ def pause_archive(say: Callable[[str], None] = print) -> Path:
         return archive
     check_host()
     images_dir().mkdir(parents=True, exist_ok=True)
-    say(f"  making the pause image {nodeconfig.PAUSE_IMAGE} from catatonit")
+    say(f"  making the pause image {PAUSE_IMAGE} from catatonit")
     container = _run(["buildah", "from", "scratch"], "buildah from scratch").strip()
     try:
         catatonit = shutil.which("catatonit") or "/usr/bin/catatonit"
@@ -178,12 +218,12 @@ def pause_archive(say: Callable[[str], None] = print) -> Path:
             "configuring the pause image",
         )
         _run(
-            ["buildah", "commit", "--quiet", container, nodeconfig.PAUSE_IMAGE],
+            ["buildah", "commit", "--quiet", container, PAUSE_IMAGE],
             "committing the pause image",
         )
     finally:
         subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
-    return _save(nodeconfig.PAUSE_IMAGE, archive)
+    return _save(PAUSE_IMAGE, archive)
 
 
 def build(image: ImageBuild, repo: Path, say: Callable[[str], None] = print) -> Path:
@@ -193,14 +233,17 @@ def build(image: ImageBuild, repo: Path, say: Callable[[str], None] = print) -> 
     if archive.exists():
         return archive
     check_host()
-    base_image(say)
+    if image.base:
+        _in_buildah(image.base.tag, build(image.base, repo, say))
+    else:
+        base_image(say)
     started = time.monotonic()
     say(f"  building {image.tag} from {image.dockerfile}")
     cmd = ["buildah", "build", "--pull=never", "--runtime", "runc", "--layers", "--quiet"]
     cmd += ["--volume", "/etc/ssl/certs:/etc/ssl/certs:ro"]
     for key, value in sorted(image.build_args.items()):
         cmd += ["--build-arg", f"{key}={value}"]
-    cmd += ["--file", str(repo / image.dockerfile), "--tag", image.tag, str(repo)]
+    cmd += ["--file", str(repo / image.dockerfile), "--tag", image.tag, str(repo / image.context)]
     _run(cmd, f"building {image.dockerfile}")
     subprocess.run(["buildah", "rmi", "--prune"], capture_output=True, check=False)
     for stale in images_dir().glob(f"{slug}-*.tar"):

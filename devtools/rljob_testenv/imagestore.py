@@ -1,14 +1,14 @@
 """The nodes' images in one containerd store, made once per set of image archives.
 
-Importing the images into each node's containerd took 150 s on the development machine at
-every start of the real nodes: each containerd copies the 2.9 GB trainer image into its
+Loading the images into each kind node's containerd (`kind load image-archive`) took 97-194 s
+a run on the development machine: each containerd copies the 2.9 GB trainer image into its
 content store and unpacks it. Here a containerd of its own imports them once into a store
 kept in the cache, and each node's containerd starts on hard links of that store.
 containerd never writes a content blob or an image layer's unpacked files in place (a
 container writes into a layer of its own, over them), so the nodes can share those files;
 everything else in the store (its bolt databases, ...) is small and each node gets its own
-copy. The real nodes use it so, and kind's nodes (kind.node_stores), whose store starts from
-the node image's own.
+copy. kind's nodes start so (kind.node_stores), on a store that begins as the node image's
+own.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class ImageStoreError(RuntimeError):
 
 
 def stores_dir(family: str = "") -> Path:
-    """Where one family's stores are kept: the real nodes' (family ""), kind's ("kind")."""
+    """Where one family's stores are kept (kind's nodes': "kind"); making one removes the
+    family's others."""
     return binaries.cache_root() / ("containerd-stores" + (f"-{family}" if family else ""))
 
 

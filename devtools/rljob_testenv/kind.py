@@ -279,7 +279,7 @@ def _binary(name: str) -> Path:
 
 def ensure_binaries(say: Say = print) -> None:
     """Build what the node image needs and the cache lacks (all pinned, from the Go proxy)."""
-    binaries.install(say=say, real_nodes=True)
+    binaries.install(say=say, node_binaries=True)
     if not os.access(binaries.component_dir(KUBEADM) / "kubeadm", os.X_OK):
         say(f"  building kubeadm {binaries.KUBERNETES_VERSION} from the Go module proxy")
         binaries.build(KUBEADM, say)

@@ -50,10 +50,18 @@ def nodes_lacking(ref: str, digest: str, nodes: list[str]) -> list[str]:
     return lacking
 
 
+def archive_blobs(archive: Path) -> dict[str, int]:
+    """The size of each blob (layer, config, manifest) an OCI archive holds, by name."""
+    with tarfile.open(archive) as tar:
+        return {m.name: m.size for m in tar if m.name.startswith("blobs/")}
+
+
 def check_room(archives: list[Path], say: Say = print) -> None:
     """KindError unless the disk under the provider's store has room for the images once (the
-    nodes share one store by hard links, kind.node_stores), besides a cluster's own."""
-    needed = sum(a.stat().st_size * UNPACKED_PER_ARCHIVE_BYTE for a in archives)
+    nodes share one store by hard links, kind.node_stores; images built on another share its
+    layers there), besides a cluster's own."""
+    blobs = {name: size for archive in archives for name, size in archive_blobs(archive).items()}
+    needed = sum(blobs.values()) * UNPACKED_PER_ARCHIVE_BYTE
     store = kind.provider_store()
     probe = store if store.exists() else Path("/")
     free = shutil.disk_usage(probe).free
@@ -94,14 +102,22 @@ def load_images(name: str, loads: dict[Path, list[str]], say: Say = print) -> No
         raise errors[0]
 
 
-def up(name: str, shared_dir: Path, repo: Path, workers: int = 2, say: Say = print) -> Path:
+def up(
+    name: str,
+    shared_dir: Path,
+    repo: Path,
+    workers: int = 2,
+    say: Say = print,
+    more_images: tuple[images.ImageBuild, ...] = (),
+) -> Path:
     """A kind cluster of a control plane and `workers` workers sharing `shared_dir`, with the
-    operator and trainer images on every node; its kubeconfig. A cluster made here starts
-    with them (kind.node_stores); an existing cluster of that name is reused and gets the
-    images it lacks with `kind load image-archive`. One this call made is deleted again if it
-    fails."""
+    operator and trainer images (and `more_images`) on every node; its kubeconfig. A cluster
+    made here starts with them (kind.node_stores); an existing cluster of that name is reused
+    and gets the images it lacks with `kind load image-archive`. One this call made is
+    deleted again if it fails."""
     kind.check_host(say=say)
-    archives = [images.build(images.OPERATOR, repo, say), images.build(images.TRAINER, repo, say)]
+    builds = (images.OPERATOR, images.TRAINER, *more_images)
+    archives = [images.build(image, repo, say) for image in builds]
     control_plane, nodes = kind.node_names(name, workers)
     made = not kind.cluster_exists(name)
     try:

@@ -1,10 +1,5 @@
-"""The test cluster's certificates, made with openssl before kwokctl starts the control plane.
-
-kwokctl keeps a cluster's `pki/` when it finds one, so a cluster that takes real nodes
-gets its CA from here: its API server certificate then also names the addresses that
-pods and kubelets dial (the `kubernetes` Service's ClusterIP and the host's address on
-the nodes' bridge), and every node and kube-proxy gets a client certificate signed by
-the same CA, which is how the API server knows who they are.
+"""Certificates made with openssl: a CA and the serving certificates it signs, for the
+admission webhooks of the operators benchmarks/peers.py compares with (rljob_testenv.peers).
 """
 
 from __future__ import annotations
@@ -12,15 +7,6 @@ from __future__ import annotations
 import subprocess
 import tempfile
 from pathlib import Path
-
-# What kwokctl's own serving certificate names, kept so that nothing it dials breaks.
-KWOK_DNS_NAMES = (
-    "kubernetes",
-    "kubernetes.default",
-    "kubernetes.default.svc",
-    "kubernetes.default.svc.cluster.local",
-    "localhost",
-)
 
 
 class PkiError(RuntimeError):
@@ -79,16 +65,3 @@ def pkcs1_key(key: Path) -> bytes:
     out = key.with_name(key.stem + "-pkcs1.key")
     _openssl("rsa", "-in", str(key), "-traditional", "-out", str(out))
     return out.read_bytes()
-
-
-def create_control_plane_pki(pki: Path, api_ips: tuple[str, ...]) -> None:
-    """The CA and kwokctl's `admin` certificate (the API server's, and the admin user's)."""
-    create_ca(pki)
-    issue(
-        pki,
-        "admin",
-        "/O=system:masters/CN=kwok-admin",
-        ips=("127.0.0.1", *api_ips),
-        dns=KWOK_DNS_NAMES,
-        server=True,
-    )

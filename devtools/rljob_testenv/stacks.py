@@ -2,9 +2,9 @@
 
 A `Stack` is a control plane, nodes that run pods, and rljob's operator: node agents
 (devtools/rljob_nodeagent: stand-in kubelets that run each pod's command as a local process,
-docs/nodeagent.md) under the operator as a local process; real nodes (kubelets and containerds
-as local processes, docs/testenv.md) or kind's nodes (the same in podman containers,
-docs/kind.md) under the operator its Helm chart installs. hack/demo.py and the fixtures of
+docs/nodeagent.md) under the operator as a local process (`make demo`), or kind's nodes
+(kubelets and containerds in podman containers, docs/kind.md) under the operator its Helm
+chart installs (`make demo-kind`, tests/e2e/kind). hack/demo.py and the fixtures of
 tests/e2e/chart_cluster.py see only the protocol.
 
 Each checkpoint volume is a host folder every node sees, exposed as a ReadWriteMany
@@ -13,21 +13,17 @@ PersistentVolume reserved for one claim: what an NFS or Lustre mount is to a rea
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import binaries, cluster, images, kind, nodeconfig, onkind, onrealnodes, realnodes
+from . import binaries, chart, cluster, images, kind, onkind
 from .operator_process import OperatorProcess
 from .scenario import PLACEHOLDER_IMAGE
 
 Say = Callable[[str], None]
 # What `up` raises when the host cannot run the stack; its message says what is missing.
-START_ERRORS = (
-    binaries.BinariesError, cluster.ClusterError, images.ImageError, kind.KindError,
-    realnodes.RealNodeError,
-)  # fmt: skip
+START_ERRORS = (binaries.BinariesError, cluster.ClusterError, images.ImageError, kind.KindError)
 CHART = Path(__file__).resolve().parents[2] / "charts" / "rljob-operator"
 
 
@@ -109,24 +105,7 @@ def _fresh_folder(folder: Path) -> Path:
     return folder
 
 
-class _OnLocalControlPlane:
-    """The control plane `rljob testenv up` runs as local processes (node agents and real
-    nodes join it)."""
-
-    name: str
-
-    @property
-    def kubeconfig(self) -> Path:
-        return cluster.kubeconfig_path(self.name)
-
-    def exists(self) -> bool:
-        return cluster.exists(self.name)
-
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        return cluster.kubectl(self.name, *args, input=input, check=check)
-
-
-class AgentStack(_OnLocalControlPlane):
+class AgentStack:
     """`make demo`'s: node agents (stand-in kubelets that run each pod's command as a local
     process) and the operator as a local process, which reads the claim's folder in-process.
     Quick to start; docs/nodeagent.md says what it fakes."""
@@ -140,6 +119,16 @@ class AgentStack(_OnLocalControlPlane):
         self.root = out / "nodeagent"  # the agents' pod folders, claims and logs
         self.agents: Any = None
         self.operator: OperatorProcess | None = None
+
+    @property
+    def kubeconfig(self) -> Path:
+        return cluster.kubeconfig_path(self.name)
+
+    def exists(self) -> bool:
+        return cluster.exists(self.name)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return cluster.kubectl(self.name, *args, input=input, check=check)
 
     def up(self, say: Say) -> Path:
         from rljob_nodeagent import spawn
@@ -204,116 +193,33 @@ class AgentStack(_OnLocalControlPlane):
         cluster.down(self.name, say=say)
 
 
-class _ChartStack(ABC):
-    """What real nodes and kind share: the operator installed by its chart, which finds resume
-    targets through its inspector pods, and pods' logs read with kubectl."""
-
-    out: Path | None
-    name: str
-
-    @property
-    @abstractmethod
-    def kubeconfig(self) -> Path: ...
-
-    @abstractmethod
-    def exists(self) -> bool: ...
-
-    @abstractmethod
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str: ...
-
-    @abstractmethod
-    def power_off(self, node: str) -> None:
-        """Stop a node as a power cut would: its kubelet, its runtime and its pods at once."""
-
-    @abstractmethod
-    def power_on(self, node: str) -> None:
-        """Start a node that power_off stopped; it registers again with what it kept."""
-
-    def start_operator(self, namespace: str, say: Say) -> None:
-        say(f"helm install charts/rljob-operator (image {images.OPERATOR.tag})")
-        onrealnodes.install_chart(self.kubeconfig, CHART, [namespace])
-        say(f"operator running in {onrealnodes.OPERATOR_NAMESPACE}, installed by its chart")
-
-    def pod_log(self, namespace: str, pod: str) -> str:
-        """The container's log as the kubelet keeps it; "" once the pod is gone."""
-        return self.kubectl("logs", "-n", namespace, pod, check=False)
-
-    def operator_log(self, tail: int = -1) -> str:
-        return self.kubectl("logs", "-n", onrealnodes.OPERATOR_NAMESPACE,
-                            f"deploy/{onrealnodes.OPERATOR_DEPLOYMENT}", f"--tail={tail}",
-                            check=False)  # fmt: skip
-
-    def logs(self) -> str:
-        return f"{self.out} (operator.log, pods/, reference.log)"
-
-    def stop(self) -> str:
-        """Keep the operator's and the pods' logs (of every namespace but the system's) in
-        `out` before the nodes go."""
-        if self.out is None or not self.exists():
-            return "nothing to keep"
-        (self.out / "operator.log").write_text(self.operator_log())
-        pods = self.out / "pods"
-        pods.mkdir(exist_ok=True)
-        every = "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {end}"
-        listed = self.kubectl("get", "pods", "-A", "-o", every, check=False)
-        for entry in listed.split():
-            namespace, pod = entry.split("/", 1)
-            if not namespace.startswith("kube-"):
-                (pods / f"{pod}.log").write_text(self.pod_log(namespace, pod))
-        return "operator and pod logs saved"
-
-
-class RealNodeStack(_OnLocalControlPlane, _ChartStack):
-    """`make demo-real`'s: real nodes (a kubelet and a containerd each,
-    docs/testenv.md) running the images built from the Dockerfiles, under the chart's operator.
-    The images are built with buildah on first use (the trainer's about 8 minutes: torch from
-    PyPI). Every node is a process tree on this machine, so a host folder is a volume all of
-    them see: under `out` when given (with the logs stop() keeps, they outlive the cluster),
-    else in the cluster's own folder."""
-
-    trainer_image = images.TRAINER.tag
-    urgent_image = nodeconfig.PAUSE_IMAGE  # on every node: an urgent pod really runs
-
-    def __init__(self, name: str, repo: Path, gpus_per_node: int, nodes: int = 2,
-                 out: Path | None = None):  # fmt: skip
-        self.name, self.repo, self.gpus, self.out = name, repo, gpus_per_node, out
-        self.nodes = tuple(f"real-node-{i}" for i in range(nodes))
-        self.volumes = (out or cluster.cluster_dir(name)) / "volumes"
-
-    def up(self, say: Say) -> Path:
-        kubeconfig = onrealnodes.up(self.name, len(self.nodes), self.gpus, self.repo, say)
-        say(f"real nodes up: {', '.join(self.nodes)} ({self.gpus} GPUs each)")
-        return kubeconfig
-
-    def claim_volume(self, volume: str, namespace: str, claim: str) -> tuple[Path, dict]:
-        folder = _fresh_folder(self.volumes / volume)
-        return folder, shared_folder_volume(volume, str(folder), namespace, claim)
-
-    def power_off(self, node: str) -> None:
-        realnodes.power_off(self.name, cluster.cluster_dir(self.name), node)
-
-    def power_on(self, node: str) -> None:
-        realnodes.power_on(self.name, cluster.cluster_dir(self.name), node)
-
-    def down(self, say: Say) -> None:
-        if self.exists():
-            cluster.down(self.name, say=say)
-
-
-class KindStack(_ChartStack):
+class KindStack:
     """tests/e2e/kind's: a kind cluster of a control plane and workers on rootful podman, every
     node starting with the project's images (kind.node_stores) and mounting one host folder
     (kind's extraMounts) at kind.SHARED_MOUNT; with `gpus_per_node`, the test device plugin's
-    GPUs on the workers."""
+    GPUs on the workers; `more_images` on every node besides the operator's and the
+    trainer's. With `out` (the demo's, which makes its cluster anew), the shared folder (the
+    checkpoints) and the logs stop() keeps are there, and outlive the cluster."""
 
     trainer_image = images.TRAINER.tag
-    urgent_image = images.OPERATOR.tag  # on every node; give it a command that keeps running
+    urgent_image = images.PAUSE_IMAGE  # on every node (kind.node_stores), and it keeps running
 
-    def __init__(self, name: str, repo: Path, workers: int = 2, gpus_per_node: int = 0,
-                 out: Path | None = None):  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        repo: Path,
+        workers: int = 2,
+        gpus_per_node: int = 0,
+        out: Path | None = None,
+        more_images: tuple[images.ImageBuild, ...] = (),
+    ):
         self.name, self.repo, self.gpus, self.out = name, repo, gpus_per_node, out
+        self.more_images = more_images
         self.nodes = tuple(kind.node_names(name, workers)[1])
-        self.shared = kind.shared_dir(name) or kind.cluster_dir(name) / "shared"
+        # A new cluster mounts this; one left running (RLJOB_KIND_CLUSTER) keeps its own.
+        self.shared = (
+            out / "shared" if out else kind.shared_dir(name) or kind.cluster_dir(name) / "shared"
+        )
 
     @property
     def kubeconfig(self) -> Path:
@@ -323,14 +229,15 @@ class KindStack(_ChartStack):
         return kind.cluster_exists(self.name)
 
     def up(self, say: Say) -> Path:
-        kubeconfig = onkind.up(self.name, self.shared, self.repo, len(self.nodes), say)
+        kubeconfig = onkind.up(self.name, self.shared, self.repo, len(self.nodes), say,
+                               self.more_images)  # fmt: skip
         for node in self.nodes:
             self._advertise_gpus(node)
         return kubeconfig
 
     def _advertise_gpus(self, node: str) -> None:
-        """With `gpus_per_node`, the test device plugin (devtools/rljob_gpuplugin, as on the
-        real nodes) in the worker: that many nvidia.com/gpu, no GPU behind them."""
+        """With `gpus_per_node`, the test device plugin (devtools/rljob_gpuplugin) in the
+        worker: that many nvidia.com/gpu, no GPU behind them."""
         if not self.gpus or self._gpus_of(node) == self.gpus:
             return
         kind.node_start_program(node, binaries.require(binaries.GPU_PLUGIN.name),
@@ -345,6 +252,7 @@ class KindStack(_ChartStack):
         return int(shown) if shown.strip().isdigit() else 0
 
     def power_off(self, node: str) -> None:
+        """Stop a node as a power cut would: its kubelet, its runtime and its pods at once."""
         kind.node_power_off(node)
 
     def power_on(self, node: str) -> None:
@@ -370,3 +278,36 @@ class KindStack(_ChartStack):
 
     def down(self, say: Say) -> None:
         kind.delete_cluster(self.name, say=say)
+
+    def start_operator(self, namespace: str, say: Say) -> None:
+        say(f"helm install charts/rljob-operator (image {images.OPERATOR.tag})")
+        chart.install_chart(self.kubeconfig, CHART, [namespace])
+        say(f"operator running in {chart.OPERATOR_NAMESPACE}, installed by its chart")
+
+    def pod_log(self, namespace: str, pod: str) -> str:
+        """The container's log as the kubelet keeps it; "" once the pod is gone."""
+        return self.kubectl("logs", "-n", namespace, pod, check=False)
+
+    def operator_log(self, tail: int = -1) -> str:
+        return self.kubectl("logs", "-n", chart.OPERATOR_NAMESPACE,
+                            f"deploy/{chart.OPERATOR_DEPLOYMENT}", f"--tail={tail}",
+                            check=False)  # fmt: skip
+
+    def logs(self) -> str:
+        return f"{self.out} (operator.log, pods/, reference.log)"
+
+    def stop(self) -> str:
+        """Keep the operator's and the pods' logs (of every namespace but the system's) in
+        `out` before the nodes go."""
+        if self.out is None or not self.exists():
+            return "nothing to keep"
+        (self.out / "operator.log").write_text(self.operator_log())
+        pods = self.out / "pods"
+        pods.mkdir(exist_ok=True)
+        every = "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name} {end}"
+        listed = self.kubectl("get", "pods", "-A", "-o", every, check=False)
+        for entry in listed.split():
+            namespace, pod = entry.split("/", 1)
+            if not namespace.startswith("kube-"):
+                (pods / f"{pod}.log").write_text(self.pod_log(namespace, pod))
+        return "operator and pod logs saved"

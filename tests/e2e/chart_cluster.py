@@ -15,7 +15,7 @@ from e2e_steps import CLAIM
 from kube_steps import api_client, bind_claim, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
-from rljob_testenv import onrealnodes
+from rljob_testenv import chart
 from rljob_testenv.stacks import Stack
 
 __all__ = [  # the fixtures a conftest that provides `stack` takes in
@@ -87,7 +87,7 @@ def what_the_cluster_showed(request, stack: Stack, jobs_namespace: str) -> Itera
 def ready_operator_pod(core: client.CoreV1Api) -> client.V1Pod | None:
     """The chart's operator pod, once one is Ready."""
     pods = core.list_namespaced_pod(
-        onrealnodes.OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=rljob-operator"
+        chart.OPERATOR_NAMESPACE, label_selector="app.kubernetes.io/name=rljob-operator"
     ).items
     for pod in pods:
         if any(x.type == "Ready" and x.status == "True" for x in pod.status.conditions or []):

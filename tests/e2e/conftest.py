@@ -16,9 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from e2e_steps import CLAIM, POOL_LABEL, run_reference
+from e2e_steps import CLAIM, POOL_LABEL, priority_classes_made, run_reference
 from kube_steps import bind_claim
-from kubernetes import client
 from rljob_nodeagent import AgentPool, claim_dir
 from rljob_nodeagent.agent import DEFAULT_SHAPE
 from rljob_testenv.operator_process import OperatorProcess, run_operator
@@ -105,16 +104,10 @@ def e2e_operator(kubeconfig, namespace, crd, claim, agents, tmp_path):
 
 @pytest.fixture
 def priority_classes(api_client, namespace: str, agents) -> Iterator[tuple[str, str]]:
-    """(low, high): the job runs low; a pod of the high class preempts it."""
-    scheduling = client.SchedulingV1Api(api_client)
-    names = (f"low-{namespace}", f"high-{namespace}")
-    for name, value in zip(names, (100, 1000), strict=True):
-        scheduling.create_priority_class(
-            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
-        )
-    yield names
-    for name in names:
-        scheduling.delete_priority_class(name)
+    """(low, high): the job runs low; a pod of the high class preempts it. Removed before the
+    agents stop."""
+    with priority_classes_made(api_client, namespace) as names:
+        yield names
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -107,6 +108,31 @@ def rljob_job(
             "template": {"spec": template_spec},
         },
     }
+
+
+def one_pod_per_node(job: str) -> dict[str, Any]:
+    """The pod template's affinity that puts the job's pods on nodes of their own (required
+    anti-affinity), as a user asks for one pod per GPU node."""
+    term = {"labelSelector": {"matchLabels": {c.LABEL_JOB: job}},
+            "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+@contextmanager
+def priority_classes_made(api_client, prefix: str) -> Iterator[tuple[str, str]]:
+    """(low, high) PriorityClasses for a test, deleted after it: the job runs low; a pod of the
+    high class preempts it."""
+    scheduling = client.SchedulingV1Api(api_client)
+    names = (f"{prefix}-low", f"{prefix}-high")
+    for name, value in zip(names, (100, 1000), strict=True):
+        scheduling.create_priority_class(
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
+        )
+    try:
+        yield names
+    finally:
+        for name in names:
+            scheduling.delete_priority_class(name)
 
 
 def jobs_api(api_client) -> client.CustomObjectsApi:

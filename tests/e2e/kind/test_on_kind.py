@@ -19,6 +19,7 @@ from e2e_steps import (
     assert_same_run_as_reference,
     create_job,
     experiment_path,
+    one_pod_per_node,
     rljob_job,
     running_gang,
     status,
@@ -49,13 +50,10 @@ def kind_job(name: str, slow_from_step: int) -> dict[str, Any]:
     spec["image"] = images.TRAINER.tag
     spec["args"] = [IMAGE_CONFIG if a.endswith("grpo_tiny.yaml") else a for a in spec["args"]]
     spec["resources"] = {"requests": {"cpu": "250m", "memory": "512Mi"}}
-    one_per_node = {"labelSelector": {"matchLabels": {c.LABEL_JOB: name}},
-                    "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
     spec["template"]["spec"] = {
         "terminationGracePeriodSeconds": 60,
-        "affinity": {"podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [one_per_node]}},
-    }  # fmt: skip
+        "affinity": one_pod_per_node(name),
+    }
     return body
 
 

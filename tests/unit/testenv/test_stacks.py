@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from rljob_testenv import cluster, kind, stacks
+from rljob_testenv import kind, stacks
 
 
 def check_volume(folder: Path, volume: dict, node_path: str) -> None:
@@ -29,15 +29,15 @@ def test_kind_volumes_live_in_the_folder_every_node_mounts_at_its_path_there(
     check_volume(folder, volume, f"{kind.SHARED_MOUNT}/volumes/pv-a")
 
 
-def test_real_node_volumes_are_host_folders_of_the_cluster(
+def test_the_demos_kind_cluster_shares_a_folder_of_its_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cluster, "cluster_dir", lambda name: tmp_path / name)
-    stack = stacks.RealNodeStack("r", Path("."), gpus_per_node=2, nodes=3)
-    assert stack.nodes == ("real-node-0", "real-node-1", "real-node-2")
+    """`make demo-kind`'s checkpoints and logs outlive the cluster, in the demo's output."""
+    monkeypatch.setattr(kind, "cluster_dir", lambda name: tmp_path / "clusters" / name)
+    stack = stacks.KindStack("demo", Path("."), workers=2, out=tmp_path / "out")
     folder, volume = stack.claim_volume("pv-a", "ns", "ckpts")
-    assert folder == tmp_path / "r" / "volumes" / "pv-a"
-    check_volume(folder, volume, str(folder))
+    assert folder == tmp_path / "out" / "shared" / "volumes" / "pv-a"
+    check_volume(folder, volume, f"{kind.SHARED_MOUNT}/volumes/pv-a")
 
 
 def test_node_agents_map_the_claim_by_namespace_and_name(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -186,12 +187,24 @@ def test_kubelet_like_stages_end_a_deleted_pod_before_kwok_removes_it(tmp_path):
     assert "phase: Failed" in stop["next"]["statusTemplate"]
 
 
-@pytest.mark.parametrize("image", [images.OPERATOR, images.TRAINER], ids=lambda i: i.tag)
+@pytest.mark.parametrize(
+    "image", [images.OPERATOR, images.TRAINER, images.ray_driver_image()], ids=lambda i: i.tag
+)
 def test_an_images_key_covers_everything_its_dockerfile_copies(image):
     """A change to what an image copies rebuilds it; a change elsewhere does not."""
     dockerfile = (REPO / image.dockerfile).read_text()
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.M)
-    sources = {source for line in copied for source in line.split()}
+    sources = {str(Path(image.context, source)) for line in copied for source in line.split()}
     assert sources, f"{image.dockerfile} copies nothing"
     for source in sources:
         assert any(source == c or source.startswith(f"{c}/") for c in image.copies), source
+
+
+def test_an_image_built_on_another_is_rebuilt_when_its_base_is():
+    """The Ray driver's image is the trainer's plus libraries: a change to the trainer's
+    sources changes its key too."""
+    ray_image = images.ray_driver_image()
+    assert ray_image.base == images.TRAINER
+    moved = replace(ray_image, base=replace(images.TRAINER, build_args={"TORCH_REQUIREMENT": "x"}))
+    assert moved.key(REPO) != ray_image.key(REPO)
+    assert "ray==" in ray_image.build_args["PACKAGES"]
