@@ -182,10 +182,17 @@ class Kube:
     def list_priority_classes(self, group: str) -> tuple[list[dict[str, Any]], str] | None:
         """WorkloadPriorityClasses (kueue.x-k8s.io) or PriorityClasses (scheduling.k8s.io);
         None where the cluster does not serve them (no Kueue)."""
-        version, plural = c.PRIORITY_CLASS_APIS[group]
-        with _calling(f"list {plural}", gone_ok=True):
-            return self._list(plural, self.custom.list_cluster_custom_object, group, version,
-                              plural)  # fmt: skip
+        return self.list_served(group, *c.PRIORITY_CLASS_APIS[group])
+
+    def list_served(
+        self, group: str, version: str, plural: str
+    ) -> tuple[list[dict[str, Any]], str] | None:
+        """A cluster-wide list of one resource, with its resourceVersion; None where the
+        cluster does not serve it (its CRD is not installed), which is no error."""
+        with _calling(f"list {plural}.{group}", gone_ok=True):
+            listed = _data(self.custom.list_cluster_custom_object(
+                group, version, plural, _preload_content=False))  # fmt: skip
+            return listed["items"], listed["metadata"].get("resourceVersion", "")
         return None
 
     def _list(self, what: str, call: Any, *args: Any, **kwargs: Any) -> tuple[list, str]:

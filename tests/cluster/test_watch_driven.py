@@ -129,6 +129,15 @@ def test_a_termination_notice_on_a_node_asks_at_once_for_a_save_by_when_the_node
     assert f"by {goes}" in event.message and "near-a0-n0" in event.message
 
 
+def test_a_resource_the_cluster_does_not_serve_lists_as_none_not_as_an_error(api_client):
+    """Without Kueue its WorkloadPriorityClasses are not served: the relist keeps none, where a
+    404 used to be an error and a warning at every relist of a cluster without Kueue."""
+    kube = Kube(api_client)
+    assert kube.list_served("absent.rljob.io", "v1", "things") is None
+    listed, revision = kube.list_priority_classes(c.POD_PRIORITY_GROUP)
+    assert "system-node-critical" in {pc["metadata"]["name"] for pc in listed} and revision
+
+
 def test_a_status_write_on_a_stale_cache_conflicts_then_passes_again_on_the_newest_job(
     api_client, core, namespace, crd, nodes
 ):
