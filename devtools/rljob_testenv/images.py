@@ -198,7 +198,9 @@ def base_image(say: Callable[[str], None] = print) -> str:
 def _in_buildah(ref: str, archive: Path) -> None:
     """`ref` in buildah's store, from its archive where the store lost it (a base image)."""
     if not _has_image(ref):
-        _run(["buildah", "pull", "--quiet", f"oci-archive:{archive}"], f"reading {archive.name}")
+        pull = ["buildah", "pull", "--quiet", f"oci-archive:{archive}"]
+        pulled = _run(pull, f"reading {archive.name}")
+        _run(["buildah", "tag", pulled.split()[-1], ref], f"tagging {ref}")
 
 
 def pause_archive(say: Callable[[str], None] = print) -> Path:

@@ -1,7 +1,8 @@
 """rljob on a kind cluster, as a user runs it: the project's images on the nodes (a new
-cluster's nodes start with them, kind.node_stores; a reused one gets what it lacks with `kind
-load image-archive`), a host folder every node mounts for the checkpoints (a ReadWriteMany
-volume, as NFS or Lustre would be), and the operator installed by its chart.
+cluster's nodes start with the big ones, kind.node_stores, and get the operator's with `kind
+load image-archive`; a reused one gets what it lacks so), a host folder every node mounts for
+the checkpoints (a ReadWriteMany volume, as NFS or Lustre would be), and the operator installed
+by its chart.
 
 The kind e2e tests (tests/e2e/kind) and hack/kind-e2e.sh both stand the cluster up here.
 Everything is checked before the cluster is made (podman, cgroups, disk for the images), so
@@ -112,21 +113,25 @@ def up(
 ) -> Path:
     """A kind cluster of a control plane and `workers` workers sharing `shared_dir`, with the
     operator and trainer images (and `more_images`) on every node; its kubeconfig. A cluster
-    made here starts with them (kind.node_stores); an existing cluster of that name is reused
-    and gets the images it lacks with `kind load image-archive`. One this call made is
-    deleted again if it fails."""
+    made here starts with the trainer's and `more_images` (kind.node_stores) and gets the
+    operator's with `kind load image-archive`; an existing cluster of that name is reused and
+    gets the images it lacks so. One this call made is deleted again if it fails."""
     kind.check_host(say=say)
-    builds = (images.OPERATOR, images.TRAINER, *more_images)
-    archives = [images.build(image, repo, say) for image in builds]
-    control_plane, nodes = kind.node_names(name, workers)
+    operator = images.build(images.OPERATOR, repo, say)
+    stored = [images.build(image, repo, say) for image in (images.TRAINER, *more_images)]
+    control_plane, worker_nodes = kind.node_names(name, workers)
+    every_node = [control_plane, *worker_nodes]
     made = not kind.cluster_exists(name)
     try:
         if made:
-            check_room(archives, say)
-            kubeconfig = kind.create_cluster(name, workers, shared_dir, say=say, images=archives)
+            check_room([operator, *stored], say)
+            # The operator's image changes with every change to the operator, and is small:
+            # loaded, it leaves the store (made again only when the big images change) alone.
+            kubeconfig = kind.create_cluster(name, workers, shared_dir, say=say, images=stored)
+            load_images(name, {operator: every_node}, say)
         else:
             kubeconfig = kind.create_cluster(name, workers, shared_dir, say=say)
-            load_images(name, {a: [control_plane, *nodes] for a in archives}, say)
+            load_images(name, {a: every_node for a in (operator, *stored)}, say)
     except BaseException:
         if made:  # leave nothing behind that this call made
             kind.delete_cluster(name, say=say)
