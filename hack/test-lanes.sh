@@ -29,6 +29,9 @@
 # 2026-12-05 (run 24): cpu 21:47, control-plane 21:49 (the Ray e2e 9:50), whole 22:21 warm.
 # Then the real-node tests moved to the kind cluster (one cluster, each node on hard links of
 # one image store): cpu 21:33 (kind 478 s), control-plane 22:06, whole 22:11 (run 26).
+# With the Ray job on kind (2026-12-05, run 29): cpu 22:07, control-plane 21:54, whole 22:15;
+# in run 28 the kind store was made again beside the other lane (the operator's image was in it
+# then) and the whole took 25:29.
 #
 # Arguments are passed to both pytest runs. Logs and JUnit reports are in .test-logs/.
 set -uo pipefail

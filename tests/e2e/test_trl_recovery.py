@@ -141,7 +141,10 @@ def test_trls_grpo_trainer_preempted_between_saves_saves_on_notice_and_resumes_b
     assert (st["preemptions"], st["failures"]) == (1, 0), st
     # The save on notice: the step in progress (or, if the preemption took longer than a
     # step, a later one), through the Trainer's own save on every rank; nothing was lost.
-    assert saved > after, recovery
+    # Where `after` is a periodic save's step, the notice may land in that very save (the
+    # progress record is written at the step's end, before the Trainer saves): the bridge
+    # stops with it, and that step is the one saved on notice.
+    assert saved > after or (saved == after and after % EVERY == 0), recovery
     assert (recovery["lastFinishedStep"], recovery["lostSteps"]) == (saved, 0), recovery
     trainers = [r for r in pool.records() if r.labels.get(c.LABEL_JOB) == JOB]
     stopped = [r for r in trainers if r.labels.get(c.LABEL_ATTEMPT) == "0"]
