@@ -21,7 +21,8 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import tomli_w
@@ -104,11 +105,23 @@ def _make(
 
 
 def _import(containerd: Path, work: Path, sockets: Path, archives: list[Path]) -> None:
-    """Run a containerd on `work`/root with only what an import needs, and import."""
+    with private_containerd(containerd, work / "root", work, sockets) as socket:
+        for archive in archives:
+            done = subprocess.run([*ctr(socket), "images", "import", str(archive)],
+                                  capture_output=True, text=True, check=False)  # fmt: skip
+            if done.returncode != 0:
+                raise ImageStoreError(f"ctr could not import {archive.name}: {done.stderr}")
+
+
+@contextmanager
+def private_containerd(containerd: Path, root: Path, work: Path, sockets: Path) -> Iterator[Path]:
+    """A containerd of our own on `root`, with only what an image import needs, while the block
+    runs: its socket (in `sockets`, a short folder: a unix socket's path has at most 108 bytes).
+    Its config and log are in `work`."""
     socket = sockets / "containerd.sock"
     config = {
         "version": 3,
-        "root": str(work / "root"),
+        "root": str(root),
         "state": str(sockets / "state"),
         "grpc": {"address": str(socket)},
         "ttrpc": {"address": f"{socket}.ttrpc"},
@@ -134,14 +147,14 @@ def _import(containerd: Path, work: Path, sockets: Path, archives: list[Path]) -
             if daemon.poll() is not None or time.monotonic() > deadline:
                 raise ImageStoreError(f"containerd did not start:\n{_tail(work)}")
             time.sleep(0.1)
-        for archive in archives:
-            done = subprocess.run([*ctr(socket), "images", "import", str(archive)],
-                                  capture_output=True, text=True, check=False)  # fmt: skip
-            if done.returncode != 0:
-                raise ImageStoreError(f"ctr could not import {archive.name}: {done.stderr}")
+        yield socket
     finally:
         os.killpg(daemon.pid, signal.SIGTERM)
-        daemon.wait(30)
+        try:
+            daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait(10)
         log.close()
 
 

@@ -539,6 +539,23 @@ def _control_plane_archives(work: Path, proxy_root: Path, say: Say) -> dict[Path
     return archives
 
 
+def _import_named(ctr: list[str], archive: Path, names: list[str]) -> None:
+    """One archive's image, pinned (the kubelet's image GC never removes it) and under each
+    of `names` (the names kubeadm and containerd ask for)."""
+    before = set(_run([*ctr, "images", "list", "-q"], "ctr images list", 60).stdout.split())
+    _run([*ctr, "images", "import", "--no-unpack", f"--label={PINNED}", str(archive)],
+         f"ctr import {archive.name}", 600)  # fmt: skip
+    after = set(_run([*ctr, "images", "list", "-q"], "ctr images list", 60).stdout.split())
+    imported = sorted(after - before)
+    if not imported:
+        raise KindError(f"ctr imported no image from {archive.name}")
+    for name in names:
+        if name not in after:
+            _run([*ctr, "images", "tag", "--force", imported[0], name], f"ctr tag {name}", 60)
+    for name in {imported[0], *names}:  # a tag is an image record of its own, without labels
+        _run([*ctr, "images", "label", name, PINNED], f"ctr label {name}", 60)
+
+
 def _commit_rootfs(root: Path, tarball: Path, ref: str, config: list[str]) -> None:
     _run(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-cf", str(tarball), "."],
          f"packing {ref}'s root", 600)  # fmt: skip
@@ -559,61 +576,21 @@ def _commit_rootfs(root: Path, tarball: Path, ref: str, config: list[str]) -> No
 def _import_images(root: Path, work: Path, archives: dict[Path, list[str]]) -> None:
     """Import the archives into the node's containerd store (its /var/lib/containerd) with a
     containerd of our own on the host: content only, unpacked by the node on first use."""
-    import tomli_w  # the devtools' dependency, imported where used
-
     store = root / CONTAINERD_ROOT.lstrip("/")
-    sockets = Path(tempfile.mkdtemp(prefix="rjkind-", dir="/tmp"))  # short: a socket path
-    socket = sockets / "containerd.sock"
-    config = {
-        "version": 3, "root": str(store), "state": str(sockets / "state"),
-        "grpc": {"address": str(socket)}, "ttrpc": {"address": f"{socket}.ttrpc"},
-        "debug": {"address": ""}, "metrics": {"address": ""},
-        "disabled_plugins": ["io.containerd.nri.v1.nri", "io.containerd.grpc.v1.cri",
-                             "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images"],
-    }  # fmt: skip
-    (work / "containerd.toml").write_text(tomli_w.dumps(config))
-    log = (work / "containerd.log").open("wb")
-    daemon = subprocess.Popen(
-        [str(_binary("containerd")), "--config", str(work / "containerd.toml")],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    ctr = [str(_binary("ctr")), "--address", str(socket), "-n", "k8s.io"]
+    sockets = Path(tempfile.mkdtemp(prefix="rjkind-", dir="/tmp"))
     try:
-        deadline = time.monotonic() + 30
-        while not socket.exists():
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                raise KindError(
-                    "containerd (for the node's image store) did not start: "
-                    + (work / "containerd.log").read_text(errors="replace")[-2000:]
-                )
-            time.sleep(0.1)
-        for archive, names in archives.items():
-            before = set(_run([*ctr, "images", "list", "-q"], "ctr images list", 60).stdout.split())
-            _run([*ctr, "images", "import", "--no-unpack", f"--label={PINNED}", str(archive)],
-                 f"ctr import {archive.name}", 600)  # fmt: skip
-            after = set(_run([*ctr, "images", "list", "-q"], "ctr images list", 60).stdout.split())
-            imported = sorted(after - before)
-            if not imported:
-                raise KindError(f"ctr imported no image from {archive.name}")
-            for name in names:
-                if name not in after:
-                    _run([*ctr, "images", "tag", "--force", imported[0], name],
-                         f"ctr tag {name}", 60)  # fmt: skip
-            _run([*ctr, "images", "label", imported[0], PINNED],
-                 "ctr label", 60, check=False)  # fmt: skip
-        listed = _run([*ctr, "images", "list", "-q"], "ctr images list", 60).stdout.split()
-        missing = [n for names in archives.values() for n in names if n not in listed]
-        if missing:
-            raise KindError(f"the node's image store lacks {', '.join(missing)}")
+        with imagestore.private_containerd(_binary("containerd"), store, work, sockets) as socket:
+            ctr = [str(_binary("ctr")), "--address", str(socket), "-n", imagestore.NAMESPACE]
+            for archive, names in archives.items():
+                _import_named(ctr, archive, names)
+            listed = _run([*ctr, "images", "list", "-q"], "ctr images list", 60).stdout.split()
+    except imagestore.ImageStoreError as exc:
+        raise KindError(f"the node's image store: {exc}") from exc
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait(10)
-        log.close()
         shutil.rmtree(sockets, ignore_errors=True)
+    missing = [n for names in archives.values() for n in names if n not in listed]
+    if missing:
+        raise KindError(f"the node's image store lacks {', '.join(missing)}")
     # Each node's containerd makes its own id at its first start; none is baked in.
     shutil.rmtree(store / "io.containerd.grpc.v1.introspection", ignore_errors=True)
 

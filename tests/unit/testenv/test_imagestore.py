@@ -4,9 +4,10 @@ small one) into a folder of the test's own."""
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
-from rljob_testenv import images, imagestore
+from rljob_testenv import images, imagestore, kind
 
 
 @pytest.fixture
@@ -32,7 +33,7 @@ def test_a_node_shares_the_stores_layers_and_owns_its_databases(stores, tmp_path
         assert copied.read_bytes() == original.read_bytes()
         assert os.stat(copied).st_ino != os.stat(original).st_ino
     assert not (root / imagestore.OWN_ID).exists()
-    said: list[str] = []  # the next start of real nodes finds the store made
+    said: list[str] = []  # the next start of kind's nodes finds the store made
     assert imagestore.store_for([images.pause_archive()], say=said.append) == store
     assert said == []
 
@@ -46,8 +47,8 @@ def test_an_archive_containerd_cannot_import_is_a_clear_error_and_leaves_no_stor
 
 
 def test_a_store_on_a_base_keeps_the_bases_images_and_lives_apart(stores, tmp_path):
-    """kind's stores start from the node image's containerd root; making one leaves the real
-    nodes' stores alone."""
+    """kind's stores start from the node image's containerd root; a store of another family
+    is left alone."""
     base = imagestore.store_for([images.pause_archive()], say=lambda _: None)
     on_base = imagestore.store_for([], say=lambda _: None, base=base, family="kind")
     assert on_base != base and base.is_dir()
@@ -56,3 +57,23 @@ def test_a_store_on_a_base_keeps_the_bases_images_and_lives_apart(stores, tmp_pa
         p.name for p in (on_base / blobs).rglob("*")
     }
     assert (on_base / "io.containerd.metadata.v1.bolt" / "meta.db").is_file()
+
+
+def test_the_node_images_store_holds_each_archive_under_the_names_asked_for_pinned(tmp_path):
+    """What a kind node image is built with (kind._import_images): the same private containerd
+    as the stores', the image under every name kubeadm and containerd ask for, pinned so that
+    the kubelet's image GC keeps it."""
+    (tmp_path / "work").mkdir()
+    names = ["registry.k8s.io/pause:3.10", "localhost/rljob-kind/pause:test"]
+    kind._import_images(tmp_path / "rootfs", tmp_path / "work", {images.pause_archive(): names})
+    store = tmp_path / "rootfs" / kind.CONTAINERD_ROOT.lstrip("/")
+    assert not (store / imagestore.OWN_ID).exists()  # each node's containerd makes its own
+    sockets = tmp_path / "s"
+    sockets.mkdir()
+    containerd = kind._binary("containerd")
+    with imagestore.private_containerd(containerd, store, tmp_path / "work", sockets) as socket:
+        listed = subprocess.run([*imagestore.ctr(socket), "images", "list"],
+                                capture_output=True, text=True, check=True).stdout  # fmt: skip
+    for name in names:
+        (line,) = [row for row in listed.splitlines() if row.startswith(f"{name} ")]
+        assert kind.PINNED in line
