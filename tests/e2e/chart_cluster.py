@@ -24,6 +24,10 @@ __all__ = [  # the fixtures a conftest that provides `stack` takes in
 ]  # fmt: skip
 
 
+# A job's rendezvous port: each pod has a network namespace of its own on a real kubelet.
+RENDEZVOUS_PORT = 29500
+
+
 def say(msg: str) -> None:
     print(msg, flush=True)
 

@@ -37,6 +37,11 @@ RESUMED = re.compile(r"ray_trainer: resumed from (\S+) at step (\d+)")
 LAYOUT = {"verl": "verl-fsdp", "rlinf": "rlinf-fsdp"}
 
 
+def last(pattern: re.Pattern[str], text: str) -> int:
+    """The highest step `pattern` finds in a log, 0 if none."""
+    return max((int(m) for m in pattern.findall(text)), default=0)
+
+
 def overrides(framework: str, root: str) -> list[str]:
     """The driver's command-line overrides; `root` is where the run keeps its checkpoints."""
     if framework == "verl":

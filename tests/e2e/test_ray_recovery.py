@@ -47,6 +47,7 @@ from ray_steps import (
     assert_same_state,
     checkpoint_subdir,
     final_state,
+    last,
     preempt,
     preempt_in_turn,
     ray_job,
@@ -71,10 +72,6 @@ def ray_references():
         return made[framework]
 
     return reference
-
-
-def last(pattern, text: str) -> int:
-    return max((int(m) for m in pattern.findall(text)), default=0)
 
 
 # verl's legacy trainer, whose save is ESI's (its default V1 trainer: test_verl_main_ppo.py)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chart_cluster import RENDEZVOUS_PORT
 from e2e_steps import (
     REPORTS,
     SAVE_INTERVAL,
@@ -33,7 +34,6 @@ from rljob_testenv.scenario import read_progress
 from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_FROM_STEP, ENV_TEST_SLOW_ROLLOUT_TOKEN
 
 IMAGE_CONFIG = "/app/configs/grpo_tiny.yaml"  # where the trainer image keeps its configs
-RENDEZVOUS_PORT = 29500  # each pod has its own network namespace on kind
 # A step here takes about a second, less than `kubectl drain` takes to reach the trainer: from
 # the step after the one the test waits for, each sampled token takes this long (3 a step), so
 # that the notice lands in that step or the next, and not past the next periodic save.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chart_cluster import RENDEZVOUS_PORT
 from e2e_steps import (
     MOUNT,
     REPORTS,
@@ -42,6 +43,7 @@ from ray_steps import (
     assert_same_state,
     checkpoint_subdir,
     final_state,
+    last,
     ray_job,
     reported,
     run_reference,
@@ -51,7 +53,6 @@ from rljob_testenv import binaries, images
 from rljob_testenv.scenario import preemptor_pod
 
 DRIVER = "/opt/rljob-e2e/ray_trainer.py"  # where the Ray driver image keeps it
-RENDEZVOUS_PORT = 29500  # each pod has its own network namespace on kind
 GRACE_SECONDS = 45  # room for a step and the save on notice on a loaded machine
 JOB = "verl-on-kind"
 
@@ -104,10 +105,6 @@ def following(stack, namespace: str, pod: str, into: Path) -> Iterator[None]:
 def argv(pod: client.V1Pod) -> list[str]:
     container = pod.spec.containers[0]
     return [*(container.command or []), *(container.args or [])]
-
-
-def last(pattern, text: str) -> int:
-    return max((int(m) for m in pattern.findall(text)), default=0)
 
 
 @pytest.mark.timeout(1200)
