@@ -6,7 +6,8 @@ the work queue (Controller.process) through one pass, for three passes of a 2-po
 A stop is each time the pass's thread moves from one of rljob's files (operator/, contract/)
 to another, by a call or a return; code outside them (the standard library, the kubernetes
 client) is walked through as if it were not there. "Returns" are the stops into a file the
-pass had already left: stops minus the files entered. The passes, each traced alone on the
+pass had already left: stops minus the files entered. "Calls" are the stops made by a call, and
+their repeats the calls into a file entered before. The passes, each traced alone on the
 cache a full relist has just filled:
 - create: the job was just made; the pass looks at the checkpoints and creates the gang;
 - steady: the gang runs (kwok's nodes run it); a resync's pass that finds nothing to do;

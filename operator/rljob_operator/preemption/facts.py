@@ -9,10 +9,11 @@ from datetime import datetime
 from typing import Any
 
 from .. import constants as c
-from ..api.status import find_condition
 from ..api.timestamps import parse_iso
 from ..queueing import Admission, queue_wait
-from .nodes import NodeTermination, node_termination, not_ready_seconds
+from .nodes import NodeState, NodeTermination
+
+Conditions = dict[str, dict[str, Any]]  # a pod's conditions by type (the first of each)
 
 # Why the kubelet cannot start a container: it retries these by itself, so the pod stays
 # Pending and nothing ends; the job reports them instead of waiting in silence.
@@ -96,11 +97,12 @@ def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _unschedulable(pod: dict[str, Any], admission: Admission | None) -> tuple[str, str] | None:
+def _unschedulable(
+    pod: dict[str, Any], conditions: Conditions, admission: Admission | None
+) -> tuple[str, str] | None:
     """Why the scheduler cannot place the pod, from its PodScheduled=False condition, or why
     Kueue has not let it be scheduled yet (`admission`: its Workload's condition, if known)."""
-    status = pod.get("status") or {}
-    scheduled = find_condition(status.get("conditions") or [], "PodScheduled")
+    scheduled = conditions.get("PodScheduled")
     if scheduled is None or scheduled.get("status") != "False":
         return None
     reason = scheduled.get("reason") or "Unschedulable"
@@ -111,25 +113,25 @@ def _unschedulable(pod: dict[str, Any], admission: Admission | None) -> tuple[st
     return reason, scheduled.get("message") or reason
 
 
-def _unseen(pod: dict[str, Any], now: datetime) -> tuple[str, float] | None:
+def _unseen(pod: dict[str, Any], conditions: Conditions, now: datetime) -> tuple[str, float] | None:
     """(schedulerName, seconds it has waited) of a pod that no scheduler has looked at yet.
 
     A scheduler writes PodScheduled on every pod of its own that it tries (the API server
     writes it on a gated one), so a pod without it and without a node has been seen by none:
     its scheduler may be slow, or may not exist at all (a schedulerName nothing serves).
     """
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     created = meta.get("creationTimestamp")
     if (spec.get("nodeName") or not created or meta.get("deletionTimestamp")
-            or find_condition(status.get("conditions") or [], "PodScheduled")):  # fmt: skip
+            or "PodScheduled" in conditions):  # fmt: skip
         return None
     waited = (now - parse_iso(created)).total_seconds()
     return spec.get("schedulerName") or c.DEFAULT_SCHEDULER, max(waited, 0.0)
 
 
-def _stopped_by_kueue(status: dict[str, Any]) -> tuple[str, str] | None:
+def _stopped_by_kueue(conditions: Conditions) -> tuple[str, str] | None:
     """Kueue marks each pod of a workload it evicts (preempted, say) before deleting it."""
-    stop = find_condition(status.get("conditions") or [], c.KUEUE_STOP_CONDITION)
+    stop = conditions.get(c.KUEUE_STOP_CONDITION)
     if stop is None or stop.get("status") != "True":
         return None
     return stop.get("reason") or "Stopped", stop.get("message") or ""
@@ -137,22 +139,21 @@ def _stopped_by_kueue(status: dict[str, Any]) -> tuple[str, str] | None:
 
 def facts(
     pod: dict[str, Any],
-    node: dict[str, Any] | None,
+    node: NodeState | None,
     now: datetime,
     admission: Admission | None = None,
 ) -> PodFacts:
+    """`node`: the state of the node the pod names; None where it names none or one that no
+    longer exists."""
     meta, status = pod.get("metadata", {}), pod.get("status", {})
     node_name = pod.get("spec", {}).get("nodeName")
-    disruption = next(
-        (
-            cond
-            for cond in status.get("conditions") or []
-            if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True"
-        ),
-        None,
-    )
+    conditions: Conditions = {}
+    for cond in status.get("conditions") or []:
+        conditions.setdefault(cond.get("type") or "", cond)
+    disruption = conditions.get("DisruptionTarget")
+    if disruption is not None and disruption.get("status") != "True":
+        disruption = None
     terminated = _trainer_termination(pod)
-    not_ready_for = not_ready_seconds(node, now) if node is not None else None
     return PodFacts(
         name=meta.get("name", ""),
         node_name=node_name,
@@ -164,15 +165,12 @@ def facts(
         termination_reason=terminated.get("reason") if terminated else None,
         termination_message=(terminated.get("message") or "") if terminated else "",
         node_known=node is not None or node_name is None,
-        node_termination=node_termination(node, now) if node is not None else None,
-        node_not_ready_seconds=not_ready_for,
-        ready=any(
-            cond.get("type") == "Ready" and cond.get("status") == "True"
-            for cond in status.get("conditions") or []
-        ),
+        node_termination=node.termination if node is not None else None,
+        node_not_ready_seconds=node.not_ready_seconds if node is not None else None,
+        ready=(conditions.get("Ready") or {}).get("status") == "True",
         not_starting=_not_starting(status),
-        unschedulable=_unschedulable(pod, admission),
-        unseen=_unseen(pod, now),
-        stopped_by_kueue=_stopped_by_kueue(status),
+        unschedulable=_unschedulable(pod, conditions, admission),
+        unseen=_unseen(pod, conditions, now),
+        stopped_by_kueue=_stopped_by_kueue(conditions),
         short_grace=_short_grace(pod),
     )

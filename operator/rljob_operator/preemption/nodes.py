@@ -1,9 +1,11 @@
 """What a Node says of the pods on it: whether it is Ready (and for how long not), and whether
 and when it goes away. The cache wakes jobs on these, the planner waits out a NotReady node's
-tolerance on them, and the rules that classify a pod's end read them."""
+tolerance on them, and the rules that classify a pod's end read them: each node is read once a
+pass, into a NodeState."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -77,3 +79,22 @@ def not_ready_seconds(node: dict[str, Any], now: datetime) -> float | None:
         return None
     since = ready.get("lastTransitionTime")
     return (now - parse_iso(since)).total_seconds() if since else 0.0
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a pass reads of one node that exists, read from it once."""
+
+    not_ready_seconds: float | None  # how long it has not been Ready; None while it is
+    termination: NodeTermination | None  # it says it is going away
+
+
+def node_states(
+    nodes: Mapping[str, dict[str, Any] | None], now: datetime
+) -> dict[str, NodeState | None]:
+    """Each node's state by name; None for a node that no longer exists."""
+    return {
+        name: None if node is None
+        else NodeState(not_ready_seconds(node, now), node_termination(node, now))
+        for name, node in nodes.items()
+    }  # fmt: skip

@@ -29,15 +29,8 @@ from .boost_decision import decide_boost
 from .failure import attempt_ended
 from .finish import finished, suspend
 from .observe import observe, ray_status
-from .plan import LookupPending, LookupResult, Pass, Plan
-from .pod_cleanup import (
-    delete_after_requests_land,
-    ends_recorded,
-    no_grace_for_lost_nodes,
-    release_once_stopped,
-    skip_pods_already_going,
-    wake_when_tolerance_ends,
-)
+from .plan import LookupPending, LookupResult, Pass, Plan, account
+from .pod_cleanup import meet_the_pods
 from .progress import progress, request_checkpoint
 from .save_on_notice import report_save_on_notice
 from .snapshot import Snapshot
@@ -52,20 +45,12 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     (skipping `lookup_exclude`).
     """
     p = Pass(snap)
-    pods = list(snap.trainers)
     _decide(p, lookup)
-    p.plan.release = ends_recorded(p.status, pods)
-    no_grace_for_lost_nodes(p.plan, pods, snap.nodes, snap.now, p.not_ready_tolerance)
-    wake_when_tolerance_ends(p, pods, snap.nodes)
-    skip_pods_already_going(p.plan, pods)
-    release_once_stopped(p, pods)
-    delete_after_requests_land(p, pods)  # after the release: a held pod keeps its finalizer
-    # Releases of pods whose end the stored status records already need no fence nor record.
-    stored = set(ends_recorded(snap.status, pods))
-    p.plan.release_first = all(name in stored for name in p.plan.release)
-    decide_boost(p.plan, snap)
-    p.account()
-    return p.plan
+    meet_the_pods(p)
+    plan = p.done()
+    decide_boost(plan, snap)
+    account(plan, snap, p.lost)
+    return plan
 
 
 def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
@@ -121,5 +106,6 @@ def fail(snap: Snapshot, reason: Reason, message: str) -> Plan:
     """A plan that fails the job for a reason found outside `decide` (for example at creation)."""
     p = Pass(snap)
     p.fail(reason, message)
-    p.account()
-    return p.plan
+    plan = p.done()
+    account(plan, snap)
+    return plan

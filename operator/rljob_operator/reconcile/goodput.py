@@ -118,3 +118,11 @@ def stored(status: JobStatus, created: datetime, now: datetime) -> Goodput:
 def current(status: JobStatus, created: datetime, now: datetime) -> Goodput:
     """The figures extended from the last update to `now`, for gauges and reports."""
     return stored(status, created, now).advanced(bucket_of(status), now)
+
+
+def brought_up_to_date(
+    status: JobStatus, created: datetime, now: datetime, lost: tuple[int, float | None] | None
+) -> dict[str, Any]:
+    """What status.goodput becomes at `now`, with the (steps, seconds) a new gang `lost`."""
+    figures = current(status, created, now)
+    return (figures.with_lost(*lost) if lost else figures).to_dict()

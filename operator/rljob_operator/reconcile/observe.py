@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
@@ -15,6 +17,7 @@ from ..api.status import JobStatus, RayStatus
 from ..launcher.launchers import launcher_of
 from ..preemption.classify import Outcome, PodEnd, classify_facts
 from ..preemption.facts import PodFacts, facts
+from ..preemption.nodes import NodeState
 from ..queueing import Admission
 
 
@@ -60,11 +63,11 @@ class Observed:
     stuck: Stuck = Stuck()  # active pods that have not started
     stale_unended: tuple[str, ...] = ()  # stale pods that may still run (has_stopped)
 
-    @property
+    @cached_property
     def disruptions(self) -> list[PodEnd]:
         return [e for e in self.current.values() if e.outcome is Outcome.DISRUPTED]
 
-    @property
+    @cached_property
     def failures(self) -> list[PodEnd]:
         return [e for e in self.current.values() if e.outcome is Outcome.FAILED]
 
@@ -111,7 +114,7 @@ def observe(
     spec: JobSpec,
     status: JobStatus,
     pods: list[dict[str, Any]],
-    nodes: dict[str, dict[str, Any] | None],
+    nodes: Mapping[str, NodeState | None],
     now: datetime,
     admission: Admission | None = None,
 ) -> Observed:

@@ -77,31 +77,29 @@ class Plan:
 
 
 class Pass:
-    """The state of one decision: the status being built, and what to do."""
+    """The state of one decision: the status being built, and what to do (the plan, which
+    takes the status once the pass is `done`)."""
 
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
         self.now = snap.now
         self.ref = snap.ref
         self.generation = snap.job["metadata"].get("generation")
-        self.plan = Plan(status=replace(snap.status, observed_generation=self.generation))
+        self.status = replace(snap.status, observed_generation=self.generation)
+        self.plan = Plan(status=self.status)
         self.not_ready_tolerance: float = RestartPolicy().node_not_ready_tolerance_seconds
         self.lost: tuple[int, float | None] | None = None  # (steps, seconds) a new gang lost
         self.old_gang_runs = False  # a pod of an ended attempt may still run
 
-    @property
-    def status(self) -> JobStatus:
-        return self.plan.status
-
     def update(self, **changes: Any) -> None:
         """Change fields of the status being built (JobStatus is frozen: one value per step)."""
-        self.plan.status = replace(self.plan.status, **changes)
+        self.status = replace(self.status, **changes)
 
     def event(self, type_: EventType, reason: str, message: str) -> None:
         self.plan.events.append(Event(type_, reason, message))
 
     def condition(self, cond_type: str, status: bool, reason: str, message: str) -> None:
-        self.plan.status = self.status.with_condition(
+        self.status = self.status.with_condition(
             cond_type, status, reason, message, iso(self.now), self.generation
         )
 
@@ -125,16 +123,20 @@ class Pass:
     def requeue(self, seconds: float) -> None:
         self.plan.requeue(seconds)
 
-    def account(self) -> None:
-        """Bring status.goodput up to date, only when the pass writes the status anyway."""
-        before, job = self.snap.status, self.snap.job
-        written = job.get("status") or {}  # as stored: what the pass's patch is made against
-        if before.goodput is not None and self.status.to_dict() == written and not self.lost:
-            return
-        stamp = job["metadata"].get("creationTimestamp")
-        created = parse_iso(stamp) if stamp else self.now
-        figures = goodput.stored(before, created, self.now)
-        figures = figures.advanced(goodput.bucket_of(before), self.now)
-        if self.lost:
-            figures = figures.with_lost(*self.lost)
-        self.update(goodput=figures.to_dict())
+    def done(self) -> Plan:
+        """The plan, with the status the pass built."""
+        self.plan.status = self.status
+        return self.plan
+
+
+def account(plan: Plan, snap: Snapshot, lost: tuple[int, float | None] | None = None) -> None:
+    """Bring the plan's status.goodput up to date, only when the pass writes the status anyway;
+    `lost`: the (steps, seconds) a new gang lost."""
+    before, job = snap.status, snap.job
+    written = job.get("status") or {}  # as stored: what the pass's patch is made against
+    if before.goodput is not None and plan.status.to_dict() == written and not lost:
+        return
+    stamp = job["metadata"].get("creationTimestamp")
+    created = parse_iso(stamp) if stamp else snap.now
+    figures = goodput.brought_up_to_date(before, created, snap.now, lost)
+    plan.status = replace(plan.status, goodput=figures)

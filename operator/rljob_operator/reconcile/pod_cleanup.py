@@ -5,7 +5,7 @@ when a NotReady node's tolerance runs out."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
@@ -14,9 +14,23 @@ from rljob_contract.request import parse_request
 from .. import constants as c
 from ..api.reasons import TERMINAL_PHASES, Phase
 from ..api.status import JobStatus
-from ..preemption.nodes import not_ready_seconds
+from ..preemption.nodes import NodeState
 from .observe import has_stopped
 from .plan import Pass, Plan
+
+
+def meet_the_pods(p: Pass) -> None:
+    """Shape the pass's deletions and releases to the job's pods as they are."""
+    pods, nodes = list(p.snap.trainers), p.snap.nodes
+    p.plan.release = ends_recorded(p.status, pods)
+    no_grace_for_lost_nodes(p.plan, pods, nodes, p.not_ready_tolerance)
+    wake_when_tolerance_ends(p, pods, nodes)
+    skip_pods_already_going(p.plan, pods)
+    release_once_stopped(p, pods)
+    delete_after_requests_land(p, pods)  # after the release: a held pod keeps its finalizer
+    # Releases of pods whose end the stored status records already need no fence nor record.
+    stored = set(ends_recorded(p.snap.status, pods))
+    p.plan.release_first = all(name in stored for name in p.plan.release)
 
 
 def holds_our_finalizer(pod: dict[str, Any]) -> bool:
@@ -74,13 +88,13 @@ def skip_pods_already_going(plan: Plan, pods: list[dict[str, Any]]) -> None:
 
 
 def wake_when_tolerance_ends(
-    p: Pass, pods: list[dict[str, Any]], nodes: dict[str, dict[str, Any] | None]
+    p: Pass, pods: list[dict[str, Any]], nodes: Mapping[str, NodeState | None]
 ) -> None:
     """A pod's node is NotReady but within the job's tolerance: come back when that runs
     out, because no watch event will say so."""
     for pod in pods:
         node = nodes.get(pod.get("spec", {}).get("nodeName") or "")
-        waited = not_ready_seconds(node, p.now) if node is not None else None
+        waited = node.not_ready_seconds if node is not None else None
         if waited is not None and waited <= p.not_ready_tolerance:
             p.requeue(p.not_ready_tolerance - waited + 0.5)
 
@@ -88,8 +102,7 @@ def wake_when_tolerance_ends(
 def no_grace_for_lost_nodes(
     plan: Plan,
     pods: list[dict[str, Any]],
-    nodes: dict[str, dict[str, Any] | None],
-    now: datetime,
+    nodes: Mapping[str, NodeState | None],
     tolerance: float,
 ) -> None:
     """A pod whose node is gone, or NotReady for longer than the job tolerates, has no
@@ -106,7 +119,7 @@ def no_grace_for_lost_nodes(
         if node_name not in nodes:
             return False
         node = nodes[node_name]
-        waited = not_ready_seconds(node, now) if node is not None else None
+        waited = node.not_ready_seconds if node is not None else None
         return node is None or (waited is not None and waited > tolerance)
 
     lost = {

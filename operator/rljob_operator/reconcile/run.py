@@ -15,7 +15,6 @@ watches fill (runtime.cache) and calls the API server only to act.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -28,7 +27,7 @@ from ..api.status import JobStatus
 from ..kube import Kube, KubeError, at_once
 from ..launcher.identity import attempt_name
 from ..launcher.inspector import inspector_name
-from ..runtime.cache import ClusterCache, Key, key_of
+from ..runtime.cache import ClusterCache, JobView, Key
 from ..runtime.events import PostEvent
 from .act import ForeignChild, apply
 from .boost_guards import not_owned
@@ -62,27 +61,28 @@ class Reconciler:
     ) -> tuple[JobStatus, Plan] | None:
         """One pass; its Events go to `tell`. The job's status as the pass found it, and the
         plan it carried out (whose status is now stored); None for a job that is gone."""
-        job = self.cache.job(namespace, name)
-        pods = self.cache.pods_of(namespace, name)
+        view = self.cache.view(namespace, name)
+        job = view.job
         if job is None or job["metadata"].get("deletionTimestamp"):
             self._specs.pop((namespace, name), None)
-            self._release(namespace, pods)
+            self._release(namespace, view.pods)
             return None
-        snap = self.observe(job, pods, now or datetime.now(UTC))
+        snap = self.observe(view, now or datetime.now(UTC))
         plan = plan_pass(snap, self.finder)
         self.act(snap, plan)
         return snap.status, plan
 
-    def observe(self, job: dict[str, Any], pods: list[dict[str, Any]], now: datetime) -> Snapshot:
+    def observe(self, view: JobView, now: datetime) -> Snapshot:
+        """The snapshot of a view whose job exists."""
+        job = view.job
+        assert job is not None
         meta = job["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        shared = self.cache.shared_of(namespace, name, meta.get("uid") or None)
-        snap = take_snapshot(job, pods, {}, now, self.kube.serves_workload_api,
-                             settings=self.settings, shared=shared,
-                             spec=self.checked_spec(job))  # fmt: skip
+        snap = take_snapshot(job, view.pods, self._read_missing(view.nodes), now,
+                             self.kube.serves_workload_api, settings=self.settings,
+                             shared=view.shared, spec=self.checked_spec(job))  # fmt: skip
         return replace(
             snap,
-            nodes=self._nodes_of(snap.trainers),
             admission=self.cache.admission(namespace, attempt_name(name, snap.status.attempt)),
             boost=observe_boost(self.cache, self.finder, snap),
         )
@@ -107,7 +107,8 @@ class Reconciler:
         """The job's spec as `snapshot.checked_spec` returns it, kept per uid and generation:
         the API server moves metadata.generation on every change of the spec."""
         meta = job["metadata"]
-        key, uid, generation = key_of(job), meta.get("uid", ""), meta.get("generation")
+        key: Key = (meta["namespace"], meta["name"])
+        uid, generation = meta.get("uid", ""), meta.get("generation")
         kept = self._specs.get(key)
         if kept is not None and generation is not None and kept[:2] == (uid, generation):
             return kept[2]
@@ -124,12 +125,15 @@ class Reconciler:
             if pod:  # the next pass must not release it again
                 self.cache.on_pod(None, pod)
 
-    def _nodes_of(self, pods: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
-        """The pods' nodes from the cache. One the cache lacks is read from the API server:
-        a node is never taken for gone only because its watch event has not come yet."""
-        names = {p["spec"]["nodeName"] for p in pods if p.get("spec", {}).get("nodeName")}
-        nodes = self.cache.nodes_named(names)
+    def _read_missing(
+        self, nodes: dict[str, dict[str, Any] | None]
+    ) -> dict[str, dict[str, Any] | None]:
+        """The nodes as the cache has them, and those it lacks read from the API server: a
+        node is never taken for gone only because its watch event has not come yet."""
         missing = {name for name, node in nodes.items() if node is None}
+        if not missing:
+            return nodes
+        nodes = dict(nodes)
         for name, node in self.kube.get_nodes(missing).items():
             nodes[name] = node
             if node is not None:

@@ -16,6 +16,7 @@ from ..api.spec import JobSpec, SpecError, parse_spec
 from ..api.status import JobStatus
 from ..launcher.identity import JobRef
 from ..launcher.pods import check_template
+from ..preemption.nodes import NodeState, node_states
 from ..queueing import Admission
 from .boost_guards import Classes
 from .priority_boost import Refusal, SavedRead
@@ -46,7 +47,7 @@ class Snapshot:
     queue: str | None  # the Kueue LocalQueue the job names, if any
     trainers: tuple[dict[str, Any], ...]
     inspectors: Mapping[str, dict[str, Any]]  # by pod name
-    nodes: Mapping[str, dict[str, Any] | None]  # the trainers' nodes; None: gone
+    nodes: Mapping[str, NodeState | None]  # the trainers' nodes, read once; None: gone
     now: datetime
     # (kind, name) of the job's Services, ConfigMaps and Workloads that exist (c.SHARED_KINDS)
     shared: frozenset[tuple[str, str]] = frozenset()
@@ -88,8 +89,9 @@ def take_snapshot(
     shared: frozenset[tuple[str, str]] = frozenset(),
     spec: JobSpec | SpecError | None = None,
 ) -> Snapshot:
-    """`pods` are all of the job's pods, trainers and inspectors; `spec`, the job's spec as
-    `checked_spec` returns it, where the caller kept it from an earlier pass."""
+    """`pods` are all of the job's pods, trainers and inspectors; `nodes`, the trainers' nodes
+    by name (None: gone); `spec`, the job's spec as `checked_spec` returns it, where the caller
+    kept it from an earlier pass."""
     ref = job_ref(job)
     if spec is None:
         spec = checked_spec(job, ref)
@@ -105,7 +107,7 @@ def take_snapshot(
         queue=(meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL),
         trainers=tuple(roles[c.ROLE_TRAINER]),
         inspectors={pod["metadata"]["name"]: pod for pod in roles[c.ROLE_INSPECTOR]},
-        nodes=nodes,
+        nodes=node_states(nodes, now),
         now=now,
         shared=shared,
         workload_api=workload_api,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +124,17 @@ def _what_jobs_read(node: dict[str, Any]) -> tuple[str | None, NodeTermination |
     return (node_ready_condition(node) or {}).get("status"), node_termination(node, _EPOCH)
 
 
+@dataclass(frozen=True)
+class JobView:
+    """One job as the cache holds it, read under one lock, so that a pass sees the job, its
+    pods, what it owns and its trainers' nodes as they were at one moment."""
+
+    job: dict[str, Any] | None  # None once it is gone
+    pods: list[dict[str, Any]]  # trainers and inspectors, by name
+    shared: frozenset[tuple[str, str]]  # what `shared_of` returns, for the job's uid
+    nodes: dict[str, dict[str, Any] | None]  # the trainers' nodes; None: not in the cache
+
+
 class ClusterCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -190,8 +202,26 @@ class ClusterCache:
 
     def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
         with self._lock:
-            keys = sorted(self._pods_by_job.get((namespace, job), ()))
-            return [self._pods.objects[k] for k in keys]
+            return self._pods_of(namespace, job)
+
+    def _pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        keys = sorted(self._pods_by_job.get((namespace, job), ()))
+        return [self._pods.objects[k] for k in keys]
+
+    def view(self, namespace: str, name: str) -> JobView:
+        """What one pass reads of the job from the cache, in one read."""
+        with self._lock:
+            job = self._jobs.objects.get((namespace, name))
+            pods = self._pods_of(namespace, name)
+            uid = (job or {}).get("metadata", {}).get("uid") or None
+            shared = self._shared_of(namespace, name, uid)
+            nodes = {
+                node: self._nodes.objects.get(("", node))
+                for pod in pods
+                if (pod["metadata"].get("labels") or {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
+                and (node := (pod.get("spec") or {}).get("nodeName"))
+            }  # fmt: skip
+        return JobView(job, pods, shared, nodes)
 
     def replace_pods(
         self, pods: list[dict[str, Any]], revision: str, namespace: str | None = None
@@ -241,13 +271,16 @@ class ClusterCache:
         `uid`, only those the job with that uid controls. One that only carries the job's
         label is left out, so that the pass creates it, and finds on its create who owns it."""
         with self._lock:
-            found = self._shared_by_job.get((namespace, job), ())
-            if uid is None:
-                return frozenset(found)
-            return frozenset(
-                (kind, name) for kind, name in found
-                if controller_uid(self._shared[kind].objects[(namespace, name)]) == uid
-            )  # fmt: skip
+            return self._shared_of(namespace, job, uid)
+
+    def _shared_of(self, namespace: str, job: str, uid: str | None) -> frozenset[tuple[str, str]]:
+        found = self._shared_by_job.get((namespace, job), ())
+        if uid is None:
+            return frozenset(found)
+        return frozenset(
+            (kind, name) for kind, name in found
+            if controller_uid(self._shared[kind].objects[(namespace, name)]) == uid
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ Kueue
     def on_admission(self, event_type: str | None, workload: dict[str, Any]) -> Key | None:
@@ -365,11 +398,6 @@ class ClusterCache:
                 if (pod.get("spec") or {}).get("nodeName") in node_names and (job := _job_of(pod))
             }
         )
-
-    def nodes_named(self, names: set[str]) -> dict[str, dict[str, Any] | None]:
-        """The named nodes; None for one the cache does not hold."""
-        with self._lock:
-            return {name: self._nodes.objects.get(("", name)) for name in sorted(names)}
 
 
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:

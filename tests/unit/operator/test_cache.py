@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rljob_operator import constants as c
-from rljob_operator.runtime.cache import DELETED, ClusterCache
+from rljob_operator.runtime.cache import DELETED, ClusterCache, JobView
 
 
 def job(name: str, rv: int, attempt: int = 0, namespace: str = "ns") -> dict:
@@ -19,7 +19,7 @@ def pod(name: str, job_name: str, node: str | None, rv: int = 1, namespace: str 
             "namespace": namespace,
             "name": name,
             "resourceVersion": str(rv),
-            "labels": {c.LABEL_JOB: job_name},
+            "labels": {c.LABEL_JOB: job_name, c.LABEL_ROLE: c.ROLE_TRAINER},
         },
         "spec": {"nodeName": node} if node else {},
     }
@@ -81,7 +81,7 @@ def test_a_node_wakes_only_the_jobs_with_pods_there_and_only_when_readiness_chan
     assert cache.on_node("MODIFIED", node("n0", "Unknown", rv=3)) == [("ns", "a")]
     assert cache.on_node("MODIFIED", node("n0", "Unknown", rv=2)) == []  # stale
     assert cache.on_node(DELETED, node("n0", "Unknown", rv=4)) == [("ns", "a")]
-    assert cache.nodes_named({"n0", "n1"}) == {"n0": None, "n1": None}
+    assert cache.view("ns", "a").nodes == {"n0": None}  # its pod's node is gone
 
 
 def test_a_termination_notice_on_a_node_wakes_its_jobs_at_once():
@@ -191,3 +191,30 @@ def test_with_the_jobs_uid_only_the_shared_children_it_controls_count():
     cache.on_shared("Service", "ADDED", planted)
     assert cache.shared_of("ns", "a", "uid-a") == {("ConfigMap", "a-launcher")}
     assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher"), ("Service", "a")}
+
+
+def test_a_pass_reads_the_job_its_pods_what_it_owns_and_its_trainers_nodes_in_one_view():
+    """Inspectors' nodes are not the job's; a node the cache lacks is named, as None."""
+    cache = ClusterCache()
+    owned = job("a", 1)
+    owned["metadata"]["uid"] = "uid-a"
+    cache.on_job(None, owned)
+    cache.on_pod("ADDED", pod("a-n0", "a", "n0"))
+    cache.on_pod("ADDED", pod("a-n1", "a", "n1"))
+    inspector = pod("a-inspect", "a", "n2")
+    inspector["metadata"]["labels"][c.LABEL_ROLE] = c.ROLE_INSPECTOR
+    cache.on_pod("ADDED", inspector)
+    cache.on_node(None, node("n0", "True"))
+    cache.on_node(None, node("n2", "True"))
+    service = pod("a", "a", None)
+    service["metadata"]["ownerReferences"] = [{"uid": "uid-a", "controller": True, "name": "a"}]
+    cache.on_shared("Service", "ADDED", service)
+    cache.on_shared("ConfigMap", "ADDED", pod("a-launcher", "a", None))  # not controlled by a
+
+    view = cache.view("ns", "a")
+    assert view.job == owned
+    assert [p["metadata"]["name"] for p in view.pods] == ["a-inspect", "a-n0", "a-n1"]
+    assert view.shared == {("Service", "a")}
+    assert set(view.nodes) == {"n0", "n1"} and view.nodes["n1"] is None
+    assert view.nodes["n0"]["metadata"]["name"] == "n0"
+    assert cache.view("ns", "gone") == JobView(None, [], frozenset(), {})

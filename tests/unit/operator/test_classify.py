@@ -10,15 +10,16 @@ from rljob_operator.api.spec import RestartPolicy
 from rljob_operator.api.timestamps import parse_iso
 from rljob_operator.preemption.classify import Outcome, PodEnd, classify_facts
 from rljob_operator.preemption.facts import facts
-from rljob_operator.preemption.nodes import NodeTermination, node_termination
+from rljob_operator.preemption.nodes import NodeTermination, node_states, node_termination
 
 JOB = make_job()
 POLICY = RestartPolicy(retryable_exit_codes=frozenset({42}), node_not_ready_tolerance_seconds=60)
 
 
 def classify(pod, node, policy: RestartPolicy, now) -> PodEnd:
-    """How the reconcile reads one pod's end: its facts, then the rules."""
-    return classify_facts(facts(pod, node, now), policy)
+    """How the reconcile reads one pod's end: its node's state (None: gone), its facts, then
+    the rules."""
+    return classify_facts(facts(pod, node_states({"its": node}, now)["its"], now), policy)
 
 
 @pytest.mark.parametrize(
