@@ -29,8 +29,11 @@ the run goes back to its last periodic save.
 A guest's rules (rljob_guest): `Trainer.__init__` and `add_callback` are checked before they
 are used; anything unexpected, or a failure inside the callback, leaves the Trainer as it is
 (no save on notice) and says why in the progress record, which the operator shows in the
-SaveOnNotice condition. SIGTERM is taken over only while a Trainer trains; before and after
-it ends the process as it would have (or runs the handler the program had installed).
+SaveOnNotice condition. A failure on one rank turns it off on every rank at the ranks' next
+agreement, which every rank joins whatever failed in its own part of the callback: one that
+skipped it would leave the others waiting in it, and the Trainer's collectives out of step.
+SIGTERM is taken over only while a Trainer trains; before and after it ends the process as it
+would have (or runs the handler the program had installed).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class Notice:
         self.last_step: int | None = None  # the last step this process saw finish
         self.saving_on_notice: int | None = None  # the step the Trainer saves on notice
         self.stopped_on_notice = False  # the ranks agreed to stop: exit 75 once it is saved
+        self.off_everywhere = False  # the ranks agreed that one is off: no more agreements
 
     # -- the guest's record (rljob_guest.Guest)
     def cannot_save(self, framework: str, why: str) -> None:
@@ -161,16 +165,32 @@ NOTICE = Notice(
 )
 
 
-def agree(local: bool, device: Any) -> bool:
-    """Whether any rank has a notice (one all_reduce(MAX) where there is more than one)."""
+def agree(local: bool, off: bool, device: Any) -> tuple[bool, bool]:
+    """Whether any rank has a notice, and whether any rank's save on notice is off (one
+    all_reduce(MAX) where there is more than one rank)."""
     import torch  # the Trainer's: imported before any Trainer exists
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return local
-    flag = torch.tensor([int(local)], dtype=torch.int32, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
+        return local, off
+    flags = torch.tensor([int(local), int(off)], dtype=torch.int32, device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return bool(flags[0].item()), bool(flags[1].item())
+
+
+def agreed(notice: Notice, local: bool, device: Any) -> bool:
+    """Whether the ranks agree that there is a notice. Every rank whose Trainer calls back
+    takes part, whatever failed in its own part of the callback: a rank that skipped the
+    collective would leave the others waiting in it, and meet them in the Trainer's next
+    one. Where any rank's save on notice is off, it is off on every rank from then on, and
+    no rank asks the others again."""
+    anyone, off = agree(local, bool(notice.unavailable), device)
+    if off:
+        notice.off_everywhere = True
+        if not notice.unavailable:
+            notice.cannot_save(TRANSFORMERS, "it is off on another rank (see that rank's log)")
+        return False
+    return anyone
 
 
 def wait_for_all_ranks() -> None:
@@ -222,11 +242,16 @@ def callback_class(base: type, notice: Notice) -> type:
                 notice.write(state.global_step, progress.FINISHED)
 
         def on_step_end(self, args, state, control, **kwargs):
+            local = False
             try:
                 notice.finished(state.global_step, state.is_world_process_zero)
-                if notice.unavailable:
-                    return control
-                if agree(notice.local(), args.device):
+                local = notice.local()
+            except Exception as exc:
+                notice.cannot_save(TRANSFORMERS, f"rljob's callback failed: {exc!r}")
+            if notice.off_everywhere:
+                return control
+            try:
+                if agreed(notice, local, args.device):
                     notice.stopped_on_notice = True
                     notice.saving_on_notice = state.global_step
                     control.should_save = True
@@ -238,17 +263,24 @@ def callback_class(base: type, notice: Notice) -> type:
             return control
 
         def on_save(self, args, state, control, **kwargs):
-            if notice.unavailable:
-                return control
+            local = False
             try:
                 notice.saved()
-                # A notice during a periodic save: that save is the one to stop with.
-                if notice.saving_on_notice is None and agree(notice.local(), args.device):
-                    notice.stopped_on_notice = True
-                    notice.saving_on_notice = state.global_step
+                local = notice.local()
             except Exception as exc:
                 notice.cannot_save(TRANSFORMERS, f"rljob's callback failed: {exc!r}")
+            if notice.off_everywhere:
                 return control
+            # A notice during a periodic save: that save is the one to stop with. The ranks
+            # agreed on the step they stop at, so they all skip this or none does.
+            if notice.saving_on_notice is None:
+                try:
+                    if agreed(notice, local, args.device):
+                        notice.stopped_on_notice = True
+                        notice.saving_on_notice = state.global_step
+                except Exception as exc:
+                    notice.cannot_save(TRANSFORMERS, f"rljob's callback failed: {exc!r}")
+                    return control
             if notice.saving_on_notice is not None:
                 stop_saved(notice, notice.saving_on_notice, state.is_world_process_zero)
             return control

@@ -158,3 +158,67 @@ def test_a_transformers_without_the_hooked_name_runs_the_program_as_it_is_and_sa
     written = record(tmp_path / "out" / progress.FRAMEWORK_PROGRESS_FILE_NAME)
     why = written[progress.SAVE_ON_NOTICE_UNAVAILABLE]
     assert "transformers.trainer.Trainer.__init__ not found" in why, written
+
+
+TWO_RANKS = """
+import datetime, json, os, sys
+import torch
+import torch.distributed as dist
+from transformers.trainer_callback import TrainerCallback, TrainerControl, TrainerState
+import rljob_hf_bridge as bridge
+
+rank, rendezvous, root = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+os.environ["RANK"] = str(rank)
+dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2,
+                        timeout=datetime.timedelta(seconds=20))
+request = f"{root}/request-{rank}"
+open(request, "w").write("2026-12-05T13:00:00Z" if rank == 1 else "")
+notice = bridge.Notice(request, f"{root}/out", "0")
+if rank == 0:  # this rank's part of the step's end fails
+    def finished(step, world_zero):
+        raise OSError("the step's record failed")
+    notice.finished = finished
+callback = bridge.callback_class(TrainerCallback, notice)()
+args = type("Args", (), {"device": "cpu"})()
+state = TrainerState(global_step=5, max_steps=8, is_world_process_zero=rank == 0)
+callback.on_train_begin(args, state, TrainerControl())
+controls = []
+for step in (5, 6):
+    state.global_step = step
+    control = callback.on_step_end(args, state, TrainerControl())
+    controls.append([control.should_save, control.should_training_stop])
+gradients = torch.ones(3)  # the Trainer's next collective: every rank must be at it
+dist.all_reduce(gradients)
+print(json.dumps({"controls": controls, "unavailable": notice.unavailable,
+                  "gradients": gradients.tolist()}))
+"""
+
+
+def test_a_rank_whose_callback_fails_turns_save_on_notice_off_on_every_rank_and_none_waits(
+    tmp_path,
+):
+    """Two ranks over gloo: rank 0's part of a step's end fails while rank 1 holds a request.
+    Every rank takes part in the ranks' agreement all the same, and learns there that save on
+    notice is off somewhere: none asks the Trainer to save or stop, and the Trainer's next
+    collective meets every rank at it. Before, rank 0 skipped the agreement, and its next
+    collective met rank 1's agreement: a hang, or a mismatch, of the user's training."""
+    podside, contract_dir = Path(bridge.__file__).parent, Path(contract.__file__).parent.parent
+    env = {"PYTHONPATH": f"{podside}:{contract_dir}", "PATH": "/usr/bin:/bin"}
+    (tmp_path / "out").mkdir()
+    command = [sys.executable, "-c", TWO_RANKS]
+    ranks = [
+        subprocess.Popen([*command, str(rank), str(tmp_path / "rdzv"), str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    results = []
+    for process in ranks:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    for rank, result in enumerate(results):
+        assert result["controls"] == [[False, False], [False, False]], (rank, result)
+        assert result["unavailable"], (rank, result)
+        assert result["gradients"] == [2.0, 2.0, 2.0], (rank, result)
+    assert "the step's record failed" in results[0]["unavailable"][0]
+    assert "another rank" in results[1]["unavailable"][0]
