@@ -11,7 +11,7 @@ reports it. See docs/nodeagent.md.
 
 from __future__ import annotations
 
-from .agent import AgentPool, LaunchRecord, NodeAgent, spawn
+from .agent import AgentPool, LaunchRecord, NodeAgent
 from .procs import kill_leftovers, live_processes
 from .render import claim_dir
 
@@ -22,5 +22,4 @@ __all__ = [
     "claim_dir",
     "kill_leftovers",
     "live_processes",
-    "spawn",
 ]

@@ -109,12 +109,19 @@ def run_operator(process: OperatorProcess) -> Iterator[OperatorProcess]:
     so that it releases their pods, as a user's `kubectl delete rltj` would."""
     process.start()
     yield process
+    stop_after_the_tests_jobs(process)
+
+
+def stop_after_the_tests_jobs(process: OperatorProcess) -> None:
+    """The end of a test's operator: the test's jobs deleted while it runs (it releases their
+    pods), then the process stopped, and its log printed (pytest shows it where the test
+    failed)."""
     try:
         if process.proc and process.proc.poll() is None:
             delete_jobs_and_wait(process)
     finally:
         process.stop()
-        print(f"--- operator log ---\n{process.log()}")  # pytest shows it when the test failed
+        print(f"--- operator log ---\n{process.log()}")
 
 
 def delete_jobs_and_wait(process: OperatorProcess, timeout: float = 30) -> None:

@@ -2,10 +2,10 @@
 
 A `Stack` is a control plane, nodes that run pods, and rljob's operator: node agents
 (devtools/rljob_nodeagent: stand-in kubelets that run each pod's command as a local process,
-docs/nodeagent.md) under the operator as a local process (`make demo`), or kind's nodes
-(kubelets and containerds in podman containers, docs/kind.md) under the operator its Helm
-chart installs (`make demo-kind`, tests/e2e/kind). hack/demo.py and the fixtures of
-tests/e2e/chart_cluster.py see only the protocol.
+docs/nodeagent.md) under the operator as a local process (`make demo`, the e2e tests of
+tests/e2e on node agents), or kind's nodes (kubelets and containerds in podman containers,
+docs/kind.md) under the operator its Helm chart installs (`make demo-kind`, tests/e2e/kind).
+hack/demo.py and the fixtures of tests/e2e/chart_cluster.py see only the protocol.
 
 Each checkpoint volume is a host folder every node sees, exposed as a ReadWriteMany
 PersistentVolume reserved for one claim: what an NFS or Lustre mount is to a real cluster.
@@ -13,9 +13,15 @@ PersistentVolume reserved for one claim: what an NFS or Lustre mount is to a rea
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from rljob_nodeagent import AgentPool, claim_dir
+from rljob_nodeagent.agent import DEFAULT_SHAPE, ExtraEnv
 
 from . import binaries, chart, cluster, images, kind, onkind
 from .operator_process import OperatorProcess
@@ -106,44 +112,92 @@ def _fresh_folder(folder: Path) -> Path:
 
 
 class AgentStack:
-    """`make demo`'s: node agents (stand-in kubelets that run each pod's command as a local
-    process) and the operator as a local process, which reads the claim's folder in-process.
-    Quick to start; docs/nodeagent.md says what it fakes."""
+    """Node agents (stand-in kubelets that run each pod's command as a local process, threads
+    of this process) and the operator as a local process, which reads the claim's folder
+    in-process. `make demo`'s, on a control plane of its own; the node-agent e2e tests', one
+    stack per test on the lane's control plane (`control_plane`: its name in
+    rljob_testenv.cluster), whose nodes carry the test's `labels` and come as the test asks
+    for them (`add_agents`). Quick to start; docs/nodeagent.md says what it fakes."""
 
     trainer_image: str | None = None
     urgent_image = PLACEHOLDER_IMAGE  # a node agent runs no image
 
-    def __init__(self, name: str, out: Path, claim: str, gpus_per_node: int, nodes: int = 2):
+    def __init__(
+        self,
+        name: str,
+        out: Path,
+        claim: str,
+        gpus_per_node: int,
+        nodes: int = 2,
+        *,
+        control_plane: str | None = None,
+        labels: dict[str, str] | None = None,
+    ):
         self.name, self.out, self.claim, self.gpus = name, out, claim, gpus_per_node
-        self.nodes = tuple(f"{name}-node-{i}" for i in range(nodes))
+        self.cluster = control_plane or name
+        self.labels = labels
+        self.wanted = nodes
+        self.nodes: tuple[str, ...] = tuple(f"{name}-node-{i}" for i in range(nodes))
         self.root = out / "nodeagent"  # the agents' pod folders, claims and logs
-        self.agents: Any = None
+        self.pools: list[AgentPool] = []
         self.operator: OperatorProcess | None = None
+        self._log: logging.Handler | None = None
+
+    @property
+    def own_control_plane(self) -> bool:
+        return self.cluster == self.name
 
     @property
     def kubeconfig(self) -> Path:
-        return cluster.kubeconfig_path(self.name)
+        return cluster.kubeconfig_path(self.cluster)
 
     def exists(self) -> bool:
-        return cluster.exists(self.name)
+        return cluster.exists(self.cluster)
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
-        return cluster.kubectl(self.name, *args, input=input, check=check)
+        return cluster.kubectl(self.cluster, *args, input=input, check=check)
 
     def up(self, say: Say) -> Path:
-        from rljob_nodeagent import spawn
+        """A control plane of its own, where it has none, and the agents of its nodes, whose
+        own log goes to nodeagent/nodeagent.log."""
+        if self.own_control_plane:
+            binaries.install(say=say)
+            cluster.up(self.name, gpu_nodes=0, say=say)
+            self._log_to_a_file()
+        if self.wanted:
+            self._start_agents(list(self.nodes), self.gpus, None)
+            say(f"node agents up: {', '.join(self.nodes)} ({self.gpus} GPUs each; pods run as "
+                f"local processes, logs in {self.root / 'logs'})")  # fmt: skip
+        return self.kubeconfig
 
-        binaries.install(say=say)
-        kubeconfig = cluster.up(self.name, gpu_nodes=0, say=say)
-        self.agents = spawn(kubeconfig, list(self.nodes), self.root, gpus=self.gpus)
-        say(f"node agents up: {', '.join(self.nodes)} ({self.gpus} GPUs each; pods run as "
-            f"local processes, logs in {self.root / 'logs'})")  # fmt: skip
-        return kubeconfig
+    def _log_to_a_file(self) -> None:
+        """The agents' own log (INFO and up) in nodeagent/nodeagent.log, not on the console."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._log = logging.FileHandler(self.root / "nodeagent.log")
+        self._log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger = logging.getLogger("rljob_nodeagent")
+        logger.addHandler(self._log)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+    def add_agents(self, count: int, gpus: int = 1, extra_env: ExtraEnv | None = None) -> AgentPool:
+        """`count` more nodes of `gpus` GPUs each, Ready when this returns; `extra_env` adds
+        to each pod's environment as its agent starts it (a test's hook)."""
+        prefix = f"{self.name}-{uuid.uuid4().hex[:4]}"
+        pool = self._start_agents([f"{prefix}-{i}" for i in range(count)], gpus, extra_env)
+        self.nodes += tuple(pool.nodes)
+        return pool
+
+    def _start_agents(self, nodes: list[str], gpus: int, extra_env: ExtraEnv | None) -> AgentPool:
+        pool = AgentPool(self.kubeconfig, self.root, nodes, replace(DEFAULT_SHAPE, gpus=gpus),
+                         labels=self.labels, extra_env=extra_env, heartbeat_seconds=5)  # fmt: skip
+        self.pools.append(pool)
+        return pool.start()
 
     def start_operator(self, namespace: str, say: Say) -> None:
-        from rljob_nodeagent import claim_dir
-
-        cluster.install_crds(self.name, CHART.parents[1] / "crds")
+        """The CRDs too, on a control plane of its own (a shared one has them)."""
+        if self.own_control_plane:
+            cluster.install_crds(self.name, CHART.parents[1] / "crds")
         folder = claim_dir(self.root, namespace, self.claim)
         self.operator = OperatorProcess(
             self.kubeconfig, namespace, self.out / "operator.log",
@@ -155,10 +209,12 @@ class AgentStack:
     def claim_volume(self, volume: str, namespace: str, claim: str) -> tuple[Path, dict]:
         """The agents map a claim to a folder of their own by its namespace and name; the
         volume's path is never read."""
-        from rljob_nodeagent import claim_dir
-
         folder = _fresh_folder(claim_dir(self.root, namespace, claim))
         return folder, shared_folder_volume(volume, str(folder), namespace, claim)
+
+    def live_processes(self) -> list[int]:
+        """The processes of the agents' pods that still run."""
+        return sorted(pid for pool in self.pools for pid in pool.live_processes())
 
     def pod_log(self, namespace: str, pod: str) -> str:
         """The agent's log file of the pod, which outlives the pod."""
@@ -178,19 +234,24 @@ class AgentStack:
         return f"{self.out} (operator.log, nodeagent/logs/, reference.log)"
 
     def stop(self) -> str:
-        """The agents and the operator run here: they stop, whatever is kept."""
-        from rljob_nodeagent import live_processes
-
-        if self.agents is not None:
-            self.agents.stop()
+        """The operator and the agents run here: they stop (the agents end their pods'
+        processes and delete their nodes), whatever is kept."""
         if self.operator is not None:
             self.operator.stop()
-        left = [p for node in self.nodes for p in live_processes(node)]
-        return f"operator and node agents stopped, {len(left)} pod processes left"
+        for pool in self.pools:
+            pool.stop()
+        if self._log is not None:
+            logger = logging.getLogger("rljob_nodeagent")
+            logger.removeHandler(self._log)
+            logger.propagate = True
+            self._log.close()
+            self._log = None
+        return f"operator and node agents stopped, {len(self.live_processes())} pod processes left"
 
     def down(self, say: Say) -> None:
         self.stop()
-        cluster.down(self.name, say=say)
+        if self.own_control_plane:
+            cluster.down(self.name, say=say)
 
 
 class KindStack:

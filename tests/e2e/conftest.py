@@ -1,26 +1,25 @@
 """Fixtures of the end-to-end tests: node agents that run real trainers, the claim they
-share, the operator reading that claim in-process, and the uninterrupted reference run.
+share, the operator reading that claim in-process (one AgentStack per test, on the lane's
+control plane), and the uninterrupted reference run.
 
 Teardown order matters: the operator (which deletes the test's jobs and waits for their
 pods to go) stops before the agents that run those pods, so every fixture that needs
-the agents to still be there depends on `agents`.
+the agents to still be there depends on `stack`.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from e2e_steps import CLAIM, POOL_LABEL, priority_classes_made, run_reference
 from kube_steps import bind_claim
-from rljob_nodeagent import AgentPool, claim_dir
-from rljob_nodeagent.agent import DEFAULT_SHAPE
-from rljob_testenv.operator_process import OperatorProcess, run_operator
+from rljob_nodeagent import AgentPool
+from rljob_testenv.operator_process import OperatorProcess, stop_after_the_tests_jobs
+from rljob_testenv.stacks import AgentStack
 
 
 @pytest.fixture(scope="session")
@@ -48,16 +47,27 @@ def megatron_reference() -> Path:
 
 
 @pytest.fixture
-def agent_root(tmp_path: Path) -> Path:
-    return tmp_path / "nodeagent"
+def stack(cluster_name: str, namespace: str, tmp_path: Path) -> Iterator[AgentStack]:
+    """The test's AgentStack on the lane's control plane (rljob_testenv.stacks, as the demo's):
+    no nodes until the test asks for them (`agents`), the operator where it asks for it
+    (`e2e_operator`). At the end the operator and the agents stop, and no process of their
+    pods may outlive them."""
+    stack = AgentStack(namespace, tmp_path, CLAIM, gpus_per_node=1, nodes=0,
+                       control_plane=cluster_name, labels={POOL_LABEL: namespace})  # fmt: skip
+    stack.up(say=print)
+    yield stack
+    stack.stop()
+    left = stack.live_processes()
+    assert not left, f"processes of the agents' pods outlived them: {left}"
 
 
 @pytest.fixture
-def claim(core, namespace: str, agent_root: Path) -> Iterator[Path]:
+def claim(core, namespace: str, stack: AgentStack) -> Iterator[Path]:
     """The claim `ckpts`, bound to a volume of the test; the agents map it to one local
     directory, which this yields."""
-    pv = bind_claim(core, namespace, CLAIM)
-    yield claim_dir(agent_root, namespace, CLAIM)
+    folder, volume = stack.claim_volume(f"{CLAIM}-{namespace}", namespace, CLAIM)
+    pv = bind_claim(core, namespace, CLAIM, volume)
+    yield folder
     core.delete_persistent_volume(pv)
 
 
@@ -65,45 +75,27 @@ AgentFactory = Callable[..., AgentPool]
 
 
 @pytest.fixture
-def agents(kubeconfig: Path, namespace: str, agent_root: Path) -> Iterator[AgentFactory]:
+def agents(stack: AgentStack) -> AgentFactory:
     """Start node agents for the test: agents(count, gpus=1, extra_env=None) -> AgentPool.
 
     Their nodes carry the pool label `rljob.io/e2e-pool=<namespace>`, which the test's jobs
     select, so that neither the cluster's kwok nodes nor another test's agents get them.
     """
-    pools: list[AgentPool] = []
-
-    def start(count: int, gpus: int = 1, extra_env=None) -> AgentPool:
-        prefix = f"{namespace}-{uuid.uuid4().hex[:4]}"
-        pool = AgentPool(
-            kubeconfig, agent_root, [f"{prefix}-{i}" for i in range(count)],
-            replace(DEFAULT_SHAPE, gpus=gpus), labels={POOL_LABEL: namespace}, extra_env=extra_env,
-            heartbeat_seconds=5,
-        )  # fmt: skip
-        pools.append(pool)
-        return pool.start()
-
-    yield start
-    for pool in pools:
-        pool.stop()
-        left = pool.live_processes()
-        assert not left, f"processes of the agents' pods outlived them: {left}"
+    return stack.add_agents
 
 
 @pytest.fixture
-def e2e_operator(kubeconfig, namespace, crd, claim, agents, tmp_path):
-    """The operator, reading the claim's local directory in-process."""
-    process = OperatorProcess(
-        kubeconfig,
-        namespace,
-        tmp_path / "operator.log",
-        RLJOB_CHECKPOINT_VOLUMES=f"{CLAIM}={claim}",
-    )
-    yield from run_operator(process)
+def e2e_operator(crd, namespace: str, claim, stack: AgentStack) -> Iterator[OperatorProcess]:
+    """The operator, reading the claim's local directory in-process; at the end the test's
+    jobs are deleted while it runs, so that it releases their pods before the agents go."""
+    stack.start_operator(namespace, say=print)
+    assert stack.operator is not None
+    yield stack.operator
+    stop_after_the_tests_jobs(stack.operator)
 
 
 @pytest.fixture
-def priority_classes(api_client, namespace: str, agents) -> Iterator[tuple[str, str]]:
+def priority_classes(api_client, namespace: str, stack: AgentStack) -> Iterator[tuple[str, str]]:
     """(low, high): the job runs low; a pod of the high class preempts it. Removed before the
     agents stop."""
     with priority_classes_made(api_client, namespace) as names:

@@ -56,3 +56,16 @@ def test_the_agents_operator_log_is_its_file_tail(tmp_path: Path) -> None:
     (tmp_path / "operator.log").write_text("a\nb\nc\n")
     assert stack.operator_log(tail=2) == "b\nc"
     assert stack.operator_log() == "a\nb\nc"
+
+
+def test_a_tests_agent_stack_lives_on_the_lanes_control_plane_and_does_not_own_it(
+    tmp_path: Path,
+) -> None:
+    """The e2e tests' stacks: the lane's kubeconfig, no nodes until the test adds some, and
+    not their own control plane (which `up` would start and `down` remove)."""
+    from rljob_testenv import cluster
+
+    stack = stacks.AgentStack("t-1", tmp_path, "ckpts", 1, nodes=0, control_plane="lane")
+    assert stack.kubeconfig == cluster.kubeconfig_path("lane")
+    assert stack.nodes == () and not stack.own_control_plane
+    assert stacks.AgentStack("demo", tmp_path, "ckpts", 1).own_control_plane
