@@ -158,7 +158,7 @@ def test_a_status_write_on_a_stale_cache_conflicts_then_passes_again_on_the_newe
         )  # fmt: skip
         for pod in core.list_namespaced_pod(namespace).items:  # the cache sees it Running...
             controller.cache.on_pod(None, api_client.sanitize_for_serialization(pod))
-        stale = controller.cache.job(namespace, "grpo")
+        stale = controller.cache.view(namespace, "grpo").job
         # ...but not what another writer did to the job meanwhile.
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
             c.GROUP, c.VERSION, namespace, c.PLURAL, "grpo", {"status": {"preemptions": 7}}
@@ -260,7 +260,7 @@ def test_a_pass_right_after_creating_the_gang_sees_it_before_any_watch_event(
         controller.process(key)
         job = get_job(api_client, namespace)
         assert (job["status"]["attempt"], job["status"].get("preemptions", 0)) == (0, 0)
-        assert sorted(p["metadata"]["name"] for p in controller.cache.pods_of(namespace, "grpo")) == [
+        assert sorted(p["metadata"]["name"] for p in controller.cache.view(namespace, "grpo").pods) == [
             "grpo-a0-n0", "grpo-a0-n1"]  # fmt: skip
     finally:
         client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
@@ -301,11 +301,11 @@ def test_a_resume_lists_again_soon_and_drops_a_pod_deleted_after_the_first_list(
         controller.pause()
         core.create_namespaced_pod(namespace, pod)
         controller.resume()
-        assert controller.cache.pods_of(namespace, "ghost")  # the first list saw it
+        assert controller.cache.view(namespace, "ghost").pods  # the first list saw it
 
         core.delete_namespaced_pod("ghost-a0-n0", namespace, grace_period_seconds=0)
 
-        wait_for(lambda: not controller.cache.pods_of(namespace, "ghost"), timeout=5,
+        wait_for(lambda: not controller.cache.view(namespace, "ghost").pods, timeout=5,
                  what="the second list to drop the deleted pod")  # fmt: skip
     finally:
         controller.stop()

@@ -131,7 +131,7 @@ class JobView:
 
     job: dict[str, Any] | None  # None once it is gone
     pods: list[dict[str, Any]]  # trainers and inspectors, by name
-    shared: frozenset[tuple[str, str]]  # what `shared_of` returns, for the job's uid
+    shared: frozenset[tuple[str, str]]  # (kind, name) of what it owns across attempts
     nodes: dict[str, dict[str, Any] | None]  # the trainers' nodes; None: not in the cache
 
 
@@ -159,10 +159,6 @@ class ClusterCache:
             if event_type == DELETED:
                 self._boost_refusals.pop(key_of(job), None)
                 self._boost_reads.pop(key_of(job), None)
-
-    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            return self._jobs.objects.get((namespace, name))
 
     def jobs(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -199,10 +195,6 @@ class ClusterCache:
                 del self._pods_by_job[was]
         if now:
             self._pods_by_job.setdefault(now, set()).add(key)
-
-    def pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return self._pods_of(namespace, job)
 
     def _pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
         keys = sorted(self._pods_by_job.get((namespace, job), ()))
@@ -263,15 +255,6 @@ class ClusterCache:
             self._shared_by_job[job].discard((kind, key[1]))
             if not self._shared_by_job[job]:
                 del self._shared_by_job[job]
-
-    def shared_of(
-        self, namespace: str, job: str, uid: str | None = None
-    ) -> frozenset[tuple[str, str]]:
-        """The (kind, name) of the job's Services, ConfigMaps and Workloads that exist; with
-        `uid`, only those the job with that uid controls. One that only carries the job's
-        label is left out, so that the pass creates it, and finds on its create who owns it."""
-        with self._lock:
-            return self._shared_of(namespace, job, uid)
 
     def _shared_of(self, namespace: str, job: str, uid: str | None) -> frozenset[tuple[str, str]]:
         found = self._shared_by_job.get((namespace, job), ())

@@ -38,11 +38,11 @@ def test_a_late_event_never_moves_a_job_back_to_an_older_revision():
     cache = ClusterCache()
     cache.on_job(None, job("a", 10, attempt=2))  # our own write, returned by the API server
     cache.on_job("MODIFIED", job("a", 9, attempt=1))  # the watch's older event, late
-    assert cache.job("ns", "a")["status"]["attempt"] == 2
+    assert cache.view("ns", "a").job["status"]["attempt"] == 2
     cache.on_job("MODIFIED", job("a", 11, attempt=3))
-    assert cache.job("ns", "a")["status"]["attempt"] == 3
+    assert cache.view("ns", "a").job["status"]["attempt"] == 3
     cache.on_job(DELETED, job("a", 12))
-    assert cache.job("ns", "a") is None
+    assert cache.view("ns", "a").job is None
 
 
 def test_pods_are_found_by_their_job_and_their_event_names_the_job():
@@ -51,9 +51,9 @@ def test_pods_are_found_by_their_job_and_their_event_names_the_job():
     cache.on_pod("ADDED", pod("a-n0", "a", "n0"))
     cache.on_pod("ADDED", pod("b-n0", "b", "n0"))
     cache.on_pod("ADDED", pod("a-n0", "a", "n0", namespace="other"))
-    assert [p["metadata"]["name"] for p in cache.pods_of("ns", "a")] == ["a-n0", "a-n1"]
+    assert [p["metadata"]["name"] for p in cache.view("ns", "a").pods] == ["a-n0", "a-n1"]
     cache.on_pod(DELETED, pod("a-n1", "a", "n1"))
-    assert [p["metadata"]["name"] for p in cache.pods_of("ns", "a")] == ["a-n0"]
+    assert [p["metadata"]["name"] for p in cache.view("ns", "a").pods] == ["a-n0"]
 
 
 def test_our_own_write_that_returns_after_the_deleted_event_brings_no_ghost_back():
@@ -61,14 +61,14 @@ def test_our_own_write_that_returns_after_the_deleted_event_brings_no_ghost_back
     cache.on_pod("ADDED", pod("a-n0", "a", "n0", rv=5))
     cache.on_pod(DELETED, pod("a-n0", "a", "n0", rv=7))  # the release let it go
     cache.on_pod(None, pod("a-n0", "a", "n0", rv=6))  # the release's reply, late
-    assert cache.pods_of("ns", "a") == []
+    assert cache.view("ns", "a").pods == []
     cache.on_pod("ADDED", pod("a-n0", "a", "n0", rv=9))  # made again under the same name
-    assert [p["metadata"]["resourceVersion"] for p in cache.pods_of("ns", "a")] == ["9"]
+    assert [p["metadata"]["resourceVersion"] for p in cache.view("ns", "a").pods] == ["9"]
     # A full list of one namespace says nothing of another's deletions.
     cache.on_pod(DELETED, pod("b-n0", "b", "n0", rv=11, namespace="other"))
     cache.replace_pods([], "20", "ns")
     cache.on_pod(None, pod("b-n0", "b", "n0", rv=10, namespace="other"))
-    assert cache.pods_of("other", "b") == []
+    assert cache.view("other", "b").pods == []
 
 
 def test_a_node_wakes_only_the_jobs_with_pods_there_and_only_when_readiness_changes():
@@ -122,7 +122,7 @@ def test_a_full_list_of_pods_names_the_jobs_whose_pods_changed():
     cache.on_pod(None, pod("b-n0", "b", "n0", rv=3))
     changed = cache.replace_pods([pod("b-n0", "b", "n0", rv=3), pod("c-n0", "c", "n0", rv=4)], "9")
     assert changed == {("ns", "a"), ("ns", "c")}
-    assert cache.pods_of("ns", "a") == []
+    assert cache.view("ns", "a").pods == []
 
 
 def test_a_jobs_shared_children_are_known_by_kind_and_name_until_they_go():
@@ -132,12 +132,12 @@ def test_a_jobs_shared_children_are_known_by_kind_and_name_until_they_go():
     cache.on_shared("ConfigMap", None, config_map)  # our own create
     cache.on_shared("Service", "ADDED", pod("b", "b", None))
     cache.on_shared("Workload", "ADDED", pod("a", "a", None, namespace="other"))
-    assert cache.shared_of("ns", "a") == {("Service", "a"), ("ConfigMap", "a-launcher")}
+    assert cache.view("ns", "a").shared == {("Service", "a"), ("ConfigMap", "a-launcher")}
     cache.on_shared("Service", DELETED, pod("a", "a", None, rv=4))
-    assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher")}
+    assert cache.view("ns", "a").shared == {("ConfigMap", "a-launcher")}
     cache.on_shared("Service", None, service)  # a create of ours that returns late: no ghost
-    assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher")}
-    assert cache.shared_of("other", "a") == {("Workload", "a")}
+    assert cache.view("ns", "a").shared == {("ConfigMap", "a-launcher")}
+    assert cache.view("other", "a").shared == {("Workload", "a")}
 
 
 def test_a_full_list_of_shared_children_drops_those_deleted_while_the_watch_was_away():
@@ -146,9 +146,9 @@ def test_a_full_list_of_shared_children_drops_those_deleted_while_the_watch_was_
     cache.on_shared("Service", "ADDED", pod("b", "b", None, rv=2))
     cache.on_shared("ConfigMap", "ADDED", pod("a-launcher", "a", None, rv=2))
     cache.replace_shared("Service", [pod("b", "b", None, rv=2), pod("c", "c", None, rv=5)], "9")
-    assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher")}  # the other kind stays
-    assert cache.shared_of("ns", "b") == {("Service", "b")}
-    assert cache.shared_of("ns", "c") == {("Service", "c")}
+    assert cache.view("ns", "a").shared == {("ConfigMap", "a-launcher")}  # the other kind stays
+    assert cache.view("ns", "b").shared == {("Service", "b")}
+    assert cache.view("ns", "c").shared == {("Service", "c")}
 
 
 def kueue_workload(name: str, quota: tuple[str, str, str] | None) -> dict:
@@ -189,8 +189,11 @@ def test_with_the_jobs_uid_only_the_shared_children_it_controls_count():
     planted["metadata"]["ownerReferences"] = [{"uid": "uid-b", "controller": True, "name": "b"}]
     cache.on_shared("ConfigMap", "ADDED", ours)
     cache.on_shared("Service", "ADDED", planted)
-    assert cache.shared_of("ns", "a", "uid-a") == {("ConfigMap", "a-launcher")}
-    assert cache.shared_of("ns", "a") == {("ConfigMap", "a-launcher"), ("Service", "a")}
+    assert cache.view("ns", "a").shared == {("ConfigMap", "a-launcher"), ("Service", "a")}
+    owner = job("a", 1)  # the job in the cache: only what its uid controls counts
+    owner["metadata"]["uid"] = "uid-a"
+    cache.on_job(None, owner)
+    assert cache.view("ns", "a").shared == {("ConfigMap", "a-launcher")}
 
 
 def test_a_pass_reads_the_job_its_pods_what_it_owns_and_its_trainers_nodes_in_one_view():
