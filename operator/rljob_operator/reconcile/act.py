@@ -63,8 +63,7 @@ def apply(
     patch = status_patch(job.get("status") or {}, plan.status)
     acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
             or plan.delete_pod_groups)  # fmt: skip
-    if not (patch or acts or plan.release or plan.annotate_workload or plan.events
-            or plan.delete_job):  # fmt: skip
+    if not patch and plan.asks_for_nothing():
         return  # the pass of a job at rest: most passes
     fence = plan.create or (acts and not patch)
     children = [obj for obj in plan.create if obj["kind"] != "Pod"]

@@ -70,6 +70,16 @@ class Plan:
         current = self.requeue_after
         self.requeue_after = seconds if current is None else min(current, seconds)
 
+    def asks_for_nothing(self) -> bool:
+        """Nothing to create, delete, release, ask, annotate, tell or delete the job for: what
+        is left (the status aside) only steers the next pass. A field added to the plan
+        counts as something asked for until it is named here."""
+        steering = replace(Plan(self.status), requeue_after=self.requeue_after,
+                           needs_checkpoint_lookup=self.needs_checkpoint_lookup,
+                           release_first=self.release_first,
+                           checkpoint_deadline=self.checkpoint_deadline)  # fmt: skip
+        return self == steering
+
     @property
     def lookup_exclude(self) -> tuple[str, ...]:
         """Checkpoints a lookup must pass over: those marked bad."""

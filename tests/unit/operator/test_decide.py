@@ -262,6 +262,19 @@ def test_all_pods_running_makes_the_job_running():
     assert running["status"] == "True" and running["observedGeneration"] == 1
 
 
+def test_a_running_jobs_next_pass_asks_for_nothing_and_one_that_tells_does():
+    """act returns at once for a plan that asks for nothing (most passes), and only then."""
+    job = started(make_job())
+    first = decide(job, pods_of(job), NODES, NOW)  # becomes Running: a status write, an Event
+    assert not first.asks_for_nothing()
+    again = decide(with_status(job, first.status), pods_of(job), NODES, NOW)
+    assert again.asks_for_nothing()
+    again.requeue(5)  # steering the next pass asks for nothing
+    assert again.asks_for_nothing()
+    again.release = ["grpo-a0-n0"]
+    assert not again.asks_for_nothing()
+
+
 def test_all_pods_succeeded_makes_the_job_succeed():
     job = started(make_job(), phase=Phase.RUNNING)
 
