@@ -32,7 +32,8 @@
 # With the Ray job on kind (2026-12-05, run 29): cpu 22:07, control-plane 21:54, whole 22:15;
 # in run 28 the kind store was made again beside the other lane (the operator's image was in it
 # then) and the whole took 25:29. Run 30 (2026-12-05, a quiet machine set up fresh that day):
-# cpu 17:14, control-plane 17:32, whole 18:01.
+# cpu 17:14, control-plane 17:32, whole 18:01; run 31, 40 minutes later with the host slower (the
+# unit tests alone 2.1x): cpu 23:35, control-plane 25:01, whole 25:48.
 #
 # Arguments are passed to both pytest runs. Logs and JUnit reports are in .test-logs/.
 set -uo pipefail
