@@ -136,7 +136,6 @@ class AgentStack:
         self.name, self.out, self.claim, self.gpus = name, out, claim, gpus_per_node
         self.cluster = control_plane or name
         self.labels = labels
-        self.wanted = nodes
         self.nodes: tuple[str, ...] = tuple(f"{name}-node-{i}" for i in range(nodes))
         self.root = out / "nodeagent"  # the agents' pod folders, claims and logs
         self.pools: list[AgentPool] = []
@@ -164,7 +163,7 @@ class AgentStack:
             binaries.install(say=say)
             cluster.up(self.name, gpu_nodes=0, say=say)
             self._log_to_a_file()
-        if self.wanted:
+        if self.nodes:  # a demo's; a test's stack gets its nodes later (add_agents)
             self._start_agents(list(self.nodes), self.gpus, None)
             say(f"node agents up: {', '.join(self.nodes)} ({self.gpus} GPUs each; pods run as "
                 f"local processes, logs in {self.root / 'logs'})")  # fmt: skip

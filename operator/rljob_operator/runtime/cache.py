@@ -196,15 +196,12 @@ class ClusterCache:
         if now:
             self._pods_by_job.setdefault(now, set()).add(key)
 
-    def _pods_of(self, namespace: str, job: str) -> list[dict[str, Any]]:
-        keys = sorted(self._pods_by_job.get((namespace, job), ()))
-        return [self._pods.objects[k] for k in keys]
-
     def view(self, namespace: str, name: str) -> JobView:
         """What one pass reads of the job from the cache, in one read."""
         with self._lock:
             job = self._jobs.objects.get((namespace, name))
-            pods = self._pods_of(namespace, name)
+            keys = sorted(self._pods_by_job.get((namespace, name), ()))
+            pods = [self._pods.objects[k] for k in keys]
             uid = (job or {}).get("metadata", {}).get("uid") or None
             shared = self._shared_of(namespace, name, uid)
             nodes = {
