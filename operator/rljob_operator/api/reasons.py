@@ -39,9 +39,9 @@ class ConditionType(StrEnum):
     CONTAINERS_NOT_STARTING = "ContainersNotStarting"
     # True from the third failed look at the checkpoint directory in a row.
     CHECKPOINT_LOOKUP_FAILED = "CheckpointLookupFailed"
-    # RLinf and verl: False where a preemption cannot be saved on notice (the job's command
-    # turns the framework's checkpoints off, or rljob's bridge found the framework other
-    # than it expects), with why; True again once that is mended.
+    # RLinf, verl, TRL and OpenRLHF: False where a preemption cannot be saved on notice (the
+    # job's command turns the framework's checkpoints off or keeps only one, or rljob's
+    # bridge found the framework other than it expects), with why; True again once mended.
     SAVE_ON_NOTICE = "SaveOnNotice"
     # Jobs with spec.queueing.priorityBoost.enabled, while their attempt runs in a Kueue
     # queue: True while rljob writes the boost (also when clamped to the operator's limit or
@@ -96,6 +96,7 @@ class Reason(StrEnum):
     NOT_SEEN_BY_SCHEDULER = "NotSeenByScheduler"  # no scheduler wrote PodScheduled: is it there?
     CONTAINERS_STARTED = "ContainersStarted"
     PERIODIC_SAVES_OFF = "PeriodicSavesOff"
+    KEEPS_ONE_CHECKPOINT = "KeepsOneCheckpoint"  # its rotation deletes it before the next save
     SAVE_ON_NOTICE_UNAVAILABLE = "SaveOnNoticeUnavailable"
     SAVE_ON_NOTICE_AVAILABLE = "SaveOnNoticeAvailable"
     SAVE_ON_NOTICE_LATE = "SaveOnNoticeLate"

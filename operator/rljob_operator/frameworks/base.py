@@ -32,6 +32,9 @@ class Framework:
     # The override that sets its save interval, and the default of the framework's own
     # configuration where a command without a config of its own gets it (None: unknown).
     save_interval: tuple[str, int | None] | None = None
+    # The option that sets how many checkpoints it keeps, and its default, where its rotation
+    # deletes the oldest before it writes the next: keeping 1 leaves none during a save.
+    kept_checkpoints: tuple[str, int] | None = None
     # Whether its trainer saves when its pods are told to go: "trainer" (by itself),
     # "bridge" (rljob's bridge into its loop, spec.ray.saveOnNotice), "" (not known to).
     save_on_notice: Literal["trainer", "bridge", ""] = ""

@@ -35,4 +35,6 @@ FRAMEWORK = Framework(
     resume=_resume,
     auto_layout=openrlhf_deepspeed.LAYOUT.name,
     save_interval=("--ckpt.save_steps", -1),
+    # DeepspeedStrategy.save_ckpt (0.11.2) deletes folders while it keeps max_num or more.
+    kept_checkpoints=("--ckpt.max_num", 3),
 )

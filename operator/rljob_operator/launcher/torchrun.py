@@ -18,11 +18,27 @@ DRIVER_ON_HEAD = False  # every pod runs the trainer; the job ends when all of t
 GUEST = "rljob_guest.py"  # what every bridge imports (rljob_podside)
 
 
+# `python -m MODULE` programs that start the trainer in processes of their own (accelerate's,
+# TRL's and DeepSpeed's launchers, torchrun's): a bridge in this process never sees its Trainer.
+CHILD_LAUNCHERS = frozenset({
+    "accelerate.commands.launch", "accelerate.commands.accelerate_cli", "trl.cli.main",
+    "torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher.runner",
+})  # fmt: skip
+
+
 def bridge_programs(spec: JobSpec) -> podside.Programs:
     """The pod-side programs the job's pods need: its framework's bridge, if it has one and
     the command is a Python program the bridge can run."""
     bridge = framework(spec.framework).torchrun_bridge
-    return (bridge, GUEST) if bridge and python_program(spec.entry_command) else ()
+    program = python_program(spec.entry_command)
+    return (bridge, GUEST) if bridge and program and not child_launcher(program) else ()
+
+
+def child_launcher(program: list[str]) -> str | None:
+    """The module of `-m MODULE ...` where it is a launcher that runs the trainer in child
+    processes of its own."""
+    module = program[1] if len(program) > 1 and program[0] == "-m" else None
+    return module if module in CHILD_LAUNCHERS else None
 
 
 def python_program(entry: tuple[str, ...]) -> list[str] | None:

@@ -6,9 +6,13 @@ Three sources say it cannot:
 - the job's command, at every pass: verl saves no checkpoint unless `trainer.save_freq > 0`
   (its default is -1), RLinf none with `runner.save_interval <= 0`, OpenRLHF none unless
   `--ckpt.save_steps > 0` (its default is -1). A preemption then loses
-  everything the attempt did, and the bridge has no save to ask for;
+  everything the attempt did, and the bridge has no save to ask for. OpenRLHF with
+  `--ckpt.max_num 1` deletes its one checkpoint before it writes the next: a preemption
+  during that save leaves nothing;
 - the job's command, where the bridge starts the trainer's program under torchrun (TRL): a
-  command other than `python SCRIPT` or `python -m MODULE` runs as it is, without the bridge;
+  command other than `python SCRIPT` or `python -m MODULE` runs as it is, without the bridge,
+  and so does a launcher that starts the trainer in children of its own (`python -m
+  accelerate.commands.launch`, `python -m trl.cli.main`): the bridge would never see it;
 - rljob's bridge, in the progress record the last attempt wrote (read at each look at the
   checkpoints): a hook that found the framework other than it expects (another version),
   or a setting it read at run time. The framework then ran as it is, and preemptions go
@@ -24,7 +28,7 @@ from ..api.reasons import ConditionType, EventType, Reason
 from ..api.spec import JobSpec
 from ..api.status import find_condition
 from ..frameworks import framework
-from ..launcher.torchrun import python_program
+from ..launcher.torchrun import child_launcher, python_program
 from .plan import LookupResult, Pass
 
 # Hydra's flags for a configuration of the user's own, which may set the interval.
@@ -65,20 +69,44 @@ def periodic_saves_off(spec: JobSpec) -> str | None:
     return f"{key}={value}" if every <= 0 else None
 
 
-def bridge_cannot_start(spec: JobSpec) -> str | None:
-    """Why the framework's torchrun bridge cannot start the job's trainer, where it cannot."""
-    bridge = framework(spec.framework).torchrun_bridge
-    if not bridge or spec.launcher != "torchrun" or python_program(spec.entry_command) is not None:
+def keeps_one_checkpoint(spec: JobSpec) -> str | None:
+    """The option that has the framework keep a single checkpoint, where the command sets it:
+    its rotation deletes that one before the next save, so a preemption during the save
+    leaves nothing to resume from."""
+    setting = framework(spec.framework).kept_checkpoints
+    if setting is None:
         return None
-    return (f"the command {' '.join(spec.entry_command[:2])!r} is not `python SCRIPT` or "
-            f"`python -m MODULE`, the program rljob's bridge into {spec.framework} starts "
-            "under torchrun")  # fmt: skip
+    value = override((*spec.entry_command, *spec.args), setting[0])
+    try:
+        kept = int(value) if value is not None else setting[1]
+    except ValueError:
+        return None
+    return f"{setting[0]}={value}" if kept <= 1 else None
+
+
+def bridge_cannot_start(spec: JobSpec) -> str | None:
+    """Why the framework's torchrun bridge cannot reach the job's trainer, where it cannot."""
+    bridge = framework(spec.framework).torchrun_bridge
+    if not bridge or spec.launcher != "torchrun":
+        return None
+    program = python_program(spec.entry_command)
+    if program is None:
+        return (f"the command {' '.join(spec.entry_command[:2])!r} is not `python SCRIPT` or "
+                f"`python -m MODULE`, the program rljob's bridge into {spec.framework} starts "
+                "under torchrun")  # fmt: skip
+    if launcher := child_launcher(program):
+        return (f"`python -m {launcher}` runs the trainer in child processes of its own, which "
+                f"rljob's bridge into {spec.framework} does not reach: give the training script "
+                "itself as the command (`python SCRIPT` or `python -m MODULE`), torchrun starts "
+                "it on every process")  # fmt: skip
+    return None
 
 
 def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
     """Set SaveOnNotice from the command and from what the last attempt's bridge said."""
     current = find_condition(p.status.conditions, ConditionType.SAVE_ON_NOTICE)
     off = periodic_saves_off(spec)
+    one_kept = keeps_one_checkpoint(spec)
     said = bridge_cannot_start(spec) or (
         lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
     )
@@ -89,6 +117,11 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
         message = (f"{off} saves no checkpoint: a preemption loses all the progress of the "
                    f"attempt, and rljob has no save to ask for; set {key} to a number of "
                    "steps")  # fmt: skip
+    elif one_kept:
+        reason = Reason.KEEPS_ONE_CHECKPOINT
+        message = (f"{one_kept}: {spec.framework} deletes its only complete checkpoint before "
+                   "it writes the next, and a preemption during that save leaves none to resume "
+                   f"from; keep 2 or more")  # fmt: skip
     elif said:
         reason = Reason.SAVE_ON_NOTICE_UNAVAILABLE
         message = (f"{said}. The framework runs as it is; a preemption goes back to its last "
@@ -104,7 +137,7 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
         and (current.get("status") == "False"
              or current.get("reason") == Reason.SAVE_ON_NOTICE_LATE)
         and (
-            current.get("reason") == Reason.PERIODIC_SAVES_OFF
+            current.get("reason") in (Reason.PERIODIC_SAVES_OFF, Reason.KEEPS_ONE_CHECKPOINT)
             or (lookup is not None and lookup.last_finished_step is not None)
         )
     ):  # fmt: skip

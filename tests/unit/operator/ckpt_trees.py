@@ -432,17 +432,20 @@ def build_hf_trainer_sharded(root: Path, step: int, tear: str | None = None) -> 
     return _tear(folder, tear, HF_SHARDED_TEARS)
 
 
-def write_deepspeed(save_dir: Path, tag: str, zero3: bool = False) -> Path:
-    """DeepSpeed 0.19.6's save_checkpoint for two data-parallel ranks in bf16: `<tag>/` and
-    `latest` (laid out from its source)."""
+def write_deepspeed(save_dir: Path, tag: str, zero3: bool = False, tp: int = 1) -> Path:
+    """DeepSpeed 0.19.6's save_checkpoint for two data-parallel ranks in bf16, each of `tp`
+    tensor-parallel ranks (AutoTP): `<tag>/` and `latest` (laid out from its source)."""
     folder = save_dir / tag
-    if zero3:
+    for mp in range(tp):
+        if zero3:
+            for rank in range(WORLD):
+                write_pt(folder / f"zero_pp_rank_{rank}_mp_rank_{mp:02d}_model_states.pt",
+                         f"model{rank}")  # fmt: skip
+        else:
+            write_pt(folder / f"mp_rank_{mp:02d}_model_states.pt", f"model{tag}")
         for rank in range(WORLD):
-            write_pt(folder / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt", f"model{rank}")
-    else:
-        write_pt(folder / "mp_rank_00_model_states.pt", f"model{tag}")
-    for rank in range(WORLD):
-        write_pt(folder / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt", f"optim{rank}")
+            write_pt(folder / f"bf16_zero_pp_rank_{rank}_mp_rank_{mp:02d}_optim_states.pt",
+                     f"optim{rank}")  # fmt: skip
     write_text(save_dir / "latest", tag)
     return folder
 
@@ -530,11 +533,14 @@ OPENRLHF_TEARS: dict[str, Callable[[Path], None]] = {
 }  # fmt: skip
 
 
-def build_openrlhf(root: Path, step: int, tear: str | None = None, zero3: bool = False) -> Path:
+def build_openrlhf(
+    root: Path, step: int, tear: str | None = None, zero3: bool = False, tp: int = 1
+) -> Path:
     """`_actor/global_stepN` of two data-parallel ranks, bf16 (OpenRLHF's default)."""
-    folder = write_deepspeed(root, f"global_step{step}", zero3)
+    folder = write_deepspeed(root, f"global_step{step}", zero3, tp)
     write_text(folder / "metric.json", json.dumps({"metric_key": None, "metric_value": None}))
-    return _tear(folder, tear, OPENRLHF_TEARS if not zero3 else OPENRLHF_ZERO3_TEARS)
+    tears = OPENRLHF_AUTOTP_TEARS if tp > 1 else OPENRLHF_ZERO3_TEARS if zero3 else OPENRLHF_TEARS
+    return _tear(folder, tear, tears)
 
 
 OPENRLHF_ZERO3_TEARS: dict[str, Callable[[Path], None]] = {
@@ -545,6 +551,25 @@ OPENRLHF_ZERO3_TEARS: dict[str, Callable[[Path], None]] = {
 
 def build_openrlhf_zero3(root: Path, step: int, tear: str | None = None) -> Path:
     return build_openrlhf(root, step, tear, zero3=True)
+
+
+OPENRLHF_AUTOTP_TEARS: dict[str, Callable[[Path], None]] = {
+    "second_tp_model_states_missing": lambda f: remove(f / "mp_rank_01_model_states.pt"),
+    "second_tp_optimizer_shard_missing": lambda f: remove(
+        f / "bf16_zero_pp_rank_1_mp_rank_01_optim_states.pt"
+    ),
+    "second_tp_optimizer_shards_missing": lambda f: [
+        remove(f / f"bf16_zero_pp_rank_{rank}_mp_rank_01_optim_states.pt") for rank in range(WORLD)
+    ],
+    "truncated_second_tp_shard": lambda f: truncate(
+        f / "bf16_zero_pp_rank_0_mp_rank_01_optim_states.pt"
+    ),
+}
+
+
+def build_openrlhf_autotp(root: Path, step: int, tear: str | None = None) -> Path:
+    """Two tensor-parallel ranks (DeepSpeed's AutoTP, `--ds.tensor_parallel_size 2`)."""
+    return build_openrlhf(root, step, tear, tp=2)
 
 
 BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
@@ -564,6 +589,7 @@ BUILDERS: dict[str, tuple[Callable[[Path, int, str | None], Path], dict]] = {
     "hf-trainer-fsdp-full": (build_hf_trainer_fsdp_full, HF_FSDP_FULL_TEARS),
     "openrlhf-deepspeed": (build_openrlhf, OPENRLHF_TEARS),
     "openrlhf-deepspeed-zero3": (build_openrlhf_zero3, OPENRLHF_ZERO3_TEARS),
+    "openrlhf-deepspeed-autotp": (build_openrlhf_autotp, OPENRLHF_AUTOTP_TEARS),
 }
 
 
@@ -590,6 +616,7 @@ VARIANTS = {
     # and global_stepN (no underscore) not at all
     "openrlhf-deepspeed": ("openrlhf-deepspeed", None),
     "openrlhf-deepspeed-zero3": ("openrlhf-deepspeed", None),
+    "openrlhf-deepspeed-autotp": ("openrlhf-deepspeed", None),
 }
 
 # (variant, tear): (status under quick, status under deep, words in the reason)
@@ -772,6 +799,27 @@ TORN = {
         INC,
         INC,
         "the model states file of rank 0 is missing",
+    ),
+    # DeepSpeed's AutoTP: every tensor-parallel rank's files, not only mp_rank_00's.
+    ("openrlhf-deepspeed-autotp", "second_tp_model_states_missing"): (
+        INC,
+        INC,
+        "mp_rank_01_model_states.pt is missing",
+    ),
+    ("openrlhf-deepspeed-autotp", "second_tp_optimizer_shard_missing"): (
+        INC,
+        INC,
+        "the optimizer shard of rank 1, model-parallel rank 01, is missing",
+    ),
+    ("openrlhf-deepspeed-autotp", "second_tp_optimizer_shards_missing"): (
+        INC,
+        INC,
+        "mp_rank_01_model_states.pt has no optimizer shard of its model-parallel rank",
+    ),
+    ("openrlhf-deepspeed-autotp", "truncated_second_tp_shard"): (
+        OK,
+        BAD,
+        "bf16_zero_pp_rank_0_mp_rank_01_optim_states.pt:",
     ),
 }
 

@@ -1175,6 +1175,9 @@ def test_a_command_that_saves_or_may_save_gets_no_warning(command, args):
         (["python", "grpo.py"], None),
         (["python3", "-m", "trl.scripts.grpo"], None),
         (["accelerate", "launch", "grpo.py"], "the command 'accelerate launch' is not `python SCRIPT`"),
+        (["python", "-m", "trl.cli.main", "grpo"], "`python -m trl.cli.main` runs the trainer in child processes"),
+        (["python3", "-m", "accelerate.commands.launch", "grpo.py"],
+         "`python -m accelerate.commands.launch` runs the trainer in child processes"),
     ],
 )  # fmt: skip
 def test_a_trl_command_the_bridge_cannot_start_is_warned_at_admission(command, said):
@@ -1187,6 +1190,31 @@ def test_a_trl_command_the_bridge_cannot_start_is_warned_at_admission(command, s
         return
     assert (condition["status"], condition["reason"]) == ("False", "SaveOnNoticeUnavailable")
     assert condition["message"].startswith(said) and "last periodic save" in condition["message"]
+
+
+@pytest.mark.parametrize(
+    ("command", "kept"),
+    [
+        ([*OPENRLHF_MAIN, "--ckpt.save_steps", "10", "--ckpt.max_num", "1"], "--ckpt.max_num=1"),
+        ([*OPENRLHF_MAIN, "--ckpt.save_steps=10", "--ckpt.max_num=0"], "--ckpt.max_num=0"),
+        ([*OPENRLHF_MAIN, "--ckpt.save_steps=10", "--ckpt.max_num=2"], None),
+        ([*OPENRLHF_MAIN, "--ckpt.save_steps=10"], None),  # OpenRLHF's default keeps 3
+    ],
+)
+def test_an_openrlhf_command_that_keeps_one_checkpoint_is_warned_at_admission(command, kept):
+    """OpenRLHF's rotation deletes the oldest folder before each save: keeping one leaves no
+    complete checkpoint while the next is written."""
+    job = make_job(framework="openrlhf", command=command, checkpoint={"resume": "never"})
+
+    plan = decide(job, [], NODES, NOW)
+
+    condition = save_on_notice(plan)
+    if kept is None:
+        assert condition is None
+        return
+    assert (condition["status"], condition["reason"]) == ("False", "KeepsOneCheckpoint")
+    assert condition["message"].startswith(f"{kept}: openrlhf deletes its only complete")
+    assert [e.type for e in plan.events if e.reason == "KeepsOneCheckpoint"] == ["Warning"]
 
 
 def test_the_bridges_word_from_the_last_attempt_becomes_the_condition_and_an_event():

@@ -50,6 +50,8 @@ BRIDGE = "/etc/rljob/launcher/rljob_hf_bridge.py"
         (["python3", "-m", "trl.scripts.grpo"], ["torchrun", BRIDGE, "-m", "trl.scripts.grpo"], True),
         # Not a Python program the bridge can run: TRL as it is, no files shipped.
         (["accelerate", "launch", "grpo.py"], ["torchrun", "--no-python", "accelerate", "launch", "grpo.py"], False),
+        # A launcher that runs the Trainer in children of its own: the bridge would not see it.
+        (["python", "-m", "trl.cli.main", "grpo"], ["torchrun", "-m", "trl.cli.main", "grpo"], False),
     ],
 )  # fmt: skip
 def test_trl_workers_start_in_rljobs_bridge_which_the_pods_mount(entry, command, bridged):
