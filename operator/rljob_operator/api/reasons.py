@@ -97,6 +97,7 @@ class Reason(StrEnum):
     CONTAINERS_STARTED = "ContainersStarted"
     PERIODIC_SAVES_OFF = "PeriodicSavesOff"
     KEEPS_ONE_CHECKPOINT = "KeepsOneCheckpoint"  # its rotation deletes it before the next save
+    CHECKPOINTS_NOT_RESUMABLE = "CheckpointsNotResumable"  # weights alone (save_only_model)
     SAVE_ON_NOTICE_UNAVAILABLE = "SaveOnNoticeUnavailable"
     SAVE_ON_NOTICE_AVAILABLE = "SaveOnNoticeAvailable"
     SAVE_ON_NOTICE_LATE = "SaveOnNoticeLate"

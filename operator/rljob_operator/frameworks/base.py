@@ -35,6 +35,9 @@ class Framework:
     # The option that sets how many checkpoints it keeps, and its default, where its rotation
     # deletes the oldest before it writes the next: keeping 1 leaves none during a save.
     kept_checkpoints: tuple[str, int] | None = None
+    # The boolean flag that has its trainer save the weights alone, which no resume can go on
+    # from where it stopped (no optimizer, schedule or RNG state).
+    weights_only_flag: str | None = None
     # Whether its trainer saves when its pods are told to go: "trainer" (by itself),
     # "bridge" (rljob's bridge into its loop, spec.ray.saveOnNotice), "" (not known to).
     save_on_notice: Literal["trainer", "bridge", ""] = ""

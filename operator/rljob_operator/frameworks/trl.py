@@ -24,4 +24,5 @@ FRAMEWORK = Framework(
     auto_layout=hf_trainer.LAYOUT.name,
     save_on_notice="bridge",
     torchrun_bridge="rljob_hf_bridge.py",
+    weights_only_flag="--save_only_model",
 )

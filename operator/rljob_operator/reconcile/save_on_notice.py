@@ -8,7 +8,8 @@ Three sources say it cannot:
   `--ckpt.save_steps > 0` (its default is -1). A preemption then loses
   everything the attempt did, and the bridge has no save to ask for. OpenRLHF with
   `--ckpt.max_num 1` deletes its one checkpoint before it writes the next: a preemption
-  during that save leaves nothing;
+  during that save leaves nothing; TRL with `--save_only_model` saves weights alone, which
+  rljob cannot resume from (a preemption starts again from step 0);
 - the job's command, where the bridge starts the trainer's program under torchrun (TRL): a
   command other than `python SCRIPT` or `python -m MODULE` runs as it is, without the bridge,
   and so does a launcher that starts the trainer in children of its own (`python -m
@@ -30,6 +31,11 @@ from ..api.status import find_condition
 from ..frameworks import framework
 from ..launcher.torchrun import child_launcher, python_program
 from .plan import LookupResult, Pass
+
+# What the command alone says: mended once the command changes.
+COMMAND_REASONS = (
+    Reason.PERIODIC_SAVES_OFF, Reason.CHECKPOINTS_NOT_RESUMABLE, Reason.KEEPS_ONE_CHECKPOINT,
+)  # fmt: skip
 
 # Hydra's flags for a configuration of the user's own, which may set the interval.
 CONFIG_FLAGS = ("--config-name", "--config-path", "--config-dir", "-cn", "-cp", "-cd")
@@ -67,6 +73,25 @@ def periodic_saves_off(spec: JobSpec) -> str | None:
     except ValueError:
         return None
     return f"{key}={value}" if every <= 0 else None
+
+
+# The spellings of a boolean flag's value that transformers' argument parser reads.
+_TRUE, _FALSE = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")
+
+
+def saves_weights_only(spec: JobSpec) -> str | None:
+    """The flag that has the trainer save the weights alone, where the command turns it on
+    (`--flag`, `--flag true`, `--flag=1`; the last one given wins)."""
+    flag = framework(spec.framework).weights_only_flag
+    command = (*spec.entry_command, *spec.args)
+    value = None
+    for at, arg in enumerate(command):
+        name, sep, given = arg.partition("=")
+        if flag is None or name != flag:
+            continue
+        following = command[at + 1].lower() if at + 1 < len(command) else ""
+        value = given if sep else following if following in (*_TRUE, *_FALSE) else "true"
+    return f"{flag}={value}" if value is not None and value.lower() in _TRUE else None
 
 
 def keeps_one_checkpoint(spec: JobSpec) -> str | None:
@@ -107,6 +132,7 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
     current = find_condition(p.status.conditions, ConditionType.SAVE_ON_NOTICE)
     off = periodic_saves_off(spec)
     one_kept = keeps_one_checkpoint(spec)
+    weights_only = saves_weights_only(spec)
     said = bridge_cannot_start(spec) or (
         lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
     )
@@ -117,6 +143,12 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
         message = (f"{off} saves no checkpoint: a preemption loses all the progress of the "
                    f"attempt, and rljob has no save to ask for; set {key} to a number of "
                    "steps")  # fmt: skip
+    elif weights_only:
+        reason = Reason.CHECKPOINTS_NOT_RESUMABLE
+        message = (f"{weights_only}: the trainer saves the weights alone, without the optimizer, "
+                   "schedule and RNG state a resume goes on from, so rljob reads its checkpoints "
+                   "as incomplete and a preemption starts the job again from its first step; "
+                   f"drop {weights_only.split('=')[0]} to resume where it stopped")  # fmt: skip
     elif one_kept:
         reason = Reason.KEEPS_ONE_CHECKPOINT
         message = (f"{one_kept}: {spec.framework} deletes its only complete checkpoint before "
@@ -137,7 +169,7 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
         and (current.get("status") == "False"
              or current.get("reason") == Reason.SAVE_ON_NOTICE_LATE)
         and (
-            current.get("reason") in (Reason.PERIODIC_SAVES_OFF, Reason.KEEPS_ONE_CHECKPOINT)
+            current.get("reason") in COMMAND_REASONS
             or (lookup is not None and lookup.last_finished_step is not None)
         )
     ):  # fmt: skip

@@ -1217,6 +1217,39 @@ def test_an_openrlhf_command_that_keeps_one_checkpoint_is_warned_at_admission(co
     assert [e.type for e in plan.events if e.reason == "KeepsOneCheckpoint"] == ["Warning"]
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--save_only_model"], "--save_only_model=true"),
+        (["--save_only_model", "--save_steps=4"], "--save_only_model=true"),
+        (["--save_only_model", "True"], "--save_only_model=true"),
+        (["--save_only_model=1"], "--save_only_model=1"),
+        (["--save_only_model", "false"], None),
+        (["--save_only_model", "--save_only_model=no"], None),  # the last one wins
+        (["--save_steps=4"], None),
+    ],
+)
+def test_a_trl_command_that_saves_weights_only_is_warned_at_admission(args, said):
+    """transformers' `save_only_model` writes no optimizer, scheduler or RNG state: no resume
+    goes on from it, and the job must say so before a preemption costs every step."""
+    job = make_job(framework="trl", command=["python", "grpo.py"], args=args,
+                   checkpoint={"resume": "never"})  # fmt: skip
+
+    plan = decide(job, [], NODES, NOW)
+
+    condition = save_on_notice(plan)
+    if said is None:
+        assert condition is None
+        return
+    assert (condition["status"], condition["reason"]) == ("False", "CheckpointsNotResumable")
+    assert condition["message"].startswith(f"{said}: the trainer saves the weights alone")
+    assert "from its first step" in condition["message"]
+    assert [e.type for e in plan.events if e.reason == "CheckpointsNotResumable"] == ["Warning"]
+    mended = with_status(job, plan.status)
+    mended["spec"]["args"] = ["--save_steps=4"]
+    assert save_on_notice(decide(mended, [], NODES, NOW))["reason"] == "SaveOnNoticeAvailable"
+
+
 def test_the_bridges_word_from_the_last_attempt_becomes_the_condition_and_an_event():
     job = with_status(ray_job(), {"attempt": 1, "phase": Phase.RESTARTING})
     why = "verl 0.10.2: verl.trainer.ppo.v1.trainer_base.PPOTrainer.step not found"

@@ -3,7 +3,8 @@
 `Trainer._save_checkpoint` writes the model (`model.safetensors`, or shards with
 `model.safetensors.index.json`; `adapter_model.safetensors` for a PEFT adapter; the older
 `pytorch_model.bin`), then `optimizer.pt` and `scheduler.pt` (not with `save_only_model`,
-from which training cannot resume), each process's `rng_state[_R].pth`, and, from the main
+which saves no RNG either: such a folder reads as incomplete, the job's SaveOnNotice condition
+says why at admission), each process's `rng_state[_R].pth`, and, from the main
 process, `trainer_state.json` with `global_step`. There is no barrier before it: another
 process's RNG file may come after it. A folder is complete when `trainer_state.json` names
 its step, the files before it are there, and so are the RNG files: without one a resume goes
