@@ -50,9 +50,10 @@ EXIT_CHECKPOINTED_ON_REQUEST = 75
 # torchrun does not pass its workers' exit codes on (it exits 1), so the trainer also
 # writes this line into the container's termination message, which the operator reads.
 CHECKPOINTED_ON_REQUEST_MESSAGE = "rljob: checkpointed on request"
-# A Ray node that stopped because its pod was told to go (SIGTERM) without a save on notice
-# begins its termination message with this, whatever its exit code: the end is the cluster's
-# doing, not the trainer's.
+# A Ray node that stopped because its pod was told to go (SIGTERM) without a save on notice,
+# or a Trainer under rljob's bridge that stopped on notice at a step the Trainer did not save
+# (save_strategy "best"), begins its termination message with this, whatever its exit code:
+# the end is the cluster's doing, not the trainer's.
 STOPPED_ON_NOTICE_MESSAGE = "rljob: stopped on notice"
 ENV_TERMINATION_LOG = "RLJOB_TERMINATION_LOG"  # where to write it; default below
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
