@@ -29,6 +29,7 @@ reference run, the comparison) is in hack/demo_frameworks.py, the rest is here.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -51,22 +52,50 @@ GPUS_PER_NODE = 2  # a preemptor that wants the whole node evicts the job's pod 
 URGENT_CLASS = "rljob-demo-urgent"
 
 
-def goodput_lines(figures: dict[str, Any]) -> list[str]:
-    """The job's status.goodput, as the report shows it."""
+def goodput_lines(figures: dict[str, Any], logged: list[Logged]) -> list[str]:
+    """The job's status.goodput by cause, and the same ratio from the steps the trainer
+    logged, as the report shows them."""
     if "ettr" not in figures:
         return ["goodput: not in the job's status"]
     wall = figures["wallSeconds"]
 
     def share(key: str) -> str:
-        return f"{figures[key]:.1f}s ({figures[key] / wall:.0%})"
+        return f"{figures.get(key, 0.0):.1f}s ({figures.get(key, 0.0) / wall:.0%})"
 
+    in_steps = seconds_in_steps(logged)
+    bound = " (an upper bound: rljob cannot see this framework's steps)"
     return [
-        f"goodput (status.goodput): ETTR {figures['ettr']:.1%} over {wall:.1f}s of wall time",
-        f"  running {share('runningSeconds')}, recovering {share('recoveringSeconds')}, "
-        f"waiting {share('waitingSeconds')}",
+        f"goodput (status.goodput): ETTR {figures['ettr']:.1%} over {wall:.1f}s of wall time"
+        + (bound if figures.get("ettrIsUpperBound") else ""),
+        f"  waiting {share('waitingSeconds')}, pod start {share('podStartSeconds')}, "
+        f"framework start {share('frameworkStartSeconds')}, training "
+        f"{share('trainingSeconds')}, stopping {share('stoppingSeconds')}",
         f"  {figures['lostSteps']} steps lost to disruptions, {figures['lostSeconds']:.1f}s of "
-        "training to do again (subtracted from the running time)",
+        f"training done again; productive {share('productiveSeconds')}",
+        f"  the trainer's own log: {in_steps:.1f}s in training steps ({in_steps / wall:.1%} of "
+        f"the wall), each attempt's first step counted as its start; the status says "
+        f"{figures['ettr']:.1%}, {abs(figures['ettr'] * wall - in_steps) / wall:.1%} of the wall "
+        "apart",
     ]
+
+
+def seconds_in_steps(logged: list[Logged]) -> float:
+    """Time in training steps as the trainer logged them: each step's time after the one
+    before it in its attempt (an attempt's first step ends its start, and is not counted),
+    less the steps that a later attempt trained again."""
+    by_attempt: dict[int, list[Logged]] = {}
+    for entry in sorted(logged, key=lambda e: (e.attempt, e.step)):
+        by_attempt.setdefault(entry.attempt, []).append(entry)
+    attempts = sorted(by_attempt)
+    seconds = 0.0
+    for index, attempt in enumerate(attempts):
+        steps = by_attempt[attempt]
+        later = [by_attempt[a][0].step for a in attempts[index + 1 :]]
+        kept_until = min(later, default=steps[-1].step + 1) - 1  # resumed after that step
+        for before, entry in itertools.pairwise(steps):
+            if entry.step <= kept_until:
+                seconds += entry.time - before.time
+    return seconds
 
 
 def parse_args() -> argparse.Namespace:
@@ -415,7 +444,15 @@ class Demo:
                     f"running (old gang stopped and new gang created {created - detected:.1f}s "
                     f"after detection), {seen.first_step - detected:.1f}s to its first step"
                 )
-        lines += ["", *goodput_lines(status.get("goodput") or {})]
+            stepped = unix_seconds(r.get("firstStepAt"))
+            if detected and running and stepped:
+                lines.append(
+                    f"     status: first step after resume {stepped - detected:.1f}s after "
+                    f"detection (pod start {running - detected:.1f}s, framework start "
+                    f"{stepped - running:.1f}s)"
+                )
+        logged = list(self.seen.values())
+        lines += ["", *goodput_lines(status.get("goodput") or {}, logged)]
         lines += [
             "",
             f"reference (uninterrupted): {reference.note}",

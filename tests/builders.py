@@ -36,8 +36,10 @@ def make_pod(
     disruption: str | None = None,
     deleting: bool = False,
     status_reason: str | None = None,
+    ready_since: str | None = None,
 ) -> dict[str, Any]:
-    """A pod of the job as the cluster would show it after the kubelet reported `phase`."""
+    """A pod of the job as the cluster would show it after the kubelet reported `phase`;
+    `ready_since`: Ready from then on (its readiness probe passed)."""
     from rljob_operator.api.spec import parse_spec
 
     pod = copy.deepcopy(desired_pods(parse_spec(job["spec"]), job_ref(job), attempt, None)[rank])
@@ -56,6 +58,10 @@ def make_pod(
         )
     if status_reason:
         status["reason"] = status_reason
+    if ready_since:
+        status["conditions"].append(
+            {"type": "Ready", "status": "True", "lastTransitionTime": ready_since}
+        )
     if deleting:
         pod["metadata"]["deletionTimestamp"] = "2026-11-29T11:59:00Z"
     pod["status"] = status

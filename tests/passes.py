@@ -52,11 +52,13 @@ def plan_pass(
 def plan_boost_write(
     plan: Plan, job: dict[str, Any], finder: CheckpointFinder, cache: ClusterCache,
     now: datetime, limit: int = 100, pods: list[dict[str, Any]] | None = None,
+    **floors: int,
 ) -> None:  # fmt: skip
     """The boost's part of a pass whose status is `plan`'s, as the pass observes it (the
     cache, the checkpoint folder through `finder`) and decides it. `limit`: the
-    administrator's largest boost (--max-priority-boost); `pods`: the job's."""
-    settings = Settings(max_priority_boost=limit)
+    administrator's largest boost (--max-priority-boost); `pods`: the job's; `floors`: the
+    administrator's (Settings.min_boost_interval_seconds, .min_gpu_seconds_per_point)."""
+    settings = Settings(max_priority_boost=limit, **floors)
     snap = take_snapshot(with_status(job, plan.status), pods or [], {}, now, settings=settings)
     snap = replace(snap, boost=run.observe_boost(cache, finder, snap))
     decide_boost(plan, snap)

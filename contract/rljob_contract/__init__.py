@@ -33,6 +33,12 @@ ENV_RAY_NNODES = "RLJOB_RAY_NNODES"
 ENV_RAY_JOIN_TIMEOUT = "RLJOB_RAY_JOIN_TIMEOUT_SECONDS"
 # Written by the head just before it starts the driver; the head's readiness probe reads it.
 ENV_RAY_DRIVER_MARKER = "RLJOB_RAY_DRIVER_MARKER"
+# Where rljob sees a framework's steps: a pod-local file that the trainer (or rljob's bridge
+# into its loop, or the Ray head's node program, from the progress record) creates once the
+# attempt has finished a training step in this container. The pod's readiness probe tests
+# it, so the pod turns Ready then, which is how the operator learns of the first step without
+# any request per step; a restarted container starts without it.
+ENV_TRAINED_MARKER = "RLJOB_TRAINED_MARKER"
 # rljob's own trainer only: `spec.backend`, which its runner.backend follows.
 ENV_BACKEND = "RLJOB_BACKEND"
 BACKENDS = ("fsdp", "megatron")

@@ -12,11 +12,14 @@ whose layout (`--layout auto`) is read differently.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import ENV_TRAINED_MARKER
 from .manifest import write_atomically
 
 PROGRESS_FILE_NAME = "progress.json"  # rljob's own trainer
@@ -67,6 +70,27 @@ def progress_record(
     if save_on_notice_late:
         record[SAVE_ON_NOTICE_LATE] = save_on_notice_late
     return record
+
+
+def mark_trained() -> None:
+    """This container has finished a training step of its attempt: create the pod-local file
+    that the pod's readiness probe tests (ENV_TRAINED_MARKER), once. Nothing where the pod has
+    no probe; never raises, the training is the user's."""
+    path = os.environ.get(ENV_TRAINED_MARKER)
+    if not path or os.path.exists(path):
+        return
+    with contextlib.suppress(OSError):  # the pod stays not Ready, the run goes on
+        Path(path).touch()
+
+
+def unmark_trained() -> None:
+    """This container has finished its last training step: its pod turns not Ready, so the
+    time it then spends ending (the last save sealed, the process group, the exit) is not
+    counted as training. Never raises."""
+    path = os.environ.get(ENV_TRAINED_MARKER)
+    if path:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def write_progress(directory: Path, record: dict[str, object], name: str = PROGRESS_FILE_NAME):

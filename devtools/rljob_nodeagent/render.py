@@ -372,15 +372,28 @@ def exit_reason(code: int) -> str:
 
 
 # --------------------------------------------------------------------------- pod status
-def _conditions(now: str, ready: bool, reason: str | None = None) -> list[dict[str, Any]]:
+def _conditions(
+    now: str, ready: bool, reason: str | None = None, before: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The pod's conditions at `now`; as a kubelet does, a condition whose status did not
+    change keeps the lastTransitionTime it had in `before` (the pod's status until now)."""
     flag = "True" if ready else "False"
     extra = {"reason": reason} if reason and not ready else {}
+    had = {c.get("type"): c for c in before or ()}
+
+    def since(kind: str, status: str) -> str:
+        old = had.get(kind) or {}
+        return old.get("lastTransitionTime") or now if old.get("status") == status else now
+
     return [
-        {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": now},
-        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-        {"type": "ContainersReady", "status": flag, "lastTransitionTime": now, **extra},
-        {"type": "Ready", "status": flag, "lastTransitionTime": now, **extra},
-    ]
+        {"type": "PodReadyToStartContainers", "status": "True",
+         "lastTransitionTime": since("PodReadyToStartContainers", "True")},
+        {"type": "Initialized", "status": "True",
+         "lastTransitionTime": since("Initialized", "True")},
+        {"type": "ContainersReady", "status": flag,
+         "lastTransitionTime": since("ContainersReady", flag), **extra},
+        {"type": "Ready", "status": flag, "lastTransitionTime": since("Ready", flag), **extra},
+    ]  # fmt: skip
 
 
 def _base_status(now: str, pod_ip: str) -> dict[str, Any]:
@@ -443,7 +456,10 @@ def running_status(
             "startTime": status.get("startTime") or started_at,
             **_base_status(started_at, pod_ip),
             "conditions": _conditions(
-                now or started_at, ready, None if ready else "ContainersNotReady"
+                now or started_at,
+                ready,
+                None if ready else "ContainersNotReady",
+                status.get("conditions"),
             ),
             "containerStatuses": [
                 _container_status(
@@ -479,7 +495,9 @@ def terminated_status(
             "phase": "Succeeded" if exit.code == 0 else "Failed",
             "startTime": status.get("startTime") or exit.finished_at,
             **_base_status(exit.finished_at, pod_ip),
-            "conditions": _conditions(exit.finished_at, False, "PodCompleted"),
+            "conditions": _conditions(
+                exit.finished_at, False, "PodCompleted", status.get("conditions")
+            ),
             "containerStatuses": [
                 _container_status(
                     c,

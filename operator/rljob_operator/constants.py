@@ -14,9 +14,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 SCHEDULING_GROUP = "scheduling.k8s.io"
 SCHEDULING_VERSION = "v1alpha2"
 SCHEDULING_PLURALS = {"Workload": "workloads", "PodGroup": "podgroups"}
-# What a job owns across its attempts (its headless Service, the Ray launcher's ConfigMap and
-# NetworkPolicy, its Workload): made with the first gang, and again by a later gang only where
-# the cache lacks it.
+# What a job owns across its attempts (its headless Service, its NetworkPolicy, its launcher
+# ConfigMap, its Workload): made with the first gang, and again by a later gang only where
+# the cache lacks it; the launcher ConfigMap is read and checked by every gang all the same.
 SHARED_KINDS = ("Service", "ConfigMap", "NetworkPolicy", "Workload")
 
 # Kueue: a job labeled with a LocalQueue has each attempt's pods admitted as one pod group.

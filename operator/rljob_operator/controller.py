@@ -168,16 +168,17 @@ class Controller:
             self.queue.add(key)
 
     def _relist_priority_classes(self) -> None:
-        """The boosts' ceilings read the classes; a list that fails (no RBAC for them) leaves
-        the watched ones and the rest of the relist alone."""
+        """The boosts' ceilings read the classes. A list that fails (no RBAC for them) leaves
+        the rest of the relist alone, and the group unknown until a list succeeds: the boosts
+        are held at 0 meanwhile. A group the cluster does not serve (no Kueue) has none."""
         for group in c.PRIORITY_CLASS_KINDS:
             try:
                 listed = self.kube.list_priority_classes(group)
             except KubeError as exc:
                 log.warning("relist of %s failed: %s", c.PRIORITY_CLASS_KINDS[group], exc)
+                self.cache.priority_classes_unlisted(group, str(exc))
                 continue
-            if listed is not None:
-                self.cache.replace_priority_classes(group, *listed)
+            self.cache.replace_priority_classes(group, *(listed or ([], "")))
 
     def _shared_kinds(self) -> list[str]:
         """The kinds of shared children this cluster has: Workloads where the API is served."""

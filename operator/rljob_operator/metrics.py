@@ -73,7 +73,8 @@ class GoodputCollector:
         )
         seconds = GaugeMetricFamily(
             "rljob_job_seconds",
-            "The job's wall time by where it went: running, recovering, waiting",
+            "The job's wall time by where it went: waiting, podStart, frameworkStart, "
+            "training; productive is training less the steps trained again",
             labels=[*labels, "bucket"],
         )
         lost = GaugeMetricFamily(
@@ -90,8 +91,9 @@ class GoodputCollector:
             key = [meta["namespace"], meta["name"]]
             if figures.ettr is not None:
                 ettr.add_metric(key, figures.ettr)
-            for bucket in (goodput.RUNNING, goodput.RECOVERING, goodput.WAITING):
-                seconds.add_metric([*key, bucket], getattr(figures, bucket))
+            for bucket in goodput.BUCKETS:
+                seconds.add_metric([*key, bucket], figures[bucket])
+            seconds.add_metric([*key, "productive"], figures.productive)
             lost.add_metric(key, figures.lost_steps)
         yield from (ettr, seconds, lost)
 

@@ -10,7 +10,13 @@ import socket
 import time
 
 from .controller import RESYNC_SECONDS
-from .reconcile.settings import MAX_PRIORITY_BOOST, SCHEDULER_WAIT_SECONDS, Settings
+from .reconcile.settings import (
+    MAX_PRIORITY_BOOST,
+    MIN_BOOST_INTERVAL_SECONDS,
+    MIN_GPU_SECONDS_PER_POINT,
+    SCHEDULER_WAIT_SECONDS,
+    Settings,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -64,6 +70,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"from the next class up (default {MAX_PRIORITY_BOOST}: jobs get no boost)",
     )
     parser.add_argument(
+        "--min-boost-interval-seconds",
+        type=positive_int,
+        default=MIN_BOOST_INTERVAL_SECONDS,
+        help="the least spec.queueing.priorityBoost.minIntervalSeconds of any job: how often "
+        "at most the operator reads a boosted job's checkpoint folder and patches its Kueue "
+        "Workload; a job's value below it is raised to it, and its status says so "
+        f"(default {MIN_BOOST_INTERVAL_SECONDS})",
+    )
+    parser.add_argument(
+        "--min-gpu-seconds-per-point",
+        type=positive_int,
+        default=MIN_GPU_SECONDS_PER_POINT,
+        help="the least spec.queueing.priorityBoost.gpuSecondsPerPoint of any job, so that no "
+        "job reaches --max-priority-boost with a few GPU-seconds at risk; a job's value below "
+        f"it is raised to it, and its status says so (default {MIN_GPU_SECONDS_PER_POINT})",
+    )
+    parser.add_argument(
         "--liveness", default=None, help="health endpoint, e.g. http://0.0.0.0:8081/healthz"
     )
     parser.add_argument(
@@ -94,7 +117,12 @@ def run(args: argparse.Namespace) -> int:
         namespaces=None if args.all_namespaces else (args.namespace or None),
         peering=None if args.standalone else handlers.Peering(args.peering, identity, priority),
         resync_seconds=args.resync_seconds,
-        settings=Settings(args.scheduler_wait_seconds, args.max_priority_boost),
+        settings=Settings(
+            args.scheduler_wait_seconds,
+            args.max_priority_boost,
+            args.min_boost_interval_seconds,
+            args.min_gpu_seconds_per_point,
+        ),
     )
     settings = kopf.OperatorSettings()
     settings.peering.lifetime = args.peering_lifetime
@@ -110,6 +138,13 @@ def run(args: argparse.Namespace) -> int:
         memo=kopf.Memo(scope=scope),
     )
     return 0
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def own_identity() -> str:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
 from rljob_contract import progress
-from rljob_contract.request import parse_request
+from rljob_contract.request import RequestFile
 from rljob_contract.untrusted import positive_number
 
 # Ray imports these modules in every worker process it starts (its `preload_python_modules`).
@@ -145,7 +145,8 @@ def stop_wait(notice: Notice) -> float:
 
 class Notice:
     """SIGTERM or the checkpoint request, recorded once, with the time it leaves: the grace
-    period, or less where the request says when the node goes.
+    period, or less where the request says when the node goes (the earliest deadline of the
+    requests read: the operator writes the request again when the gang's deadline moves earlier).
 
     `file` is the pod's notice file: created on notice, read by the bridge.
     """
@@ -153,12 +154,11 @@ class Notice:
     def __init__(
         self, file: Path, grace: float, request_file: str | None, save: bool = True
     ) -> None:
-        self.file, self.grace, self.request_file = file, grace, request_file
+        self.file, self.grace = file, grace
         self.save = save  # spec.ray.saveOnNotice: whether the framework saves on it
         self.terminated = False  # SIGTERM: the pod goes; a request alone only asks for a save
         self.given_at: float | None = None
-        self.requested = False
-        self.node_ends_at: float | None = None  # monotonic: the request's deadline, if any
+        self.request = RequestFile(request_file)
 
     def give(self, why: str) -> None:
         if why == "SIGTERM":
@@ -169,19 +169,19 @@ class Notice:
             self.file.write_text(f"{why}\n", encoding="utf-8")
             print(f"rljob: notice ({why}): saving through the framework", flush=True)
 
+    @property
+    def requested(self) -> bool:
+        return self.request.value is not None
+
+    @property
+    def node_ends_at(self) -> float | None:
+        """Monotonic: the earliest deadline a request has said, if any."""
+        return self.request.node_ends_at
+
     def poll_request(self) -> None:
-        """Read the request, also after a SIGTERM: only it says when the node goes."""
-        if self.requested or not self.request_file:
-            return
-        try:
-            asked = Path(self.request_file).read_text(encoding="utf-8").strip()
-        except OSError:
-            return
-        if asked:
-            self.requested = True
-            deadline = parse_request(asked).deadline
-            if deadline is not None:
-                self.node_ends_at = time.monotonic() + deadline.timestamp() - time.time()
+        """Read the request, also after a SIGTERM and after a first request: only it says when
+        the node goes, and the operator writes it again when that moves earlier."""
+        if self.request.poll():
             self.give("checkpoint request")
 
     def seconds_left(self, margin: float) -> float:
@@ -293,14 +293,19 @@ def returncode(process: subprocess.Popen) -> int:
 def supervise_driver(
     driver: subprocess.Popen, notice: Notice, report: Callable[[], BridgeReport | None]
 ) -> tuple[int, str | None]:
-    """Wait for the driver. After a notice, end it once the bridge reports the save on notice.
+    """Wait for the driver; mark the pod trained once the bridge reports a step of this
+    attempt. After a notice, end it once the bridge reports the save on notice.
     A checkpoint request alone (a warning: the pod stays) never ends it otherwise; after
     SIGTERM it ends at once when nothing in the loop will save (no step of this attempt went
     through the bridge, or the bridge says why it cannot save), or when the grace period is
     nearly spent. (exit code, termination message)."""
     margin = stop_margin(notice.grace)
     judged = False  # whether a save can still fit was asked, once, at SIGTERM
+    trained = False  # whether the bridge has reported a finished step of this attempt
     while driver.poll() is None:
+        if not trained and report() is not None:
+            progress.mark_trained()  # the head turns Ready: the attempt trains
+            trained = True
         notice.poll_request()
         if notice.given_at is not None:
             seen = report()

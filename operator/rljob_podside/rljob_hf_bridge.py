@@ -201,6 +201,8 @@ class Notice:
         now = time.monotonic()
         if self.step_ended is not None and self.save_started is None:
             self.step_seconds.append(now - self.step_ended)
+        if self.last_step is None:  # this container's first step: its pod turns Ready
+            progress.mark_trained()
         self.step_ended, self.save_started, self.last_step = now, None, step
         if world_zero:
             self.write(step, progress.RUNNING)
@@ -327,6 +329,7 @@ def callback_class(base: type, notice: Notice) -> type:
                 notice.cannot_save(TRANSFORMERS, f"rljob's callback failed: {exc!r}")
 
         def on_train_end(self, args, state, control, **kwargs):
+            progress.unmark_trained()  # the last step is done: ending is not training
             if notice.stopped_on_notice:  # the save was skipped (save_strategy "best")
                 stop_unsaved(notice)
             notice.training = False
@@ -487,6 +490,9 @@ def wrap_trainer_init(init: Any, notice: Notice = NOTICE) -> Any:
             from transformers.trainer_callback import TrainerCallback
 
             self.add_callback(callback_class(TrainerCallback, notice)())
+            if getattr(getattr(self, "args", None), "save_only_model", False) is True:
+                notice.cannot_save(TRANSFORMERS, "save_only_model is set: a checkpoint holds the "
+                                   "weights alone, which no resume goes on from")  # fmt: skip
             hook_dataloader_workers(notice)
             notice.take_sigterm()
         except Exception as exc:

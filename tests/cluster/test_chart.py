@@ -221,6 +221,19 @@ def test_the_largest_boost_is_the_admins_and_none_without_the_priority_boost():
     assert "--max-priority-boost=9" in operator_args(lower)
 
 
+def test_the_floors_under_the_jobs_boost_policies_are_the_admins():
+    """A job's author cannot make the operator read its folder and patch its Workload every
+    second, nor reach the largest boost at once: the chart passes the administrator's floors."""
+    boosted = operator_args(render("--set", "kueue.priorityBoost=true"))
+    assert {"--min-boost-interval-seconds=60", "--min-gpu-seconds-per-point=60"} <= set(boosted)
+    raised = render("--set", "kueue.priorityBoost=true,kueue.minBoostIntervalSeconds=600,"
+                    "kueue.minGpuSecondsPerPoint=3600")  # fmt: skip
+    assert {"--min-boost-interval-seconds=600", "--min-gpu-seconds-per-point=3600"} <= set(
+        operator_args(raised)
+    )
+    assert not any(a.startswith("--min-") for a in operator_args(render()))  # no boost at all
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -230,6 +243,8 @@ def test_the_largest_boost_is_the_admins_and_none_without_the_priority_boost():
         (["--set", "logLevel=trace"], "at '/logLevel': value must be one of 'info', 'debug'"),
         (["--set", "kueue.priorityBoost=yes"], "at '/kueue/priorityBoost': got string, want boolean"),
         (["--set", "kueue.maxPriorityBoost=-1"], "at '/kueue/maxPriorityBoost': minimum: got -1, want 0"),
+        (["--set", "kueue.minBoostIntervalSeconds=0"], "at '/kueue/minBoostIntervalSeconds': minimum: got 0, want 1"),
+        (["--set", "kueue.minGpuSecondsPerPoint=0"], "at '/kueue/minGpuSecondsPerPoint': minimum: got 0, want 1"),
         (["--set", "checkpointVolumes[0].claimName=ckpts,checkpointVolumes[0].mountPath=relative"], "at '/checkpointVolumes/0/mountPath'"),
         (["--set", "extraVolumeMounts[0].name=v,extraVolumeMounts[0].mountPath=/v,extraVolumeMounts[0].readOnly=false"], "at '/extraVolumeMounts/0/readOnly': value must be true"),
         (["--set", "watchAllNamespaces=true,watchNamespaces={a}"], "watchNamespaces and watchAllNamespaces: true exclude each other"),

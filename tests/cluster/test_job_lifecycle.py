@@ -6,12 +6,14 @@ their status.
 
 from __future__ import annotations
 
+import base64
 import copy
 import re
 
 import pytest
 from kube_steps import wait_for
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase
 
@@ -293,14 +295,125 @@ def test_a_configmap_planted_under_the_launchers_name_makes_the_ray_job_refuse_t
     assert kept.data == planted["data"]  # not rljob's to delete
 
 
-def test_a_ray_gangs_networkpolicy_admits_its_own_pods_and_no_other(
+def torchrun_job_body(name="grpo"):
+    body = copy.deepcopy(JOB)  # rljob's own trainer, under torchrun
+    body["metadata"]["name"] = name
+    return body
+
+
+def owned_by_the_job(job):
+    """What anyone who can read the job can write into an object of theirs."""
+    meta = job["metadata"]
+    return [{"apiVersion": c.API_VERSION, "kind": c.KIND, "name": meta["name"],
+             "uid": meta["uid"], "controller": True}]  # fmt: skip
+
+
+def suspended_ray_job(api_client, namespace):
+    body = ray_job_body()
+    body["spec"]["suspend"] = True
+    return create_job(api_client, namespace, body)
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [("other-code", "its contents are not what rljob ships"),
+     ("rljobs-files-mutable", "it is not immutable")],
+)  # fmt: skip
+def test_a_configmap_planted_with_the_jobs_owner_while_it_is_suspended_is_never_mounted(
+    api_client, core, namespace, operator, content, why
+):
+    """The job's uid is no secret: a ConfigMap planted under the launcher's name, with the
+    job's labels and the job as its controller, is in the operator's cache as the job's own.
+    The gang after the resume reads and checks it all the same: the job fails, naming it, and
+    no pod mounts it. rljob's own files in a mutable ConfigMap are refused too: whoever made it
+    would change them once the pods run."""
+    from rljob_operator.launcher import podside, ray
+
+    operator.stop()  # so that the operator lists the planted ConfigMap before any pass
+    job = suspended_ray_job(api_client, namespace)
+    name = podside.config_map_name("grpo", ray.POD_PROGRAMS)
+    data = podside.config_map("grpo", namespace, {}, ray.POD_PROGRAMS)["data"]
+    if content == "other-code":
+        data = {**data, "rljob_ray_bridge.py": "import os  # someone else's code"}
+    labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: "grpo"}
+    core.create_namespaced_config_map(namespace, {"metadata": {
+        "name": name, "labels": labels, "ownerReferences": owned_by_the_job(job)}, "data": data})  # fmt: skip
+    operator.start()
+    wait_for(lambda: phase_is(api_client, namespace, Phase.SUSPENDED), what="the job Suspended")
+
+    patch_spec(api_client, namespace, {"suspend": False})
+
+    job = wait_for(lambda: phase_is(api_client, namespace, Phase.FAILED), what="the job to fail")
+    failed = {x["type"]: x for x in job["status"]["conditions"]}["Failed"]
+    assert failed["reason"] == "ForeignChild"
+    assert failed["message"].startswith(f"ConfigMap {name} exists and is not the job's own ({why}")
+    wait_for(lambda: "ForeignChild" in event_reasons(core, namespace), what="the Event")
+    assert trainer_pods(core, namespace) == []
+    assert core.read_namespaced_config_map(name, namespace).data == data  # not rljob's to delete
+
+
+def test_the_launcher_configmap_is_immutable_so_no_edit_reaches_the_pods(
     api_client, core, namespace, operator
+):
+    from rljob_operator.launcher import podside, ray
+
+    create_job(api_client, namespace, ray_job_body())
+    wait_for(lambda: len(trainer_pods(core, namespace)) == 2, what="the gang")
+    name = podside.config_map_name("grpo", ray.POD_PROGRAMS)
+    assert core.read_namespaced_config_map(name, namespace).immutable is True
+
+    with pytest.raises(ApiException) as refused:
+        core.patch_namespaced_config_map(name, namespace,
+                                         {"data": {"rljob_ray_bridge.py": "import os"}})  # fmt: skip
+
+    assert refused.value.status == 422
+    shipped = podside.config_map("grpo", namespace, {}, ray.POD_PROGRAMS)["data"]
+    assert core.read_namespaced_config_map(name, namespace).data == shipped
+
+
+def test_a_ray_token_secret_planted_while_the_job_is_suspended_is_never_mounted(
+    api_client, core, namespace, operator
+):
+    """Whoever may create Secrets and read the job could make its token's Secret first, under
+    a name made of the job's uid, with the job as owner, and know the token. rljob names it at
+    random, records the name once the Secret is made, and the gang mounts only that."""
+    from rljob_operator.launcher import ray
+
+    job = suspended_ray_job(api_client, namespace)
+    uid = job["metadata"]["uid"]
+    planted = f"grpo-ray-token-{uid[:8]}"  # the name an rljob before #52 gave it
+    labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: "grpo"}
+    core.create_namespaced_secret(namespace, {
+        "metadata": {"name": planted, "labels": labels, "ownerReferences": owned_by_the_job(job)},
+        "stringData": {ray.TOKEN_KEY: "known-to-someone-else"}})  # fmt: skip
+    wait_for(lambda: phase_is(api_client, namespace, Phase.SUSPENDED), what="the job Suspended")
+
+    patch_spec(api_client, namespace, {"suspend": False})
+
+    pods = wait_for(lambda: (lambda ps: ps if len(ps) == 2 else None)(trainer_pods(core, namespace)),
+                    what="the gang")  # fmt: skip
+    recorded = get_job(api_client, namespace)["status"]["rayTokenSecret"]
+    assert re.fullmatch("grpo-ray-token-[0-9a-f]{32}", recorded) and recorded != planted
+    for pod in pods:
+        (volume,) = [v for v in pod.spec.volumes if v.name == ray.TOKEN_VOLUME]
+        assert volume.secret.secret_name == recorded
+    secret = core.read_namespaced_secret(recorded, namespace)
+    token = base64.b64decode(secret.data[ray.TOKEN_KEY]).decode()
+    assert len(token) >= 40 and token != "known-to-someone-else"
+    assert secret.immutable is True and secret.metadata.owner_references[0].uid == uid
+
+
+@pytest.mark.parametrize("launcher", ["ray", "torchrun"])
+def test_a_gangs_networkpolicy_admits_its_own_pods_and_no_other(
+    api_client, core, namespace, operator, launcher
 ):
     """This control plane runs no network plugin that enforces NetworkPolicy (docs/testenv.md):
     the test asserts what the API server stores, and what its selectors take in: every pod of
-    the gang, and as peers only those, not the pods of another Ray job beside it."""
-    create_job(api_client, namespace, ray_job_body("grpo"))
-    create_job(api_client, namespace, ray_job_body("other"))
+    the gang, and as peers only those, not the pods of another job beside it. Ray's dashboard
+    and GCS run what they are sent; torchrun's c10d store, gloo and NCCL authenticate nobody."""
+    body = ray_job_body if launcher == "ray" else torchrun_job_body
+    create_job(api_client, namespace, body("grpo"))
+    create_job(api_client, namespace, body("other"))
     networking = client.NetworkingV1Api(api_client)
 
     def policies():
@@ -311,7 +424,7 @@ def test_a_ray_gangs_networkpolicy_admits_its_own_pods_and_no_other(
               for p in wait_for(policies, 30, "a NetworkPolicy per job")}  # fmt: skip
     pods = wait_for(lambda: (lambda ps: ps if len(ps) == 4 else None)(trainer_pods(core, namespace)),
                     30, "both gangs")  # fmt: skip
-    policy = stored["grpo-ray-gang"]
+    policy = stored[f"grpo-{launcher}-gang"]
     assert policy["metadata"]["ownerReferences"][0]["name"] == "grpo"
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = policy["spec"]["ingress"]

@@ -20,6 +20,7 @@ from kube_steps import stays, wait_for
 from kubernetes import client
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import Phase, Reason
+from rljob_operator.api.status import JobStatus
 from rljob_testenv.binaries import KUEUE_VERSIONS
 from rljob_testenv.operator_process import OperatorProcess, run_operator
 from test_job_lifecycle import finish, get_job
@@ -343,8 +344,10 @@ def stopped(core, namespace, name):
 
 @pytest.fixture
 def boosting_operator(kubeconfig, namespace, crd, claim, volume, tmp_path):
-    """The recovering operator, with the administrator's leave to boost up to BOOST_LIMIT."""
-    args = ["--standalone", "--namespace", namespace, "--max-priority-boost", str(BOOST_LIMIT)]
+    """The recovering operator, with the administrator's leave to boost up to BOOST_LIMIT, and
+    no floors under the jobs' policies: the tests' jobs look every second."""
+    args = ["--standalone", "--namespace", namespace, "--max-priority-boost", str(BOOST_LIMIT),
+            "--min-boost-interval-seconds", "1", "--min-gpu-seconds-per-point", "1"]  # fmt: skip
     process = OperatorProcess(kubeconfig, namespace, tmp_path / "operator.log", args=args,
                               RLJOB_CHECKPOINT_VOLUMES=f"ckpts={volume}")  # fmt: skip
     yield from run_operator(process)
@@ -473,7 +476,9 @@ def test_a_boost_stays_below_the_next_class_up_which_still_preempts_the_job(
     assert (condition["status"], condition["reason"]) == ("True", "BoostClamped")
     assert (f"below WorkloadPriorityClass {classes['mid']} (150), the next class above the "
             "job's 100") in condition["message"]  # fmt: skip
-    assert status["priorityBoost"]["boost"] == 49
+    # The status records the boost once the Workload carries it: the pass after the write's.
+    wait_for(lambda: (get_job(api_client, namespace, "l")["status"].get("priorityBoost") or {})
+             .get("boost") == 49, 10, "l's status to record the boost of 49")  # fmt: skip
 
     mid = of_workload_class(queued_job("m", nodes, local_queue), classes["mid"])
     create(c.GROUP, c.VERSION, namespace, c.PLURAL, mid)  # two pods of one GPU: all the quota
@@ -520,6 +525,8 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
                    "attemptCreationTime": iso(datetime.now(UTC) - timedelta(hours=2))},
     }  # fmt: skip
     cache = ClusterCache()
+    for group in c.PRIORITY_CLASS_KINDS:  # as the operator's relist makes them: none here
+        cache.replace_priority_classes(group, [], "")
     pod = {"metadata": {"namespace": namespace, "name": "grpo-a0-n0", "uid": "uid-grpo-a0-n0",
                         "labels": {c.LABEL_JOB: "grpo", c.LABEL_ATTEMPT: "0",
                                    c.LABEL_ROLE: c.ROLE_TRAINER}}}  # fmt: skip
@@ -554,6 +561,166 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     condition = next(x for x in plans[-1].status.conditions if x["type"] == "PriorityBoost")
     assert (condition["status"], condition["reason"]) == ("False", "BoostWriteRefused")
     assert "Forbidden" in condition["message"] or "forbidden" in condition["message"]
+
+
+def kube_as(cluster_name, api_client, namespace, account, tmp_path, rules=()):
+    """The operator's Kube as a ServiceAccount of the test's own, granted only `rules` in the
+    namespace (a Role): the real API server refuses the rest, as it would an operator run
+    outside the chart with less than the chart grants."""
+    from chart_helpers import service_account_kubeconfig
+    from kubernetes import config
+    from rljob_operator.kube import CountingApiClient, Kube
+
+    core, rbac = client.CoreV1Api(api_client), client.RbacAuthorizationV1Api(api_client)
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=account))
+    )
+    if rules:
+        rbac.create_namespaced_role(namespace, client.V1Role(
+            metadata=client.V1ObjectMeta(name=account), rules=list(rules)))  # fmt: skip
+        rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name=account),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role",
+                                      name=account),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name=account,
+                                           namespace=namespace)],
+        ))  # fmt: skip
+    path = service_account_kubeconfig(cluster_name, namespace, account, tmp_path / account)
+    configuration = client.Configuration()
+    config.load_kube_config(str(path), client_configuration=configuration)
+    return Kube(CountingApiClient(configuration))
+
+
+def boosted_job_in_cluster(api_client, namespace, name="grpo"):
+    """A queued job with the boost on, stored in the API server and Running for two hours
+    (its status written as its operator would): a point per GPU-second, one GPU."""
+    custom = client.CustomObjectsApi(api_client)
+    body = {
+        "apiVersion": f"{c.GROUP}/{c.VERSION}", "kind": c.KIND,
+        "metadata": {"name": name, "labels": {c.KUEUE_QUEUE_LABEL: "team"}},
+        "spec": {"image": "trainer:1", "nnodes": 1,
+                 "queueing": {"priorityBoost": {"enabled": True, "gpuSecondsPerPoint": 1}}},
+    }  # fmt: skip
+    custom.create_namespaced_custom_object(c.GROUP, c.VERSION, namespace, c.PLURAL, body)
+    from rljob_operator.api.timestamps import iso
+
+    status = {"attempt": 0, "phase": "Running",
+              "attemptCreationTime": iso(datetime.now(UTC) - timedelta(hours=2))}  # fmt: skip
+    return custom.patch_namespaced_custom_object_status(
+        c.GROUP, c.VERSION, namespace, c.PLURAL, name, {"status": status}
+    )
+
+
+def gang_and_workload(namespace, name="grpo"):
+    """The job's pod of attempt 0 as the operator's cache holds it, and its Kueue Workload as
+    the cache would: owned by that pod, without a boost."""
+    pod = {"metadata": {"namespace": namespace, "name": f"{name}-a0-n0", "uid": f"uid-{name}",
+                        "labels": {c.LABEL_JOB: name, c.LABEL_ATTEMPT: "0",
+                                   c.LABEL_ROLE: c.ROLE_TRAINER}}}  # fmt: skip
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": f"{name}-a0-n0", "uid": f"uid-{name}"}
+    workload = {"metadata": {"namespace": namespace, "name": f"{name}-a0", "resourceVersion": "1",
+                             "ownerReferences": [owner]}, "spec": {"priority": 0}}  # fmt: skip
+    return pod, workload
+
+
+class UnsavedHour:
+    """The job's checkpoint folder: nothing saved for an hour."""
+
+    def saved(self, spec):
+        from rljob_operator.reconcile.priority_boost import Saved
+
+        return Saved(1, datetime.now(UTC) - timedelta(hours=1))
+
+
+def test_a_boost_the_api_server_refuses_is_never_claimed_by_the_jobs_status(
+    cluster_name, api_client, namespace, crd, tmp_path
+):
+    """The operator may write the job's status but not patch Kueue's Workloads (an operator
+    outside the chart, or the chart without kueue.priorityBoost but --max-priority-boost set):
+    the real API server stores the status and refuses the boost (403). status.priorityBoost
+    must not claim the boost that is on no Workload, and the condition says why."""
+    import passes
+    from rljob_operator.kube import API_REQUESTS
+    from rljob_operator.reconcile import act
+    from rljob_operator.reconcile.plan import Plan
+    from rljob_operator.runtime.cache import ClusterCache
+
+    status_only = client.V1PolicyRule(api_groups=[c.GROUP], resources=[f"{c.PLURAL}/status"],
+                                      verbs=["patch"])  # fmt: skip
+    kube = kube_as(cluster_name, api_client, namespace, "status-only", tmp_path, [status_only])
+    cache = ClusterCache()
+    cache.on_job(None, boosted_job_in_cluster(api_client, namespace))
+    for group in c.PRIORITY_CLASS_KINDS:  # as the operator's relist makes them: none here
+        cache.replace_priority_classes(group, [], "")
+    pod, workload = gang_and_workload(namespace)
+    cache.on_admission("ADDED", workload)
+    patches = API_REQUESTS.labels("patch", "workloads")
+    before = patches._value.get()
+
+    for _ in range(3):  # the pass that writes, the one right after it, and one more
+        job = cache.view(namespace, "grpo").job
+        plan = Plan(status=JobStatus.from_dict(json_copy(job.get("status"))))
+        passes.plan_boost_write(plan, job, UnsavedHour(), cache, datetime.now(UTC), limit=50,
+                                pods=[pod])  # fmt: skip
+        act.apply(kube, cache, job, plan, lambda *event: None)
+
+    assert patches._value.get() - before == 1  # the first pass tried, and was refused
+    stored = get_job(api_client, namespace, "grpo")["status"]
+    assert "priorityBoost" not in stored
+    condition = next(x for x in stored["conditions"] if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("False", "BoostWriteRefused")
+    assert "forbidden" in condition["message"].lower()
+
+
+def test_an_operator_that_cannot_list_the_priority_classes_holds_the_boost_at_0_and_says_why(
+    cluster_name, api_client, namespace, crd, tmp_path
+):
+    """An operator confined to its namespace (a Role that lists everything there, nodes
+    cluster-wide, but no priority classes): its relist's lists of the classes are refused
+    (403). Without them it cannot know the next class above a job, so a job that would have
+    50 points gets none, and its condition says why."""
+    import passes
+    from rljob_operator.controller import Controller
+    from rljob_operator.reconcile.lookup import CheckpointFinder
+    from rljob_operator.reconcile.plan import Plan
+
+    everything_here = client.V1PolicyRule(api_groups=["*"], resources=["*"], verbs=["list"])
+    kube = kube_as(cluster_name, api_client, namespace, "namespaced", tmp_path,
+                   [everything_here])  # fmt: skip
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    nodes_role = f"rljob-test-nodes-{namespace}"
+    rbac.create_cluster_role(client.V1ClusterRole(
+        metadata=client.V1ObjectMeta(name=nodes_role),
+        rules=[client.V1PolicyRule(api_groups=[""], resources=["nodes"], verbs=["list"])],
+    ))  # fmt: skip
+    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
+        metadata=client.V1ObjectMeta(name=nodes_role),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
+                                  name=nodes_role),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="namespaced",
+                                       namespace=namespace)],
+    ))  # fmt: skip
+    job = boosted_job_in_cluster(api_client, namespace)
+    controller = Controller(kube, CheckpointFinder({}, "unused"), [namespace])
+    try:
+        controller.relist()  # jobs, pods, shared children and nodes listed; the classes not
+    finally:
+        controller.stop()
+        rbac.delete_cluster_role_binding(nodes_role)
+        rbac.delete_cluster_role(nodes_role)
+    cache = controller.cache
+    assert cache.view(namespace, "grpo").job is not None
+    pod, workload = gang_and_workload(namespace)
+    cache.on_admission("ADDED", workload)
+
+    plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
+    passes.plan_boost_write(plan, job, UnsavedHour(), cache, datetime.now(UTC), limit=50,
+                            pods=[pod])  # fmt: skip
+
+    assert plan.annotate_workload is None  # 0, and none on the Workload: nothing to write
+    condition = next(x for x in plan.status.conditions if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("False", "BoostCeilingUnknown")
+    assert "PriorityClasses: list priorityclasses.scheduling.k8s.io: 403" in condition["message"]
 
 
 def json_copy(value):

@@ -129,6 +129,37 @@ def test_a_termination_notice_on_a_node_asks_at_once_for_a_save_by_when_the_node
     assert f"by {goes}" in event.message and "near-a0-n0" in event.message
 
 
+def test_a_node_that_goes_sooner_than_it_said_reaches_the_pod_asked_already(
+    api_client, core, namespace, nodes, logging_operator
+):
+    """The pod was asked to save by the time its node's annotation gave. The node then says it
+    goes a minute sooner: the pod, asked already, is asked again by that time. Then it says it
+    goes later: the pod keeps the sooner time, and its pass writes nothing to it."""
+    operator = logging_operator
+    create(api_client, namespace, one_node_job("near", nodes[0]))
+    wait_for(lambda: phase_is(api_client, namespace, Phase.RUNNING, "near"), what="near to run")
+
+    def goes(at: str) -> None:
+        core.patch_node(nodes[0], {"metadata": {"annotations": {c.NODE_TERMINATION_TIME: at}}})
+
+    def deadline() -> datetime | None:
+        (pod,) = core.list_namespaced_pod(namespace).items
+        asked = (pod.metadata.annotations or {}).get(CHECKPOINT_REQUEST_ANNOTATION)
+        return parse_request(asked).deadline if asked else None
+
+    goes("2026-12-02T21:30:00Z")
+    wait_for(lambda: deadline() == datetime(2026, 12, 2, 21, 30, tzinfo=UTC), what="the request")
+    goes("2026-12-02T21:29:00Z")
+    wait_for(lambda: deadline() == datetime(2026, 12, 2, 21, 29, tzinfo=UTC),
+             what="the sooner time on the pod asked already")  # fmt: skip
+    quiet = settled(operator)
+    goes("2026-12-02T21:31:00Z")
+    wait_for(lambda: "near" in passes_since(operator, quiet), what="the node's event to wake near")
+    settled(operator)
+    assert deadline() == datetime(2026, 12, 2, 21, 29, tzinfo=UTC)
+    assert "request: patch pods " not in operator.log()[quiet:]
+
+
 def test_a_resource_the_cluster_does_not_serve_lists_as_none_not_as_an_error(api_client):
     """Without Kueue its WorkloadPriorityClasses are not served: the relist keeps none, where a
     404 used to be an error and a warning at every relist of a cluster without Kueue."""

@@ -64,10 +64,13 @@ def reported(checkpoints: Path) -> tuple[int, int]:
 def preempt(api_client, core, namespace, job, attempt, victim, checkpoints, at, high) -> None:
     """Wait for attempt `attempt`'s step `at` of the loop of a two-node Ray job, then have the
     scheduler preempt its pod of rank `victim`, and wait for the next attempt's gang to run."""
-    # The head turns Ready (its probe) once both Ray nodes joined and the driver runs.
+    # The head turns Ready (its probe) once the attempt has finished a step in the framework's
+    # loop, which the bridge's progress record says: never before it.
     wait_for(lambda: (st := status(api_client, namespace, job)).get("attempt") == attempt
-             and (st.get("ray") or {}).get("driver") == "Running", 120,
-             f"attempt {attempt}'s status.ray.driver to be Running")  # fmt: skip
+             and (st.get("ray") or {}).get("driver") == "Training", 300,
+             f"attempt {attempt}'s status.ray.driver to be Training")  # fmt: skip
+    assert reported(checkpoints)[0] == attempt, "Ready before a step of the attempt"
+    assert status(api_client, namespace, job).get("attemptFirstStepTime")
     # The step the bridge reports from the framework's loop (an actor's own log lines reach
     # the head's log in bursts).
     wait_for(lambda: reported(checkpoints) >= (attempt, at), 180, f"the loop's step {at}")

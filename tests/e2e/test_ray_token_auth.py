@@ -47,7 +47,8 @@ def test_a_ray_head_started_as_rljob_starts_it_refuses_clients_without_the_jobs_
     spec = parse_spec(job["spec"])
     rendered = ray.env(spec, "grpo-n0.grpo.ns.svc", 0)
     assert rendered["RAY_AUTH_TOKEN_PATH"] == f"{ray.TOKEN_DIR}/{ray.TOKEN_KEY}"
-    token = with_fresh_secrets(desired_secret(spec, job_ref(job)))["stringData"][ray.TOKEN_KEY]
+    secret = desired_secret(spec, job_ref(job), "grpo-ray-token-test")
+    token = with_fresh_secrets(secret)["stringData"][ray.TOKEN_KEY]
     (tmp_path / "secret").mkdir()
     (tmp_path / "secret" / ray.TOKEN_KEY).write_text(token)
     (tmp_path / "home").mkdir()  # no ~/.ray of the host's (Ray would read a token there)

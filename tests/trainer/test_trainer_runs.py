@@ -16,6 +16,7 @@ from rljob_contract import (
     ENV_RESUME_DIR,
     ENV_RESUME_STEP,
     ENV_TERMINATION_LOG,
+    ENV_TRAINED_MARKER,
     EXIT_CHECKPOINTED_ON_REQUEST,
 )
 from rljob_contract.manifest import MANIFEST_NAME
@@ -36,23 +37,27 @@ def test_reward_rises(tmp_path: Path) -> None:
 
 
 def test_request_file_stops_with_75_and_resume_step_must_match(tmp_path: Path) -> None:
+    trained = tmp_path / "trained"
     request = tmp_path / "checkpoint-request"
     request.write_text("")  # projected but empty: no request
     handle = run(
         tmp_path,
         ["runner.max_steps=3", "runner.save_interval=100"],
         nproc=1,
-        env={ENV_CHECKPOINT_REQUEST_FILE: str(request)},
+        env={ENV_CHECKPOINT_REQUEST_FILE: str(request), ENV_TRAINED_MARKER: str(trained)},
     )
     assert handle.process.returncode == 0, handle.log()[-3000:]
     assert sorted(p.name for p in handle.checkpoint_dir.glob("global_step_*")) == ["global_step_3"]
+    assert trained.exists()  # the pod's readiness probe: a step of the attempt was done
 
     # The operator names the folder and its step; a mismatch is refused before any training.
     folder = handle.checkpoint_dir / "global_step_3"
-    env = {ENV_RESUME_DIR: str(folder), ENV_RESUME_STEP: "2"}
+    untrained = tmp_path / "trained-refused"
+    env = {ENV_RESUME_DIR: str(folder), ENV_RESUME_STEP: "2", ENV_TRAINED_MARKER: str(untrained)}
     refused = run(tmp_path, ["runner.max_steps=4"], nproc=1, env=env, log_name="refused")
     assert refused.process.returncode != 0
     assert f"{ENV_RESUME_STEP}=2 but {folder} holds step 3" in refused.log()
+    assert not untrained.exists()  # no step: never Ready, never counted as training
 
     request.write_text("2026-01-01T00:00:00Z")  # the operator annotated the pod
     termination_log = tmp_path / "termination-log"

@@ -127,16 +127,25 @@ def notice_budget(grace_seconds: float | None, env: Mapping[str, str]) -> float 
 
 
 def notice_deadline(
-    noticed_at: float, budget: float | None, node_ends_at: float | None
+    noticed_at: float,
+    budget: float | None,
+    node_ends_at: float | None,
+    node_told_at: float | None = None,
 ) -> float | None:
     """When the save must be sealed: `budget` after the notice, or, where the checkpoint
     request says when the node goes (`node_ends_at`, on the same clock), before that less a
-    share for leaving, whichever is first. None where neither is known."""
+    share for leaving, whichever is first. None where neither is known.
+
+    The share is of the time from when that deadline was read (`node_told_at`), not from the
+    first notice: a request written again with a sooner deadline, long after a warning, leaves
+    a tenth of what is left for leaving, not a tenth of the time since the warning, which could
+    be more than is left."""
     ends = []
     if budget is not None:
         ends.append(noticed_at + budget)
     if node_ends_at is not None:
-        ends.append(node_ends_at - _exit_share(max(node_ends_at - noticed_at, 0.0)))
+        told = noticed_at if node_told_at is None else max(noticed_at, node_told_at)
+        ends.append(node_ends_at - _exit_share(max(node_ends_at - told, 0.0)))
     return min(ends, default=None)
 
 

@@ -21,21 +21,32 @@ from types import FrameType
 
 import torch
 import torch.distributed as dist
-from rljob_contract.request import parse_request
+from rljob_contract.request import RequestFile
 
 
 class StopRequest:
     """Remembers a SIGTERM and polls the request file; checking is cheap, so it runs at every
     token of a rollout. `noticed_at` is when this rank first learned of either, and
-    `node_ends_at` when the request says the node goes, if it says (both monotonic)."""
+    `node_ends_at` when the request says the node goes, if it says, and `node_told_at` when
+    that was read (all monotonic). The file is read at every check, also after a request: the
+    operator writes it again when the gang's deadline moves earlier, and the earliest deadline
+    read stands (`RequestFile`)."""
 
     def __init__(self, request_file: str | None) -> None:
         self.request_file = Path(request_file) if request_file else None
+        self.file = RequestFile(request_file)
         self.signal_name: str | None = None
         self.request: str | None = None
         self.noticed_at: float | None = None
-        self.node_ends_at: float | None = None
         signal.signal(signal.SIGTERM, self._on_signal)
+
+    @property
+    def node_ends_at(self) -> float | None:
+        return self.file.node_ends_at
+
+    @property
+    def node_told_at(self) -> float | None:
+        return self.file.told_at
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signal_name = signal.Signals(signum).name
@@ -48,17 +59,9 @@ class StopRequest:
     def reason(self) -> str | None:
         """Why this rank wants to stop, or None. The request is read after a SIGTERM too,
         since only it says when the node goes."""
-        if self.request is None and self.request_file is not None:
-            try:
-                request = self.request_file.read_text().strip()
-            except OSError:
-                request = ""  # not projected (yet): no request
-            if request:
-                self.request = f"checkpoint request {request!r} in {self.request_file}"
-                self._noticed()
-                deadline = parse_request(request).deadline
-                if deadline is not None:  # the operator's clock, on this rank's monotonic one
-                    self.node_ends_at = time.monotonic() + deadline.timestamp() - time.time()
+        if self.file.poll():
+            self.request = f"checkpoint request {self.file.value!r} in {self.request_file}"
+            self._noticed()
         return self.signal_name or self.request
 
 

@@ -260,7 +260,7 @@ class Trainer(ABC):
         now = time.monotonic()
         assert self.stop.noticed_at is not None  # set with the reason
         deadline = notice_deadline(self.stop.noticed_at, self.notice_budget,
-                                   self.stop.node_ends_at)  # fmt: skip
+                                   self.stop.node_ends_at, self.stop.node_told_at)  # fmt: skip
         step_rest = None
         if phase is Phase.ROLLOUT:
             step_rest = estimate_rest_of_step(
@@ -334,6 +334,7 @@ class Trainer(ABC):
         if rank0:
             metrics = MetricsLog(Path(runner.experiment_dir) / METRICS_FILE_NAME, step)
         timing = StepTiming()
+        first = step
         while step < runner.max_steps:
             started = time.perf_counter()
             try:
@@ -346,6 +347,8 @@ class Trainer(ABC):
             self.update_timing.add(time.perf_counter() - self._rollout_ended)
             step += 1
             self.train_state.step = step
+            if step == first + 1:  # this container's first step: its pod turns Ready
+                progress.mark_trained()
             decision = self.step_boundary(self._decide(Phase.BOUNDARY))
             stop = decision is not Decision.GO_ON
             periodic = step % runner.save_interval == 0 and decision is not Decision.NO_TIME
@@ -375,6 +378,7 @@ class Trainer(ABC):
                 )
             if stop and step < runner.max_steps:  # at the last step, finishing wins
                 return self._stop_on_request(step, decision, timing)
+        progress.unmark_trained()  # the last step is done: ending is not training
         self._end(step, progress.FINISHED, timing.mean)
         log.info("finished at step %d", step)
         return EXIT_OK

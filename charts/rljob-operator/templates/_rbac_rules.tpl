@@ -23,22 +23,22 @@ The operator's permissions, derived from its code (docs/install.md explains each
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, patch, delete]
-# The gang's headless Service (rendezvous) and, for Ray jobs, the ConfigMap of the launcher
-# files its pods mount; the garbage collector removes them with the job. Listed and watched
-# (rljob's own, by label), so that a later gang makes them again only where they went. A
-# ConfigMap found under the launcher's name on create is read, to refuse one that is not the
-# job's own.
+# The gang's headless Service (rendezvous) and, for Ray and TRL jobs, the immutable ConfigMap
+# of the launcher files its pods mount; the garbage collector removes them with the job.
+# Listed and watched (rljob's own, by label), so that a later gang makes them again only where
+# they went. The launcher's ConfigMap is read before every gang that mounts it, to refuse one
+# that is not the job's own (its controller, rljob's files, immutable).
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [list, watch, create]
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get]
-# Ray gangs: a Secret per job with its Ray token, made once and never read back.
+# Ray gangs: an immutable Secret per job with its Ray token, under a random name, never read.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create]
-# Ray gangs: a NetworkPolicy per job that admits the gang's ports from its own pods only.
+# Every gang: a NetworkPolicy per job that admits the gang's ports from its own pods only.
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [list, watch, create]

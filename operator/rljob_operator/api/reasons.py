@@ -45,8 +45,9 @@ class ConditionType(StrEnum):
     SAVE_ON_NOTICE = "SaveOnNotice"
     # Jobs with spec.queueing.priorityBoost.enabled, while their attempt runs in a Kueue
     # queue: True while rljob writes the boost (also when clamped to the operator's limit or
-    # below the next priority class up), False while the operator allows none, the API server
-    # refuses the writes, or the attempt's Workload is not the job's pods'.
+    # below the next priority class up, or with a field raised to the operator's floor), False
+    # while the operator allows none, the API server refuses the writes, the attempt's
+    # Workload is not the job's pods', or the operator cannot list the priority classes.
     PRIORITY_BOOST = "PriorityBoost"
 
 
@@ -83,7 +84,7 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     INVALID_RESUME_TARGET = "InvalidResumeTarget"
     POD_REJECTED = "PodRejected"
-    FOREIGN_CHILD = "ForeignChild"  # a ConfigMap under the launcher's name is not the job's
+    FOREIGN_CHILD = "ForeignChild"  # the launcher's ConfigMap or token Secret is not the job's
     DISRUPTION_BUDGET_EXHAUSTED = "DisruptionBudgetExhausted"
     FAILURE_BUDGET_EXHAUSTED = "FailureBudgetExhausted"
     CHECKPOINT_LOOKUP_FAILED = "CheckpointLookupFailed"
@@ -96,8 +97,8 @@ class Reason(StrEnum):
     NOT_SEEN_BY_SCHEDULER = "NotSeenByScheduler"  # no scheduler wrote PodScheduled: is it there?
     CONTAINERS_STARTED = "ContainersStarted"
     PERIODIC_SAVES_OFF = "PeriodicSavesOff"
-    KEEPS_ONE_CHECKPOINT = "KeepsOneCheckpoint"  # its rotation deletes it before the next save
     CHECKPOINTS_NOT_RESUMABLE = "CheckpointsNotResumable"  # weights alone (save_only_model)
+    KEEPS_ONE_CHECKPOINT = "KeepsOneCheckpoint"  # its rotation deletes it before the next save
     SAVE_ON_NOTICE_UNAVAILABLE = "SaveOnNoticeUnavailable"
     SAVE_ON_NOTICE_AVAILABLE = "SaveOnNoticeAvailable"
     SAVE_ON_NOTICE_LATE = "SaveOnNoticeLate"
@@ -106,9 +107,12 @@ class Reason(StrEnum):
     BOOST_NOT_ALLOWED = "BoostNotAllowed"
     BOOST_WRITE_REFUSED = "BoostWriteRefused"
     BOOST_WORKLOAD_NOT_OWNED = "BoostWorkloadNotOwned"  # the Workload is not the attempt's pods'
+    BOOST_POLICY_RAISED = "BoostPolicyRaised"  # a field below the operator's floor: raised to it
+    BOOST_CEILING_UNKNOWN = "BoostCeilingUnknown"  # the classes cannot be listed: held at 0
     # Events only.
     FRESH_START = "FreshStart"
     RUNNING = "Running"
+    FIRST_STEP = "FirstStep"  # an attempt finished its first step: how long its start took
     SUCCEEDED = "Succeeded"
     SUSPENDED = "Suspended"
     PREEMPTED = "Preempted"
@@ -123,7 +127,7 @@ class Reason(StrEnum):
     NODE_TERMINATION = "NodeTermination"
     STOPPED_BY_KUEUE = "StoppedByKueue"
     CHECKPOINTED_ON_REQUEST = "CheckpointedOnRequest"
-    STOPPED_ON_NOTICE = "StoppedOnNotice"  # a Ray node told to go, without a save on notice
+    STOPPED_ON_NOTICE = "StoppedOnNotice"  # told to go, and stopped without a save on notice
     RETRYABLE_EXIT_CODE = "RetryableExitCode"
     EXIT_CODE = "ExitCode"
     START_ERROR = "StartError"

@@ -111,6 +111,7 @@ class Recovery(Record):
     lost_steps: int | None = None
     lost_seconds: float | None = None
     first_running_at: str | None = None
+    first_step_at: str | None = None  # the new gang's first finished step (its pod turned Ready)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", EndKind(self.kind))
@@ -191,11 +192,15 @@ class JobStatus(Record):
     start_time: str | None = None
     completion_time: str | None = None
     attempt_creation_time: str | None = None
+    # When the attempt finished its first training step: its trainer pod turned Ready.
+    attempt_first_step_time: str | None = None
     restart_after: str | None = None  # a failure's back-off ends then
     checkpoint_lookup: CheckpointLookup | None = None
     ray: RayStatus | None = None
     last_end: AttemptEnd | None = None
     pod_group: str | None = None
+    # The Secret of the job's Ray token, under a random name, recorded once rljob made it.
+    ray_token_secret: str | None = None
     resume_from: ResumeFrom | None = None
     latest_checkpoint: LatestCheckpoint | None = None
     priority_boost: BoostBasis | None = None
@@ -230,11 +235,13 @@ class JobStatus(Record):
             start_time=data.get("startTime"),
             completion_time=data.get("completionTime"),
             attempt_creation_time=data.get("attemptCreationTime"),
+            attempt_first_step_time=data.get("attemptFirstStepTime"),
             restart_after=data.get("restartAfter"),
             checkpoint_lookup=one(CheckpointLookup, "checkpointLookup"),
             ray=one(RayStatus, "ray"),
             last_end=one(AttemptEnd, "lastEnd"),
             pod_group=data.get("podGroup"),
+            ray_token_secret=data.get("rayTokenSecret"),
             resume_from=one(ResumeFrom, "resumeFrom"),
             latest_checkpoint=one(LatestCheckpoint, "latestCheckpoint"),
             priority_boost=one(BoostBasis, "priorityBoost"),

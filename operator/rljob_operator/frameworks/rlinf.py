@@ -24,5 +24,6 @@ FRAMEWORK = Framework(
     resume=_resume,
     save_interval=("runner.save_interval", None),
     save_on_notice="bridge",
+    reports_steps=True,
     pod_env=_pod_env,
 )

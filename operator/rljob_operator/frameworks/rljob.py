@@ -29,6 +29,7 @@ FRAMEWORK = Framework(
     # a Megatron save torn before the manifest would read as complete rlinf-megatron.
     auto_layout=LAYOUT_NAME,
     save_on_notice="trainer",
+    reports_steps=True,
     abandons_step=True,
     pod_env=_pod_env,
 )

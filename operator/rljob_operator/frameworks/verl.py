@@ -25,4 +25,5 @@ FRAMEWORK = Framework(
     resume=_resume,
     save_interval=("trainer.save_freq", -1),
     save_on_notice="bridge",
+    reports_steps=True,
 )

@@ -29,9 +29,10 @@ class Launcher(Protocol):
     def readiness_probe(self, rank: int) -> dict[str, Any] | None: ...
 
     def volumes(
-        self, spec: JobSpec, job: JobRef
+        self, spec: JobSpec, job: JobRef, secret: str | None = None
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(volumes, their mounts in the trainer container)."""
+        """(volumes, their mounts in the trainer container); `secret` names the launcher's
+        Secret as the job's status records it."""
         ...
 
     def service_ports(self, spec: JobSpec) -> dict[str, int]:
@@ -44,15 +45,18 @@ class Launcher(Protocol):
         """A ConfigMap the pods mount, if the launcher ships files into them."""
         ...
 
-    def secret(self, spec: JobSpec, job: JobRef, metadata: dict[str, Any]) -> dict[str, Any] | None:
-        """A Secret the pods mount (a per-job token), made with its values at its creation."""
+    def secret(
+        self, spec: JobSpec, job: JobRef, metadata: dict[str, Any], name: str
+    ) -> dict[str, Any] | None:
+        """A Secret the pods mount (a per-job token), named `name`, made with its values at its
+        creation."""
         ...
 
     def network_policy(
         self, job: str, namespace: str, metadata: dict[str, Any]
     ) -> dict[str, Any] | None:
-        """A NetworkPolicy that closes the gang's ports to all but its own pods, where they
-        would otherwise let anyone run code in them."""
+        """A NetworkPolicy that closes the gang's ports to all but its own pods: they would
+        otherwise let anyone run code in them (launcher.network)."""
         ...
 
 

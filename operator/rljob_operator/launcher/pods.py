@@ -16,7 +16,7 @@ import rljob_contract as contract
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError
 from ..frameworks import framework, resume_overrides
-from . import template
+from . import readiness, template
 from .identity import (
     JobRef,
     attempt_name,
@@ -69,6 +69,8 @@ def _own_env(
         contract.ENV_GRACE_SECONDS: str(spec.grace_seconds),
     }
     values.update(framework(spec.framework).pod_env(spec, rank))
+    if readiness.marks_steps(spec, rank):
+        values.update(readiness.env())
     if spec.checkpoint.save_interval is not None:
         values[contract.ENV_SAVE_INTERVAL] = str(spec.checkpoint.save_interval)
     if spec.checkpoint.max_to_keep is not None:
@@ -102,7 +104,9 @@ def _env(spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarg
     return [*spec.env, *ours]
 
 
-def _volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(
+    spec: JobSpec, job: JobRef, secret: str | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     source = spec.checkpoint.volume or {"emptyDir": {}}
     volumes = [
         {"name": c.CHECKPOINT_VOLUME, **source},
@@ -126,7 +130,7 @@ def _volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dic
         {"name": c.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
         {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
     ]
-    launcher_volumes, launcher_mounts = launcher_of(spec).volumes(spec, job)
+    launcher_volumes, launcher_mounts = launcher_of(spec).volumes(spec, job, secret)
     return volumes + launcher_volumes, mounts + launcher_mounts
 
 
@@ -145,6 +149,7 @@ def desired_pod(
     rank: int,
     resume: ResumeTarget | None,
     placement: Placement = Placement(),
+    secret: str | None = None,
 ) -> dict[str, Any]:
     """The pod of node `rank` in attempt `attempt`: rljob's parts merged into the template.
 
@@ -152,10 +157,14 @@ def desired_pod(
     runs the driver, so only the head gets the arguments and the resume switch. The
     `placement` names the attempt's PodGroup (the scheduler binds the gang all or nothing)
     and its Kueue queue (Kueue admits it as one pod group). Raises SpecError when the
-    template sets a part that is rljob's.
+    template sets a part that is rljob's. `secret` names the launcher's Secret (the Ray
+    token's) as the job's status records it.
     """
     launcher = launcher_of(spec)
-    volumes, mounts = _volumes(spec, job)
+    volumes, mounts = _volumes(spec, job, secret)
+    if readiness.marks_steps(spec, rank):
+        volume, mount = readiness.volume_and_mount()
+        volumes, mounts = [*volumes, volume], [*mounts, mount]
     runs_trainer = not launcher.DRIVER_ON_HEAD or rank == 0
     args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
     ports = [{"name": "rendezvous", "containerPort": spec.rendezvous_port}]
@@ -171,7 +180,8 @@ def desired_pod(
         "terminationMessagePath": contract.DEFAULT_TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    probe = launcher.readiness_probe(rank)
+    stepped = readiness.marks_steps(spec, rank)
+    probe = readiness.probe() if stepped else launcher.readiness_probe(rank)
     if probe:
         container["readinessProbe"] = probe
     if spec.resources:
@@ -220,8 +230,10 @@ def desired_pods(
     attempt: int,
     resume: ResumeTarget | None,
     placement: Placement = Placement(),
+    secret: str | None = None,
 ) -> list[dict[str, Any]]:
-    return [desired_pod(spec, job, attempt, rank, resume, placement) for rank in range(spec.nnodes)]
+    return [desired_pod(spec, job, attempt, rank, resume, placement, secret)
+            for rank in range(spec.nnodes)]  # fmt: skip
 
 
 def owned_by(job: JobRef) -> dict[str, Any]:
@@ -235,13 +247,14 @@ def desired_launcher_config_map(spec: JobSpec, job: JobRef) -> dict[str, Any] | 
     return launcher_of(spec).config_map(spec, job.name, job.namespace, owned_by(job))
 
 
-def desired_secret(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
-    """The gang's Secret, where its launcher has one (launcher.ray: the job's Ray token)."""
-    return launcher_of(spec).secret(spec, job, owned_by(job))
+def desired_secret(spec: JobSpec, job: JobRef, name: str) -> dict[str, Any] | None:
+    """The gang's Secret named `name`, where its launcher has one (launcher.ray: the job's Ray
+    token)."""
+    return launcher_of(spec).secret(spec, job, owned_by(job), name)
 
 
 def desired_network_policy(spec: JobSpec, job: JobRef) -> dict[str, Any] | None:
-    """The gang's NetworkPolicy, where its launcher has one (launcher.ray)."""
+    """The gang's NetworkPolicy: its ports to its own pods only (launcher.network)."""
     return launcher_of(spec).network_policy(job.name, job.namespace, owned_by(job))
 
 

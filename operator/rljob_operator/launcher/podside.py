@@ -2,7 +2,9 @@
 rljob_contract package they read), and the pods mount it flat at LAUNCHER_DIR, where they
 import each other as top-level modules. The ConfigMap's name carries a digest of what it holds,
 so an operator that ships new programs makes a new one; the garbage collector removes it with
-the job. The operator reads the programs as text and never runs them."""
+the job. It is immutable: an edit never reaches the pods that mount it, and what rljob checks
+before every gang mounts it (reconcile.act) is what the pods get. The operator reads the
+programs as text and never runs them."""
 
 from __future__ import annotations
 
@@ -33,9 +35,14 @@ def config_map_key(path: str) -> str:
     return path.replace("/", ".")  # a ConfigMap key has no slash
 
 
+# In the digest too: what an rljob that made them mutable made has another name, so one found
+# under this name must be immutable (reconcile.act.not_ours).
+FORM = "immutable"
+
+
 @cache
 def config_map_suffix(programs: Programs) -> str:
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"{FORM}\0".encode())
     for path, text in sorted(launcher_files(programs).items()):
         digest.update(f"{path}\0{text}\0".encode())
     return digest.hexdigest()[:10]
@@ -51,6 +58,7 @@ def config_map(job: str, namespace: str, metadata: dict[str, Any], programs: Pro
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": config_map_name(job, programs), "namespace": namespace, **metadata},
+        "immutable": True,
         "data": {config_map_key(path): text for path, text in launcher_files(programs).items()},
     }
 

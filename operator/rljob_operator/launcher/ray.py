@@ -15,10 +15,10 @@ from typing import Any
 
 import rljob_contract
 
-from .. import constants as c
 from ..api.spec import JobSpec
 from . import podside
 from .identity import JobRef
+from .network import gang_network_policy
 from .podside import LAUNCHER_DIR
 
 TEMP_DIR = "/tmp/ray"  # an emptyDir: Ray's sockets, logs and spilled objects
@@ -46,36 +46,31 @@ def config_map(
 def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
     """Ray's ports answer the job's own pods only. Whoever reaches a head's dashboard or GCS
     can submit a Ray job, that is run code inside the training pods, and Ray listens on every
-    address of the pod. Ingress only: the pods still reach DNS, storage and the internet.
-    `kubectl port-forward` reaches the pod from inside it, so the dashboard stays at hand."""
-    own = {"matchLabels": {c.LABEL_JOB: job, c.LABEL_MANAGED_BY: c.MANAGED_BY}}
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": f"{job}-ray-gang", "namespace": namespace, **metadata},
-        "spec": {
-            "podSelector": own,
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": own}]}],
-        },
-    }
+    address of the pod. `kubectl port-forward` reaches the pod from inside it, so the
+    dashboard stays at hand."""
+    return gang_network_policy(job, namespace, metadata, "ray")
 
 
-def token_secret_name(job: JobRef) -> str:
-    """The job's Ray token's Secret, named after the job's uid: one made before the job
-    existed, by someone who would then know the token, cannot carry this name."""
-    return f"{job.name}-ray-token-{job.uid[:8]}"
+def token_secret_name(job: JobRef, nonce: str) -> str:
+    """The job's Ray token's Secret, named with `nonce`: random bits that the pass which makes
+    it drew (reconcile.snapshot), which the job's status records only once the Secret is made
+    (reconcile.startup). Nobody can make it first: nobody knows the name before it is taken."""
+    return f"{job.name}-ray-token-{nonce}"
 
 
-def secret(spec: JobSpec, job: JobRef, metadata: dict[str, Any]) -> dict[str, Any] | None:
-    """The Secret of the job's Ray token; its value is made when it is created (run.py)."""
+def secret(
+    spec: JobSpec, job: JobRef, metadata: dict[str, Any], name: str
+) -> dict[str, Any] | None:
+    """The Secret of the job's Ray token, named `name`; its value is made when it is created
+    (reconcile.act), and it is immutable: nobody can change the token under a running job."""
     if not spec.ray.token_auth:
         return None
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {"name": token_secret_name(job), "namespace": job.namespace, **metadata},
+        "immutable": True,
+        "metadata": {"name": name, "namespace": job.namespace, **metadata},
         "stringData": {TOKEN_KEY: ""},
     }
 
@@ -160,7 +155,12 @@ def service_ports(spec: JobSpec) -> dict[str, int]:
     return dict(spec.ray.ports)
 
 
-def volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def volumes(
+    spec: JobSpec, job: JobRef, secret: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """`secret`: the token's Secret as the job's status records it. Without one (a render
+    that makes no gang: check_template, tests) its name is left empty, which the API server
+    refuses: a pod never mounts a Secret whose name anyone could know ahead."""
     launcher, launcher_mount = podside.volume_and_mount(job.name, POD_PROGRAMS)
     volumes = [
         {"name": TEMP_VOLUME, "emptyDir": {}},
@@ -174,6 +174,6 @@ def volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict
     ]
     if spec.ray.token_auth:
         # Kubernetes' default mode (0644): a pod's user need not be root to read it.
-        volumes.append({"name": TOKEN_VOLUME, "secret": {"secretName": token_secret_name(job)}})
+        volumes.append({"name": TOKEN_VOLUME, "secret": {"secretName": secret or ""}})
         mounts.append({"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True})
     return volumes, mounts

@@ -29,7 +29,8 @@ _WHY = {
     "resources": "set it here or in spec.resources, not in both",
     "terminationMessagePath": "rljob reads the trainer's exit reason from its own path",
     "terminationMessagePolicy": "rljob reads the trainer's exit reason from its own path",
-    "readinessProbe": "the Ray launcher's probe tells when the head's driver runs",
+    "readinessProbe": "rljob's probe tells when the trainer has finished a step (or the Ray "
+    "head's driver runs)",
 }
 # The trainer container's lists, merged entry by entry: the keys that must not repeat, and
 # why a clash is refused.

@@ -13,6 +13,7 @@ from ..api.spec import JobSpec
 from ..frameworks import framework
 from . import podside
 from .identity import JobRef
+from .network import gang_network_policy
 
 DRIVER_ON_HEAD = False  # every pod runs the trainer; the job ends when all of them do
 GUEST = "rljob_guest.py"  # what every bridge imports (rljob_podside)
@@ -100,7 +101,9 @@ def readiness_probe(rank: int) -> dict[str, Any] | None:
     return None
 
 
-def volumes(spec: JobSpec, job: JobRef) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def volumes(
+    spec: JobSpec, job: JobRef, secret: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     programs = bridge_programs(spec)
     if not programs:
         return [], []
@@ -120,8 +123,12 @@ def config_map(
 
 
 def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
-    return None
+    """torchrun's c10d store on the rendezvous port, and the ports gloo and NCCL pick for
+    themselves (none of them authenticates), answer the job's own pods only (launcher.network)."""
+    return gang_network_policy(job, namespace, metadata, "torchrun")
 
 
-def secret(spec: JobSpec, job: JobRef, metadata: dict[str, Any]) -> dict[str, Any] | None:
+def secret(
+    spec: JobSpec, job: JobRef, metadata: dict[str, Any], name: str
+) -> dict[str, Any] | None:
     return None

@@ -69,6 +69,8 @@ class PodFacts:
     node_termination: NodeTermination | None
     node_not_ready_seconds: float | None
     ready: bool = False  # the pod's Ready condition (its readiness probe, if it has one)
+    ready_since: str | None = None  # when it last turned Ready, while it is
+    unready_since: str | None = None  # when it last turned not Ready, while it is not
     not_starting: tuple[str, str] | None = None  # (kubelet reason, message) of a stuck container
     unschedulable: tuple[str, str] | None = None  # (scheduler reason, message) of a pending pod
     # (schedulerName, seconds since the pod was created) of a pod that no scheduler has
@@ -154,6 +156,7 @@ def facts(
     if disruption is not None and disruption.get("status") != "True":
         disruption = None
     terminated = _trainer_termination(pod)
+    ready = conditions.get("Ready") or {}
     return PodFacts(
         name=meta.get("name", ""),
         node_name=node_name,
@@ -167,7 +170,9 @@ def facts(
         node_known=node is not None or node_name is None,
         node_termination=node.termination if node is not None else None,
         node_not_ready_seconds=node.not_ready_seconds if node is not None else None,
-        ready=(conditions.get("Ready") or {}).get("status") == "True",
+        ready=ready.get("status") == "True",
+        ready_since=ready.get("lastTransitionTime") if ready.get("status") == "True" else None,
+        unready_since=ready.get("lastTransitionTime") if ready.get("status") == "False" else None,
         not_starting=_not_starting(status),
         unschedulable=_unschedulable(pod, conditions, admission),
         unseen=_unseen(pod, conditions, now),

@@ -21,7 +21,7 @@ from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from rljob_contract.request import format_request
 
 from .. import constants as c
-from ..api.status import JobStatus
+from ..api.status import BoostBasis, JobStatus
 from ..kube import Kube, KubeError, at_once
 from ..runtime.cache import ClusterCache, controller_uid
 from ..runtime.events import PostEvent
@@ -76,7 +76,7 @@ def apply(
     answers = at_once([
         *(partial(kube.release_pod, namespace, pod) for pod in first),
         *([partial(_fence, kube, cache, job)] if fence else []),
-        *([partial(_create_children, kube, cache, children)] if children else []),
+        *([partial(_create_children, kube, cache, job, children)] if children else []),
     ])  # fmt: skip
     released = answers[: len(first)]
     for created in at_once(partial(kube.create, pod) for pod in pods):
@@ -128,12 +128,16 @@ class ForeignChild(Exception):
 
 def not_ours(found: dict[str, Any], wanted: dict[str, Any]) -> str | None:
     """Why a ConfigMap found under the name of the job's own is not it (another controller,
-    or other contents); None where it is."""
+    other contents, or contents that can change under the pods); None where it is. The owner
+    reference alone proves nothing (anyone can copy the job's uid into one): the contents do,
+    and being immutable, they stay what was checked."""
     owners = {o.get("uid") for o in wanted["metadata"]["ownerReferences"]}
     if controller_uid(found) not in owners:
         return "its controller is not the job"
     if (found.get("data") or {}) != wanted.get("data") or found.get("binaryData"):
         return "its contents are not what rljob ships"
+    if found.get("immutable") is not True:
+        return "it is not immutable: its contents could change under the pods"
     return None
 
 
@@ -145,31 +149,58 @@ def with_fresh_secrets(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "stringData": {key: secrets.token_urlsafe(32) for key in obj["stringData"]}}
 
 
-def _create_children(kube: Kube, cache: ClusterCache, children: list[dict[str, Any]]) -> None:
-    """Create what a gang's pods name, in the plan's order. A ConfigMap that is there already
-    is read and must be the job's own (ForeignChild otherwise), before any pod mounts it. A
-    Secret that is there already is the job's: its name holds the job's uid."""
+def _create_children(
+    kube: Kube, cache: ClusterCache, job: dict[str, Any], children: list[dict[str, Any]]
+) -> None:
+    """Create what a gang's pods name, in the plan's order; raise ForeignChild, before any pod
+    mounts it, for what is not the job's own:
+
+    - the launcher's ConfigMap, whose code every pod runs, is read on every gang (whatever the
+      cache holds: anyone may have written it) and must be the job's, rljob's files, immutable;
+    - a Secret (the Ray token's) must be made now, unless the job's status names it already:
+      its name was drawn at random and is recorded only in the status write that follows its
+      creation, so one found under a name not yet recorded was made by someone who knows it.
+    """
+    recorded = (job.get("status") or {}).get("rayTokenSecret")
     for obj in children:
-        created = kube.create(with_fresh_secrets(obj))
         meta = obj["metadata"]
-        if created is None and obj["kind"] == "ConfigMap":
-            found = kube.get_config_map(meta["namespace"], meta["name"])
-            why = not_ours(found, obj) if found else None
-            if why:
-                raise ForeignChild(f"ConfigMap {meta['name']} exists and is not the job's own "
-                                   f"({why}); rljob will not mount it into the job's pods. "
-                                   "Delete it, then the job, and create the job again")  # fmt: skip
-            created = found
+        if obj["kind"] == "ConfigMap":
+            created = _checked_config_map(kube, obj)
+        else:
+            created = kube.create(with_fresh_secrets(obj))
+        if created is None and obj["kind"] == "Secret" and meta["name"] != recorded:
+            raise ForeignChild(f"Secret {meta['name']} exists, though rljob drew its name at "
+                               "random and has not recorded it yet: someone else made it and "
+                               "may know the token in it. rljob will not mount it into the "
+                               "job's pods. Delete the job and create it again")  # fmt: skip
         if created and obj["kind"] in c.SHARED_KINDS:
             cache.on_shared(obj["kind"], None, created)
 
 
+def _checked_config_map(kube: Kube, wanted: dict[str, Any]) -> dict[str, Any]:
+    """The launcher's ConfigMap as stored: made now, or found and checked (ForeignChild)."""
+    meta = wanted["metadata"]
+    found = kube.get_config_map(meta["namespace"], meta["name"])
+    if found is None:
+        found = kube.create(wanted) or kube.get_config_map(meta["namespace"], meta["name"])
+    if found is None:  # deleted between the create and the read: the next pass makes it
+        raise RuntimeError(f"ConfigMap {meta['name']} went while rljob made it")
+    why = not_ours(found, wanted)
+    if why:
+        raise ForeignChild(f"ConfigMap {meta['name']} exists and is not the job's own ({why}); "
+                           "rljob will not mount it into the job's pods. Delete it, then the "
+                           "job, and create the job again")  # fmt: skip
+    return found
+
+
 def _annotate_workload(
     kube: Kube, cache: ClusterCache, job: str, namespace: str, workload: str,
-    annotations: dict[str, str],
+    annotations: dict[str, str], basis: BoostBasis,
 ) -> None:  # fmt: skip
     """Write the priority boost. Advisory: a refusal (no RBAC for it, Kueue's webhook) is
-    kept for the job's back-off and condition (reconcile.priority_boost), and the pass goes on."""
+    kept for the job's back-off and condition (reconcile.priority_boost), and the pass goes on.
+    A write the API server took keeps its basis, which the next pass records in the job's
+    status: the status never claims a boost that is not on the Workload."""
     try:
         stored = kube.annotate_kueue_workload(namespace, workload, annotations)
     except KubeError as exc:
@@ -181,3 +212,4 @@ def _annotate_workload(
     cache.refuse_boost(namespace, job, None)
     if stored is not None:
         cache.on_admission(None, stored)
+        cache.boost_taken(namespace, job, basis)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
 from ..api.spec import SpecError
+from ..api.timestamps import parse_iso
 from ..frameworks import framework
 from ..launcher.launchers import launcher_of
 from .boost_decision import decide_boost
@@ -49,7 +50,7 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     meet_the_pods(p)
     plan = p.done()
     decide_boost(plan, snap)
-    account(plan, snap, p.lost)
+    account(plan, snap, p.lost, p.trained_until)
     return plan
 
 
@@ -73,10 +74,13 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
 
     seen = observe(spec, p.status, trainer_pods, p.snap.nodes, p.now, p.snap.admission)
     if spec.launcher == "ray":
-        p.update(ray=ray_status(seen, spec.nnodes))
+        p.update(ray=ray_status(seen, spec.nnodes, framework(spec.framework).reports_steps))
     done = seen.finished(spec, p.status.attempt)
     if done:
         reason, message = done
+        if p.status.attempt_first_step_time and seen.unready_since:
+            stepped = parse_iso(p.status.attempt_first_step_time)
+            p.trained_until = max(seen.unready_since, stepped)  # its trainer took its mark back
         p.phase(Phase.SUCCEEDED, reason, message)
         p.event(EventType.NORMAL, Reason.SUCCEEDED, message)
         finished(p, spec, trainer_pods)

@@ -65,6 +65,7 @@ def attempt_ended(p: Pass, spec: JobSpec, seen: Observed) -> None:
     p.update(
         attempt=attempt + 1,
         attempt_creation_time=None,
+        attempt_first_step_time=None,
         restart_after=iso(p.now + timedelta(seconds=backoff)) if backoff else None,
         recoveries=record_detection(p.status.recoveries, end, p.now),
     )

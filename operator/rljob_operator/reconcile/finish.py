@@ -39,7 +39,8 @@ def finished(p: Pass, spec: JobSpec, trainer_pods: list[dict[str, Any]]) -> None
 def suspend(p: Pass, trainer_pods: list[dict[str, Any]]) -> None:
     """Suspended means no pods; the next attempt resumes from the newest checkpoint."""
     if p.status.attempt_creation_time:
-        p.update(attempt=p.status.attempt + 1, attempt_creation_time=None)
+        p.update(attempt=p.status.attempt + 1, attempt_creation_time=None,
+                 attempt_first_step_time=None)  # fmt: skip
     p.plan.delete = not_deleting(trainer_pods)
     if p.status.phase != Phase.SUSPENDED:
         p.phase(Phase.SUSPENDED, Reason.JOB_SUSPENDED, "spec.suspend is true: the job has no pods")

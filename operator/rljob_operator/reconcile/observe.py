@@ -9,11 +9,13 @@ from functools import cached_property
 from typing import Any
 
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+from rljob_contract.request import parse_request
 
 from .. import constants as c
 from ..api.reasons import Reason
 from ..api.spec import JobSpec
 from ..api.status import JobStatus, RayStatus
+from ..api.timestamps import parse_iso
 from ..launcher.launchers import launcher_of
 from ..preemption.classify import Outcome, PodEnd, classify_facts
 from ..preemption.facts import PodFacts, facts
@@ -62,6 +64,15 @@ class Observed:
     ready: frozenset[int] = frozenset()  # ranks whose pod is Ready
     stuck: Stuck = Stuck()  # active pods that have not started
     stale_unended: tuple[str, ...] = ()  # stale pods that may still run (has_stopped)
+    # When rank 0's pod turned Ready: where the trainer marks its pod once a step of the
+    # attempt is done (frameworks: reports_steps), the attempt's first step. Rank 0 runs the
+    # trainer on every launcher (a Ray gang's workers, without a probe, are Ready as they run).
+    ready_since: datetime | None = None
+    # When rank 0's pod last turned not Ready: once the attempt trained, the end of its last
+    # step (the trainer takes its mark back), or of its container.
+    unready_since: datetime | None = None
+    # Running pods asked to save by a later time than `deadline`, or by none: asked again.
+    asked_for_later: tuple[str, ...] = ()
 
     @cached_property
     def disruptions(self) -> list[PodEnd]:
@@ -127,7 +138,10 @@ def observe(
     deadlines: list[datetime] = []
     cut_short: list[str] = []
     unrequested: list[str] = []
+    asked_by: dict[str, datetime | None] = {}  # running pods asked: the deadline they were told
     ready: set[int] = set()
+    ready_since: list[datetime] = []
+    unready_since: list[datetime] = []
     active: list[PodFacts] = []
     for pod in pods:
         meta = pod["metadata"]
@@ -144,6 +158,9 @@ def observe(
         current[rank] = end
         if pod_facts.ready:
             ready.add(rank)
+        if rank == 0:  # the trainer's pod on every launcher: a Ray gang's head has the probe
+            ready_since += [parse_iso(pod_facts.ready_since)] if pod_facts.ready_since else []
+            unready_since += [parse_iso(pod_facts.unready_since)] if pod_facts.unready_since else []
         if end.outcome is Outcome.ACTIVE:
             active.append(pod_facts)
         going = pod_facts.node_termination
@@ -154,12 +171,14 @@ def observe(
         if short and pod_facts.phase not in c.POD_ENDED_PHASES:
             cut_short.append(f"pod {meta['name']} is being deleted: {short}")
             deadlines.append(short.ends)
-        requested = CHECKPOINT_REQUEST_ANNOTATION in (meta.get("annotations") or {})
-        # A pod being deleted is not asked: its kubelet no longer refreshes its volumes, so the
-        # request would never reach its trainer.
-        if (pod_facts.phase == "Running" and pod_facts.exit_code is None and not requested
-                and not pod_facts.deleting):  # fmt: skip
-            unrequested.append(meta["name"])
+        request = (meta.get("annotations") or {}).get(CHECKPOINT_REQUEST_ANNOTATION)
+        # A pod being deleted is not asked, nor asked again: its kubelet no longer refreshes its
+        # volumes, so the request would never reach its trainer.
+        if pod_facts.phase == "Running" and pod_facts.exit_code is None and not pod_facts.deleting:
+            if request is None:
+                unrequested.append(meta["name"])
+            else:
+                asked_by[meta["name"]] = parse_request(request).deadline
     created = bool(status.attempt_creation_time)
     missing = tuple(r for r in range(spec.nnodes) if r not in current) if created else ()
     for rank in missing:
@@ -171,22 +190,41 @@ def observe(
     deadline = min(deadlines, default=None)
     return Observed(
         current, missing, tuple(sorted(stale)), running, tuple(warned), deadline,
-        tuple(cut_short), tuple(unrequested), frozenset(ready), stuck(active),
-        tuple(sorted(stale_unended)),
+        tuple(cut_short), tuple(unrequested), frozenset(ready),
+        ready_since=min(ready_since, default=None), unready_since=min(unready_since, default=None),
+        stuck=stuck(active),
+        stale_unended=tuple(sorted(stale_unended)),
+        asked_for_later=asked_for_later(asked_by, deadline),
     )  # fmt: skip
 
 
-def ray_status(seen: Observed, nnodes: int) -> RayStatus:
+def asked_for_later(asked_by: Mapping[str, datetime | None], deadline: datetime | None
+                    ) -> tuple[str, ...]:  # fmt: skip
+    """The pods whose request says a later deadline than the gang's, or none (a short-grace
+    drain after a spot warning, a second node's sooner notice). The request carries the
+    deadline to the second, so a deadline that moved within its second asks nobody again,
+    nor does one that moved later (the pod side keeps the earliest it read): a pod is asked
+    again when the deadline moves a second or more earlier, never at every pass."""
+    if deadline is None:
+        return ()
+    due = deadline.replace(microsecond=0)
+    return tuple(name for name, told in asked_by.items() if told is None or told > due)
+
+
+def ray_status(seen: Observed, nnodes: int, reports_steps: bool) -> RayStatus:
     """What `kubectl get` shows of the Ray cluster: its nodes' pods and the driver.
 
     The head starts the driver only once every Ray node has joined, so a running
-    driver means a whole cluster.
+    driver means a whole cluster. Where rljob sees the framework's steps, the head is Ready
+    once the driver has finished a step of the attempt ("Training"; "Starting" before);
+    elsewhere once the driver runs ("Running"; "WaitingForNodes" before).
     """
     head = seen.current.get(0)
     if head is None or (head.outcome is Outcome.ACTIVE and head.reason != "Running"):
         driver = "Pending"
     elif head.outcome is Outcome.ACTIVE:
-        driver = "Running" if 0 in seen.ready else "WaitingForNodes"
+        seen_steps = ("Starting", "Training") if reports_steps else ("WaitingForNodes", "Running")
+        driver = seen_steps[0 in seen.ready]
     else:
         driver = str(head.outcome)
     return RayStatus(nnodes, seen.running, driver)

@@ -7,9 +7,10 @@ from datetime import datetime
 from typing import Any
 
 from ..api.reasons import CONDITION_FOR_PHASE, EventType, Phase, Reason
-from ..api.spec import RestartPolicy
-from ..api.status import JobStatus
+from ..api.spec import RestartPolicy, SpecError
+from ..api.status import BoostBasis, JobStatus
 from ..api.timestamps import iso, parse_iso
+from ..frameworks import framework
 from ..launcher.pods import ResumeTarget
 from . import goodput
 from .observe import Stuck
@@ -58,8 +59,9 @@ class Plan:
     release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
     release_first: bool = False  # their end was recorded by an earlier pass: before the creates
     delete_pod_groups: list[str] = field(default_factory=list)  # of attempts that are over
-    # The attempt's Kueue Workload and the priority-boost annotations to merge into it.
-    annotate_workload: tuple[str, dict[str, str]] | None = None
+    # The attempt's Kueue Workload, the priority-boost annotations to merge into it, and what
+    # the boost was computed from: for status.priorityBoost once the API server took the write.
+    annotate_workload: tuple[str, dict[str, str], BoostBasis] | None = None
     events: list[Event] = field(default_factory=list)
     needs_checkpoint_lookup: bool = False
     delete_job: bool = False
@@ -99,6 +101,7 @@ class Pass:
         self.plan = Plan(status=self.status)
         self.not_ready_tolerance: float = RestartPolicy().node_not_ready_tolerance_seconds
         self.lost: tuple[int, float | None] | None = None  # (steps, seconds) a new gang lost
+        self.trained_until: datetime | None = None  # a finished job's last step ended then
         self.old_gang_runs = False  # a pod of an ended attempt may still run
 
     def update(self, **changes: Any) -> None:
@@ -139,14 +142,21 @@ class Pass:
         return self.plan
 
 
-def account(plan: Plan, snap: Snapshot, lost: tuple[int, float | None] | None = None) -> None:
+def account(
+    plan: Plan, snap: Snapshot, lost: tuple[int, float | None] | None = None,
+    trained_until: datetime | None = None,
+) -> None:  # fmt: skip
     """Bring the plan's status.goodput up to date, only when the pass writes the status anyway;
-    `lost`: the (steps, seconds) a new gang lost."""
+    `lost`: the (steps, seconds) a new gang lost; `trained_until`: when a job that finished
+    ended its last step."""
     before, job = snap.status, snap.job
     written = job.get("status") or {}  # as stored: what the pass's patch is made against
     if before.goodput is not None and plan.status.to_dict() == written and not lost:
         return
     stamp = job["metadata"].get("creationTimestamp")
     created = parse_iso(stamp) if stamp else snap.now
-    figures = goodput.brought_up_to_date(before, created, snap.now, lost)
+    spec = snap.spec
+    steps_seen = not isinstance(spec, SpecError) and framework(spec.framework).reports_steps
+    figures = goodput.brought_up_to_date(before, plan.status, created, snap.now, lost, steps_seen,
+                                         trained_until)  # fmt: skip
     plan.status = replace(plan.status, goodput=figures)

@@ -132,8 +132,8 @@ def no_grace_for_lost_nodes(
     plan.force_delete = sorted(lost.union(plan.force_delete))
 
 
-# How long a pod asked to save is left undeleted after the request's time (which is to the
-# second): its kubelet projects the annotation into the pod's request file well within it.
+# How long a pod asked to save is left undeleted after the request was written: its kubelet
+# projects the annotation into the pod's request file well within it (about 1 s: docs/recovery.md).
 REQUEST_LANDS_SECONDS = 2.0
 
 
@@ -141,15 +141,22 @@ def delete_after_requests_land(p: Pass, pods: list[dict[str, Any]]) -> None:
     """A pod asked to save (this pass, or in the last seconds) is deleted only once the request
     has reached it. The kubelet stops refreshing a pod's volumes once the pod is being
     deleted, so a request that comes after the delete never reaches its trainer: and only the
-    request says when the first pod of the gang is killed."""
-    fresh = dict.fromkeys(p.plan.request_checkpoint, REQUEST_LANDS_SECONDS)  # name -> wait
+    request says when the first pod of the gang is killed.
+
+    The request's time is to the second, rounded down, so the wait counts from the end of that
+    second: counted from its start, a pass woken by the annotation's own watch event could
+    delete the pod as little as 1 s after the write. A request this pass writes (a first one,
+    or one again with a sooner deadline) goes out after `now`, and counts from it."""
+    written = dict.fromkeys(p.plan.request_checkpoint, p.now)  # name -> the request's time
     for pod in pods:
+        name = pod["metadata"]["name"]
         asked = (pod["metadata"].get("annotations") or {}).get(CHECKPOINT_REQUEST_ANNOTATION)
-        at = parse_request(asked).requested_at if asked else None
-        left = REQUEST_LANDS_SECONDS - (p.now - at).total_seconds() if at else 0.0
-        if left > 0:
-            fresh[pod["metadata"]["name"]] = left
-    held = [fresh[name] for name in p.plan.delete if name in fresh]
+        at = parse_request(asked).requested_at if asked and name not in written else None
+        if at is not None:
+            written[name] = at
+    left = {name: REQUEST_LANDS_SECONDS + 1 - (p.now - at.replace(microsecond=0)).total_seconds()
+            for name, at in written.items()}  # fmt: skip
+    held = [left[name] for name in p.plan.delete if left.get(name, 0.0) > 0]
     if held:
-        p.plan.delete = [name for name in p.plan.delete if name not in fresh]
+        p.plan.delete = [name for name in p.plan.delete if left.get(name, 0.0) <= 0]
         p.requeue(min(held))

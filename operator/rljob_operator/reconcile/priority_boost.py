@@ -35,8 +35,15 @@ higher than the candidate's, so a limit below the gap between two priority class
 boost reorder jobs of one class but never shield a job from a higher class; and the boost
 never reaches the next class above the job's own (the ceiling, read from the cluster's
 classes), whatever the limit. A job asking for more is clamped, and its PriorityBoost
-condition says so. A Workload under the attempt's name that the attempt's pods do not own is
-not written at all.
+condition says so. While the operator cannot list the classes (no RBAC for them) it cannot
+know that ceiling, so the boost is held at 0 until it can. A Workload under the attempt's name
+that the attempt's pods do not own is not written at all.
+
+The author sets the scale and the pace of their job's boost (gpuSecondsPerPoint,
+minIntervalSeconds), but never below the administrator's floors (`--min-gpu-seconds-per-point`,
+`--min-boost-interval-seconds`): a job's value below one is raised to it, and the condition
+says so, so that no job can make the operator read its folder and patch its Workload every
+second, or reach the limit with the first GPU-minutes at risk.
 
 The checkpoint volume is read for the boost at most once per job and minIntervalSeconds (and
 again when a new attempt runs): a write can come no more often, and a pass comes at every
@@ -45,6 +52,9 @@ resync and pod event.
 A write the API server refuses (no RBAC for it, no Workload API, Kueue's webhook) is not
 tried again at every pass: the operator keeps the refusal (ClusterCache) and tries again
 after a back-off that doubles up to an hour, while the PriorityBoost condition says why.
+status.priorityBoost records a boost only once the Workload carries it: the write is made
+with its basis, the operator keeps the basis of a write the API server took (ClusterCache),
+and the next pass, at once, records it where the Workload still carries that boost.
 
 Writes are held back for the API server: a change smaller than minStep is not written
 (except one that reaches 0 or maxBoost), and a job's Workload is written at most once per
@@ -66,6 +76,7 @@ from ..api.status import BoostBasis, JobStatus, find_condition
 from ..api.timestamps import iso_precise, parse_iso
 from ..frameworks import framework
 from .boost_guards import Ceiling
+from .settings import Settings
 
 GPU_SUFFIX = "/gpu"  # nvidia.com/gpu, amd.com/gpu, ...
 REFUSAL_BACKOFF_SECONDS = 60.0  # after the first refused write; doubling up to the next
@@ -194,7 +205,7 @@ def next_write(
 class BoostPlan:
     annotations: dict[str, str] | None  # to merge into the attempt's Workload; None: none
     wake_after: float | None  # seconds until the next look; None: not before something else
-    basis: BoostBasis | None = None  # for status.priorityBoost, with the annotations
+    basis: BoostBasis | None = None  # for status.priorityBoost, once the Workload carries them
 
 
 @dataclass(frozen=True)
@@ -210,28 +221,91 @@ class Refusal:
         return self.at + timedelta(seconds=min(backoff, MAX_REFUSAL_BACKOFF_SECONDS))
 
 
-def allowed(policy: PriorityBoostSpec, limit: int, top: Ceiling | None = None) -> PriorityBoostSpec:
-    """The job's policy with its maxBoost within the operator's limit (unset: the limit) and
-    below the next priority class above the job's (`top`, reconcile.boost_guards)."""
+def floored(policy: PriorityBoostSpec, settings: Settings) -> PriorityBoostSpec:
+    """The job's policy with minIntervalSeconds and gpuSecondsPerPoint at least the
+    administrator's floors: the pace of the operator's reads and writes for the job, and the
+    scale of its boost, are never the author's alone."""
+    return replace(
+        policy,
+        min_interval_seconds=max(policy.min_interval_seconds, settings.min_boost_interval_seconds),
+        gpu_seconds_per_point=max(policy.gpu_seconds_per_point, settings.min_gpu_seconds_per_point),
+    )
+
+
+def raised(policy: PriorityBoostSpec, settings: Settings) -> str | None:
+    """What the floors raised in the job's policy, in words; None where nothing."""
+    fields = [
+        (name, asked, floor)
+        for name, asked, floor in (
+            ("minIntervalSeconds", policy.min_interval_seconds,
+             settings.min_boost_interval_seconds),
+            ("gpuSecondsPerPoint", policy.gpu_seconds_per_point,
+             settings.min_gpu_seconds_per_point),
+        )
+        if asked < floor
+    ]  # fmt: skip
+    if not fields:
+        return None
+    asked = " and ".join(f"{name} {value}" for name, value, _ in fields)
+    floors = " and ".join(str(floor) for _, _, floor in fields)
+    one = len(fields) == 1
+    said = "is below the operator's floor" if one else "are below the operator's floors"
+    return f"spec.queueing.priorityBoost.{asked} {said}: {floors} {'applies' if one else 'apply'}"
+
+
+def allowed(
+    policy: PriorityBoostSpec, settings: Settings, top: Ceiling | None = None,
+    classes_known: bool = True,
+) -> PriorityBoostSpec:  # fmt: skip
+    """The job's policy within the administrator's bounds: its maxBoost within the operator's
+    limit (unset: the limit), below the next priority class above the job's (`top`,
+    reconcile.boost_guards) and 0 while the classes are not known; its interval and scale at
+    least the floors."""
+    limit = settings.max_priority_boost
     asked = limit if policy.max_boost is None else policy.max_boost
     cap = limit if top is None else min(limit, top.boost)
-    return replace(policy, max_boost=max(0, min(asked, cap)))
+    if not classes_known:
+        cap = 0
+    return replace(floored(policy, settings), max_boost=max(0, min(asked, cap)))
 
 
 def boost_condition(
     policy: PriorityBoostSpec,
-    limit: int,
+    settings: Settings,
     refusal: Refusal | None,
     top: Ceiling | None = None,
     foreign: str | None = None,
+    classes_unknown: str | None = None,
 ) -> tuple[bool, Reason, str]:
     """The PriorityBoost condition of a job that wants a boost: (status, reason, message).
     `top`: the ceiling below the next class up; `foreign`: why the attempt's Workload is not
-    the job's (reconcile.boost_guards)."""
+    the job's (reconcile.boost_guards); `classes_unknown`: why the operator does not know the
+    cluster's priority classes. A field of the job's that a floor raised is said in every
+    message but BoostNotAllowed's."""
+    limit = settings.max_priority_boost
     if limit <= 0:
         return (False, Reason.BOOST_NOT_ALLOWED,
                 "the operator allows no priority boost (its --max-priority-boost is 0; the "
                 "chart's kueue.priorityBoost and kueue.maxPriorityBoost set it)")  # fmt: skip
+    status, reason, message = _boost_state(policy, settings, refusal, top, foreign,
+                                           classes_unknown)  # fmt: skip
+    note = raised(policy, settings)
+    if note is None:
+        return status, reason, message
+    if reason == Reason.BOOSTING:
+        reason = Reason.BOOST_POLICY_RAISED
+    return status, reason, f"{message}; {note}"
+
+
+def _boost_state(
+    policy: PriorityBoostSpec,
+    settings: Settings,
+    refusal: Refusal | None,
+    top: Ceiling | None,
+    foreign: str | None,
+    classes_unknown: str | None,
+) -> tuple[bool, Reason, str]:
+    limit = settings.max_priority_boost
     if foreign is not None:
         return (False, Reason.BOOST_WORKLOAD_NOT_OWNED,
                 f"the Kueue Workload under the attempt's name is not the job's pod group "
@@ -242,7 +316,14 @@ def boost_condition(
                 f"{refusal.count} time(s) in a row ({refusal.why}); the next try is at "
                 f"{iso_precise(refusal.retry_at())}. The operator needs patch on "
                 "workloads.kueue.x-k8s.io (the chart's kueue.priorityBoost: true)")  # fmt: skip
-    unclassed = allowed(policy, limit).max_boost
+    if classes_unknown is not None:
+        return (False, Reason.BOOST_CEILING_UNKNOWN,
+                f"the operator cannot list the cluster's priority classes ({classes_unknown}), "
+                "so it cannot keep the boost below the next class above the job's: the boost "
+                "is held at 0 until a list succeeds (the operator lists them at its start and "
+                "every 10 minutes). It needs list and watch on priorityclasses.scheduling.k8s.io "
+                "and workloadpriorityclasses.kueue.x-k8s.io, which the chart grants")  # fmt: skip
+    unclassed = allowed(policy, settings).max_boost
     if top is not None and top.boost < unclassed:
         return (True, Reason.BOOST_CLAMPED,
                 f"the boost goes up to {top.boost}, {top.describe()}: Kueue preempts the job "
@@ -255,7 +336,7 @@ def boost_condition(
     return (
         True,
         Reason.BOOSTING,
-        f"the boost follows the work at risk, up to {allowed(policy, limit, top).max_boost}",
+        f"the boost follows the work at risk, up to {allowed(policy, settings, top).max_boost}",
     )
 
 
@@ -347,12 +428,14 @@ def plan_boost(
     saved: Saved,
     written: Written,
     now: datetime,
-    limit: int,
+    settings: Settings,
     top: Ceiling | None = None,
+    classes_known: bool = True,
 ) -> BoostPlan:
-    """What to write for the boost now, and when to look again; `limit` is the operator's
-    largest boost, `top` the ceiling below the next priority class up."""
-    policy = allowed(spec.queueing.priority_boost, limit, top)
+    """What to write for the boost now, and when to look again, within the administrator's
+    `settings` (the limit, the floors); `top` is the ceiling below the next priority class
+    up, and the boost is held at 0 where the classes are not known."""
+    policy = allowed(spec.queueing.priority_boost, settings, top, classes_known)
     risk = AtRisk(
         gang_gpus(spec), running_since(status, now), saved.at, saved.step, saved.finished_step,
         saved.step_seconds, saved.save_seconds,
@@ -374,6 +457,12 @@ def plan_boost(
         round(risk.restart_seconds, 1), iso_precise(now),
     )  # fmt: skip
     return BoostPlan(annotations, decided.wake_after, basis)
+
+
+def carries(written: Written, basis: BoostBasis) -> bool:
+    """Whether the Workload carries the boost `basis` describes: its value, written by rljob
+    at the basis's time."""
+    return written == Written(basis.boost, parse_iso(basis.time))
 
 
 def written_on(annotations: dict[str, str]) -> Written:

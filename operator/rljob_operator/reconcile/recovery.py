@@ -1,7 +1,8 @@
 """The recovery record, status.recoveries: one entry per new gang, filled in as it happens.
 
 Detected (the attempt ended), gang created (from which step, how many steps lost), first
-pod running. Latency figures and the lost-steps metric are computed from it.
+pod running, first step finished. Latency figures and the lost-steps metric are computed
+from it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,15 @@ def record_gang_creation(
         )
         lost = (steps, seconds)
     return (*records[:-1], last), lost
+
+
+def record_first_step(records: Recoveries, attempt: int, at: datetime) -> Recovery | None:
+    """The entry of `attempt`, having learnt when its gang finished its first step (once);
+    None where there is none to complete."""
+    last = records[-1] if records else None
+    if last is None or last.attempt != attempt or last.first_step_at:
+        return None
+    return replace(last, first_step_at=iso_precise(at))
 
 
 def record_first_running(records: Recoveries, attempt: int, now: datetime) -> Recoveries:

@@ -6,14 +6,15 @@ a look at the checkpoints (reconcile.run gathers it)."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError, parse_spec
-from ..api.status import JobStatus
+from ..api.status import BoostBasis, JobStatus
 from ..launcher.identity import JobRef
 from ..launcher.pods import check_template
 from ..preemption.nodes import NodeState, node_states
@@ -26,16 +27,19 @@ from .settings import DEFAULT_SETTINGS, Settings
 @dataclass(frozen=True)
 class BoostFacts:
     """What the priority boost of a job that wants one reads (reconcile.boost_decision): the
-    Kueue Workload of `attempt` as the cache has it, the priority classes' values by source,
-    a refused write that waits out its back-off, and the checkpoint folder's last read (at
-    most one a policy interval and attempt; None where the pass did not need or could not
-    make one)."""
+    Kueue Workload of `attempt` as the cache has it, the priority classes' values by source
+    (and why they are not known, where a list of them failed or has not been made), a
+    refused write that waits out its back-off, the basis of the last write the API server
+    took, and the checkpoint folder's last read (at most one a policy interval and attempt;
+    None where the pass did not need or could not make one)."""
 
     attempt: int
     workload: dict[str, Any] | None
     classes: Classes
     refusal: Refusal | None = None
     saved: SavedRead | None = None
+    classes_unknown: str | None = None
+    accepted: BoostBasis | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class Snapshot:
     admission: Admission | None = None  # why Kueue has not admitted the attempt, where it says
     settings: Settings = DEFAULT_SETTINGS  # the administrator's
     boost: BoostFacts | None = None  # where the job wants a priority boost
+    # 128 random bits drawn for this pass: the name of a Secret that nobody may know before
+    # rljob makes it (launcher.ray.token_secret_name).
+    nonce: str = field(default_factory=lambda: secrets.token_hex(16))
 
     def with_status(self, status: JobStatus) -> Snapshot:
         """The same moment, with the job as it will look once `status` is written."""

@@ -1,9 +1,12 @@
-"""The start of an attempt: wait out a back-off, find where to resume, create the gang.
+"""The start of an attempt: wait out a back-off, make the gang's Secret, find where to
+resume, create the gang.
 
-An attempt is started once no pod of an earlier one runs. Unless the job says
-`resume: never`, the pass first asks for a look at the checkpoint directory (the caller
-looks and decides again), then creates the gang resuming from what it found. A look
-through an inspector pod that has not reported yet says why, where the pod is stuck.
+An attempt is started once no pod of an earlier one runs. A launcher with a Secret (Ray's
+token) has it made in a pass of its own, before the job's first gang, under a name drawn at
+random, which the status records in the same write. Unless the job says `resume: never`, the
+pass then asks for a look at the checkpoint directory (the caller looks and decides again),
+then creates the gang resuming from what it found. A look through an inspector pod that has
+not reported yet says why, where the pod is stuck.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from ..api.reasons import EventType, Phase, Reason
 from ..api.spec import JobSpec, SpecError
 from ..api.status import LatestCheckpoint, ResumeFrom
 from ..api.timestamps import iso, parse_iso
-from ..launcher import gang
+from ..launcher import gang, ray
 from ..launcher.identity import attempt_name
 from ..launcher.pods import (
     Placement,
@@ -47,6 +50,8 @@ def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | LookupPending |
                 Phase.RESTARTING, Reason.BACKOFF_AFTER_FAILURE, f"waiting until {restart_after}"
             )
         return
+    if _make_gang_secret(p, spec):
+        return
     resume: ResumeTarget | None = None
     if spec.checkpoint.resume != "never":
         if lookup is None:
@@ -65,6 +70,24 @@ def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | LookupPending |
             return
         resume = lookup.target
     _create_gang(p, spec, resume, lookup)
+
+
+def _make_gang_secret(p: Pass, spec: JobSpec) -> bool:
+    """Whether this pass makes the launcher's Secret (the Ray token's), which the job's
+    status names. Its name is random and the status records it in the write that follows its
+    creation, so nobody knows it before it is taken: a Secret that someone made first under a
+    name anyone could work out (the job's uid is no secret) would hand them the token. The
+    gang comes in the next pass, so every pod of it mounts the one recorded name."""
+    if p.status.ray_token_secret:
+        return False
+    name = ray.token_secret_name(p.ref, p.snap.nonce)
+    secret = desired_secret(spec, p.ref, name)
+    if secret is None:
+        return False
+    p.plan.create = [secret]  # reconcile.act: it must be made now, or it is not ours
+    p.update(ray_token_secret=name)
+    p.requeue(0)
+    return True
 
 
 def _resume_target_accepted(p: Pass, spec: JobSpec, lookup: LookupResult) -> bool:
@@ -90,8 +113,10 @@ def _create_gang(
 ) -> None:
     status, attempt = p.status, p.status.attempt
     group = attempt_name(p.ref.name, attempt) if gang.wanted(spec, p.snap.workload_api) else None
+    secret_name = status.ray_token_secret
     try:
-        pods = desired_pods(spec, p.ref, attempt, resume, Placement(group, p.snap.queue))
+        pods = desired_pods(spec, p.ref, attempt, resume, Placement(group, p.snap.queue),
+                            secret_name)  # fmt: skip
     except SpecError as exc:  # the template sets what this attempt's placement does
         p.fail(Reason.INVALID_SPEC, str(exc))
         return
@@ -101,19 +126,24 @@ def _create_gang(
         return
     scheduling = gang.desired_objects(spec, p.ref, attempt) if group else []
     launcher_files = desired_launcher_config_map(spec, p.ref)
-    policy, secret = desired_network_policy(spec, p.ref), desired_secret(spec, p.ref)
+    policy = desired_network_policy(spec, p.ref)
+    secret = desired_secret(spec, p.ref, secret_name) if secret_name else None
     children = [desired_service(spec, p.ref),
                 *(o for o in (launcher_files, policy, secret) if o), *scheduling]  # fmt: skip
     # What outlives an attempt (c.SHARED_KINDS) is made again only where it went: a create
-    # that finds it there costs a request too. A Secret (the Ray token) is not watched, so
-    # that the operator never reads Secrets: each gang's create of it finds it there.
-    p.plan.create = [obj for obj in children if (obj["kind"], obj["metadata"]["name"])
-                     not in p.snap.shared] + pods  # fmt: skip
+    # that finds it there costs a request too. The launcher's ConfigMap is read and checked by
+    # every gang before its pods mount it, whatever the cache says (reconcile.act): an owner
+    # reference is anyone's to copy. A Secret (the Ray token) is not watched, so that the
+    # operator never reads Secrets: each gang's create of it finds it there.
+    made = [obj for obj in children if obj["kind"] == "ConfigMap"
+            or (obj["kind"], obj["metadata"]["name"]) not in p.snap.shared]  # fmt: skip
+    p.plan.create = made + pods
     if status.pod_group and status.pod_group != group:
         p.plan.delete_pod_groups = [status.pod_group]  # the last attempt's: its pods are gone
     p.update(
         pod_group=group,
         attempt_creation_time=iso(p.now),
+        attempt_first_step_time=None,
         start_time=iso(p.now) if status.start_time is None else status.start_time,
         restart_after=None,
         resume_from=ResumeFrom(resume.step, resume.path) if resume else None,

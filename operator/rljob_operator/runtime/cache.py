@@ -1,7 +1,7 @@
 """The jobs, their pods, what they own across attempts (Services, ConfigMaps, Workloads:
 their names only), the nodes, Kueue's Workloads (why each waits, its priority boost, its
-priority and owners) and the cluster's priority classes (their values), as the watches last
-delivered them.
+priority and owners) and the cluster's priority classes (their values, and whether the newest
+full list of each source succeeded), as the watches last delivered them.
 
 kopf's watch streams feed it (handlers.py), and a full list replaces it at start-up and
 now and then (`replace`): a watch that reconnects delivers what exists, but never what was
@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import constants as c
-from ..api.status import find_condition
+from ..api.status import BoostBasis, find_condition
 from ..launcher.identity import job_of_attempt_name
 from ..preemption.nodes import NodeTermination, node_ready_condition, node_termination
 from ..queueing import Admission
@@ -149,8 +149,13 @@ class ClusterCache:
         self._classes = {
             group: Store() for group in c.PRIORITY_CLASS_KINDS
         }  # priority classes by group
+        # Why a group's classes are not known: never listed, or its newest list failed.
+        self._classes_unlisted = {
+            group: f"{kind}es not listed yet" for group, kind in c.PRIORITY_CLASS_KINDS.items()
+        }
         self._boost_refusals: dict[Key, Refusal] = {}  # job -> its refused boost writes
         self._boost_reads: dict[Key, SavedRead] = {}  # job -> its folder, as last read
+        self._boosts_taken: dict[Key, BoostBasis] = {}  # job -> its last write the server took
 
     # ------------------------------------------------------------------ jobs
     def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
@@ -159,6 +164,7 @@ class ClusterCache:
             if event_type == DELETED:
                 self._boost_refusals.pop(key_of(job), None)
                 self._boost_reads.pop(key_of(job), None)
+                self._boosts_taken.pop(key_of(job), None)
 
     def jobs(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -312,9 +318,25 @@ class ClusterCache:
     def replace_priority_classes(
         self, group: str, listed: list[dict[str, Any]], revision: str
     ) -> None:
-        """Take a full list of one group's classes: one deleted while the watch was away goes."""
+        """Take a full list of one group's classes (an empty one where the cluster does not
+        serve them): one deleted while the watch was away goes, and the group is known."""
         with self._lock:
             self._classes[group].replace([_class_value(o) for o in listed], revision)
+            self._classes_unlisted.pop(group, None)
+
+    def priority_classes_unlisted(self, group: str, why: str) -> None:
+        """A list of one group's classes failed (no RBAC for it): the group is not known until
+        a list succeeds, whatever the watch delivers meanwhile."""
+        with self._lock:
+            self._classes_unlisted[group] = f"{c.PRIORITY_CLASS_KINDS[group]}es: {why}"
+
+    def priority_classes_unknown(self) -> str | None:
+        """Why the cluster's priority classes are not known (a group never listed, or whose
+        newest list failed); None where the newest list of every group succeeded."""
+        with self._lock:
+            whys = [self._classes_unlisted[g] for g in c.PRIORITY_CLASS_KINDS
+                    if g in self._classes_unlisted]  # fmt: skip
+        return "; ".join(whys) or None
 
     def priority_classes(self) -> dict[str, dict[str, int]]:
         """The cluster's priority classes: {group: {name: value}}."""
@@ -345,6 +367,16 @@ class ClusterCache:
         """What a pass last read from the job's checkpoint folder for its boost."""
         with self._lock:
             return self._boost_reads.get((namespace, job))
+
+    def boost_taken(self, namespace: str, job: str, basis: BoostBasis) -> None:
+        """The API server took a boost write of the job's: its basis, for the job's status."""
+        with self._lock:
+            self._boosts_taken[(namespace, job)] = basis
+
+    def taken_boost(self, namespace: str, job: str) -> BoostBasis | None:
+        """The basis of the job's last boost write that the API server took."""
+        with self._lock:
+            return self._boosts_taken.get((namespace, job))
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:

@@ -311,15 +311,28 @@ def ray_head_pod() -> dict:
 
 def test_an_exec_readiness_probe_is_rewritten_like_the_command():
     container = ray_head_pod()["spec"]["containers"][0]
-    rewrite = Rewriter({"/tmp/ray": "/local/ray-tmp"})
+    rewrite = Rewriter({"/var/run/rljob": "/local/run"})
     probe = readiness_probe(container, {}, rewrite)
-    assert probe == ReadinessProbe(
-        ["test", "-e", "/local/ray-tmp/rljob-driver-started"], 5, 1, 1, 1
-    )
+    assert probe == ReadinessProbe(["test", "-e", "/local/run/trained"], 1, 1, 1, 1)
     assert (
         readiness_probe({"name": "c", "readinessProbe": {"httpGet": {"port": 80}}}, {}, rewrite)
         is None
     )
+
+
+def test_a_condition_keeps_its_transition_time_while_its_status_stays_as_a_kubelet_does():
+    """The trainer took its mark back at T2 (its last step), its container ended at T3:
+    Ready has been False since T2, as a kubelet reports it; a status that flips moves it."""
+    pod = ray_head_pod()
+    pod |= running_status(pod, "T1", "id://1", "10.88.0.9", ready=True, now="T1")
+    pod |= running_status(pod, "T1", "id://1", "10.88.0.9", ready=False, now="T2")
+    ended = terminated_status(pod, Exit(0, "Completed", "", "T1", "T3"), "id://1", "10.88.0.9")
+
+    conditions = {c["type"]: c for c in ended["status"]["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Ready"]["lastTransitionTime"]) == (
+        "False", "T2",
+    )  # fmt: skip
+    assert conditions["Initialized"]["lastTransitionTime"] == "T1"
 
 
 def test_a_running_pod_that_is_not_ready_says_so():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 from datetime import timedelta
 
@@ -47,7 +48,7 @@ def test_new_job_with_resume_never_creates_service_and_one_pod_per_node():
 
     plan = decide(job, [], NODES, NOW)
 
-    assert [o["kind"] for o in plan.create] == ["Service", "Pod", "Pod"]
+    assert [o["kind"] for o in plan.create] == ["Service", "NetworkPolicy", "Pod", "Pod"]
     assert created_pod_names(plan) == ["grpo-a0-n0", "grpo-a0-n1"]
     assert plan.status.phase == Phase.PENDING
     assert plan.status.attempt_creation_time == "2026-11-29T12:00:00Z"
@@ -60,8 +61,8 @@ def test_where_the_workload_api_is_served_a_gang_gets_a_workload_and_a_pod_group
     plan = decide(job, [], NODES, NOW, workload_api=True)
 
     kinds = [o["kind"] for o in plan.create]
-    assert kinds == ["Service", "Workload", "PodGroup", "Pod", "Pod"]
-    workload, group = plan.create[1], plan.create[2]
+    assert kinds == ["Service", "NetworkPolicy", "Workload", "PodGroup", "Pod", "Pod"]
+    workload, group = plan.create[2], plan.create[3]
     assert workload["spec"]["podGroupTemplates"] == [
         {"name": "gang", "schedulingPolicy": {"gang": {"minCount": 2}}}
     ]
@@ -69,7 +70,7 @@ def test_where_the_workload_api_is_served_a_gang_gets_a_workload_and_a_pod_group
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
     assert group["spec"]["podGroupTemplateRef"]["workload"]["workloadName"] == "grpo"
     assert group["metadata"]["ownerReferences"][0]["name"] == "grpo"
-    for pod in plan.create[3:]:
+    for pod in plan.create[4:]:
         assert pod["spec"]["schedulingGroup"] == {"podGroupName": "grpo-a0"}
 
 
@@ -95,10 +96,11 @@ def test_the_next_gang_makes_again_only_the_shared_children_that_went():
             make_pod(job, 0, 1, node="gpu-node-1")]  # fmt: skip
     ended = with_status(job, decide(job, pods, NODES, NOW, workload_api=True).status)
 
+    policy = ("NetworkPolicy", "grpo-torchrun-gang")
     kept = decide(ended, [], NODES, NOW, workload_api=True,
-                  shared=frozenset({("Service", "grpo"), ("Workload", "grpo")}))  # fmt: skip
+                  shared=frozenset({("Service", "grpo"), ("Workload", "grpo"), policy}))  # fmt: skip
     service_gone = decide(ended, [], NODES, NOW, workload_api=True,
-                          shared=frozenset({("Workload", "grpo")}))  # fmt: skip
+                          shared=frozenset({("Workload", "grpo"), policy}))  # fmt: skip
 
     assert [o["kind"] for o in kept.create] == ["PodGroup", "Pod", "Pod"]
     assert [o["kind"] for o in service_gone.create] == ["Service", "PodGroup", "Pod", "Pod"]
@@ -116,7 +118,7 @@ def test_without_the_api_when_off_or_for_one_pod_the_gang_is_scheduled_pod_by_po
 
     plan = decide(job, [], NODES, NOW, workload_api=workload_api)
 
-    assert {o["kind"] for o in plan.create} == {"Service", "Pod"}
+    assert {o["kind"] for o in plan.create} == {"Service", "NetworkPolicy", "Pod"}
     assert plan.status.pod_group is None
     assert all("schedulingGroup" not in o["spec"] for o in plan.create if o["kind"] == "Pod")
 
@@ -231,7 +233,7 @@ def test_explicit_resume_path_is_checked_then_used_for_the_first_attempt():
     assert plan.status.resume_from == ResumeFrom(40, "/checkpoints/run1/global_step_40")
     assert (
         "runner.resume_dir=/checkpoints/run1/global_step_40"
-        in plan.create[1]["spec"]["containers"][0]["args"]
+        in next(o for o in plan.create if o["kind"] == "Pod")["spec"]["containers"][0]["args"]
     )
 
 
@@ -652,9 +654,11 @@ def test_a_deletion_shorter_than_the_grace_period_tells_the_peers_when_the_gang_
     asked["metadata"]["annotations"][CHECKPOINT_REQUEST_ANNOTATION] = (
         "2026-11-29T12:00:00Z deadline=2026-11-29T12:00:10Z"
     )
-    landing = decide(after, [victim, asked], NODES, NOW + timedelta(seconds=1))
+    # The request's time is to the second: it may have been written at 12:00:00.99, so a pass
+    # that its watch event brings at 12:00:02 still holds the pod.
+    landing = decide(after, [victim, asked], NODES, NOW + timedelta(seconds=2))
     assert landing.delete == [] and 0 < landing.requeue_after <= 1
-    landed = decide(after, [victim, asked], NODES, NOW + timedelta(seconds=2))
+    landed = decide(after, [victim, asked], NODES, NOW + timedelta(seconds=3))
     assert landed.delete == ["grpo-a0-n1"] and landed.request_checkpoint == []
 
 
@@ -668,6 +672,74 @@ def test_a_deletion_with_the_whole_grace_period_is_the_notice_itself():
 
     assert plan.request_checkpoint == [] and plan.delete == ["grpo-a0-n1"]
     assert "grace period" not in plan.status.last_end.message
+
+
+def asked_by(pod, value):
+    """The pod once a request with this value has been written to it."""
+    asked = copy.deepcopy(pod)
+    asked["metadata"]["annotations"][CHECKPOINT_REQUEST_ANNOTATION] = value
+    return asked
+
+
+def test_a_short_grace_drain_after_a_spot_warning_asks_the_pods_already_asked_again():
+    """The warning asked both pods with no deadline; the drain then gives pod n0 10 s. Its
+    peer must learn that time, though it was asked already, and is deleted only once the new
+    request has reached it. The pod being deleted is not asked again: its kubelet no longer
+    refreshes its volumes."""
+    job = started(make_job(), phase=Phase.RUNNING)
+    nodes = {**NODES, "gpu-node-0": make_node("gpu-node-0", taints=["karpenter.sh/disrupted"])}
+    warned = "2026-11-29T11:59:00Z"
+    victim = deleted_with_grace(asked_by(make_pod(job, 0, 0), warned), 10)
+    peer = asked_by(make_pod(job, 0, 1, node="gpu-node-1"), warned)
+
+    plan = decide(job, [victim, peer], nodes, NOW)
+
+    assert plan.request_checkpoint == ["grpo-a0-n1"]
+    assert plan.checkpoint_deadline == NOW + timedelta(seconds=10)
+    assert plan.delete == [] and plan.requeue_after <= 2
+    (event,) = [e for e in plan.events if e.reason == "CheckpointRequested"]
+    assert event.message.startswith("asked 1 pods to save now, by 2026-11-29T12:00:10Z (1 of "
+                                    "them again, sooner than before): pod grpo-a0-n0 is being "
+                                    "deleted")  # fmt: skip
+
+    after = with_status(job, plan.status)
+    told = asked_by(peer, "2026-11-29T12:00:00Z deadline=2026-11-29T12:00:10Z")
+    held = decide(after, [victim, told], nodes, NOW + timedelta(seconds=2))
+    assert held.delete == [] and held.request_checkpoint == []
+    landed = decide(after, [victim, told], nodes, NOW + timedelta(seconds=3))
+    assert landed.delete == ["grpo-a0-n1"] and landed.request_checkpoint == []
+
+
+def test_pods_are_asked_again_only_when_the_gangs_deadline_moves_earlier_by_a_second():
+    """A spot notice gave the gang until 12:01:30 and both pods were told; then the other node
+    gets GKE's notice (30 s from when rljob sees it, a time that moves on with every pass).
+    Both are asked again once, by 12:00:30; later passes, whose deadline is later or within
+    the same second, ask nobody, and a later time never replaces an earlier one."""
+    job = started(make_job(), phase=Phase.RUNNING)
+    itn = make_node("gpu-node-0", taints=["aws-node-termination-handler/spot-itn"])
+    itn["spec"]["taints"][0] |= {"effect": "NoExecute", "timeAdded": "2026-11-29T11:59:30Z"}
+    first = "2026-11-29T11:59:30Z deadline=2026-11-29T12:01:30Z"
+    pods = [asked_by(pod, first) for pod in pods_of(job)]
+    nodes = {**NODES, "gpu-node-0": itn}
+
+    assert decide(job, pods, nodes, NOW).request_checkpoint == []  # nothing moved
+
+    nodes["gpu-node-1"] = make_node(
+        "gpu-node-1", taints=["cloud.google.com/impending-node-termination"]
+    )
+    plan = decide(job, pods, nodes, NOW)
+    assert sorted(plan.request_checkpoint) == ["grpo-a0-n0", "grpo-a0-n1"]
+    assert plan.checkpoint_deadline == NOW + timedelta(seconds=30)
+    assert plan.delete == [] and plan.status.attempt == 0
+    (event,) = [e for e in plan.events if e.reason == "CheckpointRequested"]
+    assert event.message == ("asked 2 pods to save now, by 2026-11-29T12:00:30Z (2 of them "
+                             "again, sooner than before): pods grpo-a0-n0, grpo-a0-n1 are on "
+                             "terminating nodes")  # fmt: skip
+
+    told = [asked_by(pod, "2026-11-29T12:00:00Z deadline=2026-11-29T12:00:30Z") for pod in pods]
+    for later in (0.5, 1, 5):  # GKE's 30 s, counted from each pass: 12:00:30.5, :31, :35
+        again = decide(job, told, nodes, NOW + timedelta(seconds=later))
+        assert again.request_checkpoint == [] and not again.events, later
 
 
 def test_failure_is_no_reason_to_ask_for_a_checkpoint():
@@ -780,6 +852,60 @@ def ray_job(command=(*VERL_MAIN, "trainer.save_freq=4"), **spec):
     return make_job(framework="verl", command=list(command), **spec)
 
 
+TOKEN_SECRET = "grpo-ray-token-0123456789abcdef0123456789abcdef"  # as an earlier pass drew it
+
+
+def test_a_ray_jobs_token_secret_is_made_under_a_random_name_in_a_pass_before_its_gang():
+    """Whoever makes the token's Secret first knows the token: its name is drawn at random by
+    the pass that makes it, and recorded in the status write that follows, so nobody knows it
+    before it is taken. The gang comes in the next pass, every pod mounting the recorded name;
+    it asks for the Secret again (not watched, so never read), whose create finds it there."""
+    job = ray_job(checkpoint={"resume": "never"})
+
+    first = decide(job, [], NODES, NOW)
+
+    (secret,) = first.create
+    name = first.status.ray_token_secret
+    assert re.fullmatch("grpo-ray-token-[0-9a-f]{32}", name)  # 128 random bits
+    assert (secret["kind"], secret["metadata"]["name"]) == ("Secret", name)
+    assert secret["immutable"] is True and first.requeue_after == 0
+    assert first.status.attempt_creation_time is None  # no gang yet
+    other = decide(job, [], NODES, NOW)  # another pass draws another name
+    assert other.status.ray_token_secret not in (name, None)
+
+    gang = decide(with_status(job, first.status), [], NODES, NOW)
+
+    pods = [o for o in gang.create if o["kind"] == "Pod"]
+    assert len(pods) == 2 and gang.status.ray_token_secret == name
+    for pod in pods:
+        (volume,) = [v for v in pod["spec"]["volumes"] if "secret" in v]
+        assert volume["secret"]["secretName"] == name
+    assert [o["metadata"]["name"] for o in gang.create if o["kind"] == "Secret"] == [name]
+
+
+def test_a_ray_job_without_token_auth_makes_no_secret():
+    job = ray_job(checkpoint={"resume": "never"}, ray={"tokenAuth": False})
+    plan = decide(job, [], NODES, NOW)
+    assert "Secret" not in [o["kind"] for o in plan.create] and len(created_pod_names(plan)) == 2
+    assert plan.status.ray_token_secret is None
+
+
+def test_every_gang_checks_the_launcher_configmap_though_the_cache_lists_it_as_the_jobs():
+    """An owner reference is anyone's to copy: the ConfigMap the pods run code from is in
+    every gang's plan, where reconcile.act reads and checks it; what else the cache lists as
+    the job's (its Service, its NetworkPolicy) is not made again."""
+    job = with_status(ray_job(checkpoint={"resume": "never"}), {"rayTokenSecret": TOKEN_SECRET})
+    ref_spec = decide(job, [], NODES, NOW).create
+    config_map = next(o for o in ref_spec if o["kind"] == "ConfigMap")["metadata"]["name"]
+    shared = frozenset({("Service", "grpo"), ("NetworkPolicy", "grpo-ray-gang"),
+                        ("ConfigMap", config_map)})  # fmt: skip
+
+    plan = decide(job, [], NODES, NOW, shared=shared)
+
+    assert [o["kind"] for o in plan.create] == ["ConfigMap", "Secret", "Pod", "Pod"]
+    assert plan.create[0]["immutable"] is True
+
+
 def ready(pod):
     pod["status"]["conditions"].append({"type": "Ready", "status": "True"})
     return pod
@@ -833,7 +959,8 @@ def test_ray_driver_failing_on_healthy_nodes_spends_max_failures():
 
 
 def test_ray_restart_gives_the_resume_switch_to_the_driver_only():
-    job = with_status(ray_job(), {"attempt": 1, "phase": Phase.RESTARTING})
+    job = with_status(ray_job(), {"attempt": 1, "phase": Phase.RESTARTING,
+                                  "rayTokenSecret": TOKEN_SECRET})  # fmt: skip
     target = ResumeTarget("/checkpoints/global_step_8", 8)
 
     plan = decide(job, [], NODES, NOW, LookupResult(target))
@@ -846,16 +973,27 @@ def test_ray_restart_gives_the_resume_switch_to_the_driver_only():
     assert worker["spec"]["containers"][0]["args"] == []
 
 
-def test_ray_status_follows_the_head_from_waiting_for_nodes_to_running():
-    job = started(ray_job())
+@pytest.mark.parametrize(
+    ("job", "before", "after"),
+    [
+        # verl: rljob's bridge reports its steps; the head is Ready once one of the attempt's is done.
+        (ray_job(), "Starting", "Training"),
+        # OpenRLHF: no step is seen; the head is Ready once the driver runs.
+        (make_job(framework="openrlhf", command=[*OPENRLHF_MAIN, "--ckpt.save_steps=4"]),
+         "WaitingForNodes", "Running"),
+    ],
+    ids=["verl", "openrlhf"],
+)  # fmt: skip
+def test_ray_status_follows_the_head_from_its_start_to_its_readiness(job, before, after):
+    job = started(job)
     head, worker = make_pod(job, 0, 0, node="gpu-node-0"), make_pod(job, 0, 1, node="gpu-node-1")
 
-    waiting = decide(job, [head, worker], NODES, NOW).status.ray
-    running = decide(job, [ready(head), worker], NODES, NOW).status.ray
+    starting = decide(job, [head, worker], NODES, NOW).status.ray
+    ready_head = decide(job, [ready(head), worker], NODES, NOW).status.ray
     pending = decide(job, [make_pod(job, 0, 0, phase="Pending"), worker], NODES, NOW).status.ray
 
-    assert waiting == RayStatus(nodes=2, nodes_running=2, driver="WaitingForNodes")
-    assert running == RayStatus(nodes=2, nodes_running=2, driver="Running")
+    assert starting == RayStatus(nodes=2, nodes_running=2, driver=before)
+    assert ready_head == RayStatus(nodes=2, nodes_running=2, driver=after)
     assert pending == RayStatus(nodes=2, nodes_running=1, driver="Pending")
 
 
@@ -921,7 +1059,8 @@ def test_env_without_collisions_reaches_the_pods():
     plan = decide(
         make_job(checkpoint={"resume": "never"}, env=[{"name": "A", "value": "1"}]), [], NODES, NOW
     )
-    env = {e["name"]: e.get("value") for e in plan.create[1]["spec"]["containers"][0]["env"]}
+    pod = next(o for o in plan.create if o["kind"] == "Pod")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["A"] == "1" and "InvalidSpec" not in [e.reason for e in plan.events]
 
 

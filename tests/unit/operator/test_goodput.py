@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from builders import NOW, make_job
+from builders import NOW, make_job, make_pod
 from passes import decide, fail, with_status
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.status import JobStatus
@@ -26,37 +26,138 @@ def created_at(seconds: float):
     return job
 
 
+def stepped(job, attempt=0, since=0.0, **kwargs):
+    """The attempt's pods, Ready since `since` s: the trainer marked them once a step of the
+    attempt was done (their readiness probe passed)."""
+    return pods_of(job, attempt=attempt, ready_since=iso(at(since)), **kwargs)
+
+
 def live_job_through_one_preemption():
-    """Created at 0, gang at 2, Running at 12, preempted at 112, gang back at 114, Running at
-    124: 10 s waiting, 100 + later s running, 12 s recovering."""
+    """Created at 0, gang at 2, Running at 12, first step at 20 (seen at 22), preempted at
+    112, gang back at 114, Running at 124, first step at 130 (seen at 131): 2 s waiting, 22 s
+    pod start, 14 s framework start, 93 s training."""
     job = created_at(0)
     job = with_status(job, decide(job, [], NODES, at(2)).status)
     job = with_status(job, decide(job, pods_of(job), NODES, at(12)).status)
-    preempted = pods_of(job, disruption="PreemptionByScheduler")
+    job = with_status(job, decide(job, stepped(job, since=20), NODES, at(22)).status)
+    preempted = stepped(job, since=20, disruption="PreemptionByScheduler")
     job = with_status(job, decide(job, preempted, NODES, at(112)).status)
     job = with_status(job, decide(job, [], NODES, at(114)).status)
     job = with_status(job, decide(job, pods_of(job, attempt=1), NODES, at(124)).status)
+    job = with_status(job, decide(job, stepped(job, 1, since=130), NODES, at(131)).status)
     return job
 
 
 def started_running_since(seconds: float):
+    """A job whose gang ran, and finished its first step, at `seconds`."""
     job = make_job()
     job["metadata"]["creationTimestamp"] = iso(at(seconds))
     job = with_status(job, decide(job, [], NODES, at(seconds), LookupResult(None)).status)
-    return with_status(job, decide(job, pods_of(job), NODES, at(seconds)).status)
+    return with_status(job, decide(job, stepped(job, since=seconds), NODES, at(seconds)).status)
 
 
-def test_time_goes_to_the_bucket_of_the_phase_the_job_was_in():
+def test_time_goes_to_the_cause_of_the_state_the_job_was_in():
     job = live_job_through_one_preemption()
 
     figures = job["status"]["goodput"]
     assert job["status"]["phase"] == Phase.RUNNING
     assert figures["since"] == "2026-11-29T12:00:00.000000Z"
-    assert figures["asOf"] == "2026-11-29T12:02:04.000000Z"
-    assert (figures["waitingSeconds"], figures["runningSeconds"]) == (12.0, 100.0)
-    assert figures["recoveringSeconds"] == 12.0
-    assert figures["wallSeconds"] == 124.0
-    assert figures["ettr"] == round(100 / 124, 4)
+    assert figures["asOf"] == "2026-11-29T12:02:11.000000Z"
+    assert (figures["waitingSeconds"], figures["podStartSeconds"]) == (2.0, 22.0)
+    assert (figures["frameworkStartSeconds"], figures["trainingSeconds"]) == (14.0, 93.0)
+    assert figures["wallSeconds"] == 131.0 == 2 + 22 + 14 + 93
+    assert figures["productiveSeconds"] == 93.0 and figures["ettr"] == round(93 / 131, 4)
+    assert "ettrIsUpperBound" not in figures
+
+
+def test_the_first_step_ends_the_recovery_with_its_causes_in_the_record_and_an_event():
+    job = live_job_through_one_preemption()
+    before = dict(job, status=dict(job["status"], attemptFirstStepTime=None))
+    before["status"]["recoveries"] = [
+        {k: v for k, v in r.items() if k != "firstStepAt"} for r in job["status"]["recoveries"]
+    ]
+
+    plan = decide(before, stepped(job, 1, since=130), NODES, at(131))
+
+    (record,) = plan.status.recoveries
+    assert (record.detected_at, record.first_running_at, record.first_step_at) == (
+        "2026-11-29T12:01:52.000000Z", "2026-11-29T12:02:04.000000Z",
+        "2026-11-29T12:02:10.000000Z",
+    )  # fmt: skip
+    (event,) = [e for e in plan.events if e.reason == "FirstStep"]
+    assert event.message == (
+        "first step after resume: 18s after detection (pod start 12s, framework start 6s)"
+    )
+
+
+def test_a_pod_that_runs_without_a_ready_trainer_never_counts_as_training():
+    """Pods that run, and run again after a restart, without the trainer finishing a step of
+    the attempt (no Ready pod): all of it is framework start, none of it training."""
+    job = created_at(0)
+    job = with_status(job, decide(job, [], NODES, at(0)).status)
+    job = with_status(job, decide(job, pods_of(job), NODES, at(10)).status)
+    crashed = pods_of(job, disruption="PreemptionByScheduler")
+    job = with_status(job, decide(job, crashed, NODES, at(70)).status)
+
+    figures = job["status"]["goodput"]
+    assert figures["trainingSeconds"] == 0.0 and figures["frameworkStartSeconds"] == 60.0
+    assert figures["ettr"] == 0.0
+    assert not job["status"].get("attemptFirstStepTime")
+
+
+def test_ready_pods_of_a_framework_whose_steps_rljob_cannot_see_are_an_upper_bound():
+    """`framework: custom` has no readiness probe: its pods are Ready as they run, which says
+    nothing of its steps. From running on, the time counts as training, marked as a bound."""
+    job = make_job(framework="custom", command=["python", "train.py"])
+    job["metadata"]["creationTimestamp"] = iso(at(0))
+    job = with_status(job, decide(job, [], NODES, at(0), LookupResult(None)).status)
+    job = with_status(job, decide(job, stepped(job, since=10), NODES, at(10)).status)
+    job = with_status(job, decide(job, [], NODES, at(40)).status)  # gone: a pass writes
+
+    figures = job["status"]["goodput"]
+    assert (figures["podStartSeconds"], figures["trainingSeconds"]) == (10.0, 30.0)
+    assert figures["frameworkStartSeconds"] == 0.0 and figures["ettrIsUpperBound"] is True
+    assert not job["status"].get("attemptFirstStepTime")
+
+
+def test_a_ray_gangs_first_step_is_its_heads_readiness_not_a_workers():
+    """A Ray worker has no probe: Ready as it runs, which says nothing of the driver's steps.
+    Only the head, whose node program marks it once the bridge reports a step, counts."""
+    job = make_job(framework="verl", command=["python3", "-m", "verl.trainer.main_ppo",
+                                              "trainer.save_freq=4"])  # fmt: skip
+    job["metadata"]["creationTimestamp"] = iso(at(0))
+    for _ in range(2):  # the Ray token's Secret, then the gang
+        job = with_status(job, decide(job, [], NODES, at(0), LookupResult(None)).status)
+    assert job["status"]["attemptCreationTime"]
+    head = make_pod(job, 0, 0, node="gpu-node-0")
+    worker = make_pod(job, 0, 1, node="gpu-node-1", ready_since=iso(at(2)))
+
+    starting = decide(job, [head, worker], NODES, at(5)).status
+    head = make_pod(job, 0, 0, node="gpu-node-0", ready_since=iso(at(40)))
+    trained = decide(with_status(job, starting), [head, worker], NODES, at(41)).status
+
+    assert starting.attempt_first_step_time is None
+    assert trained.attempt_first_step_time == "2026-11-29T12:00:40.000000Z"
+
+
+def test_a_gang_that_cannot_be_placed_is_waiting_not_starting():
+    job = created_at(0)
+    job = with_status(job, decide(job, [], NODES, at(0)).status)
+    unplaced = [make_pod(job, 0, rank, phase="Pending", node=None) for rank in range(2)]
+    for pod in unplaced:
+        pod["status"]["conditions"].append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/2 nodes",
+            }
+        )
+    job = with_status(job, decide(job, unplaced, NODES, at(5)).status)
+    job = with_status(job, decide(job, pods_of(job), NODES, at(65)).status)
+
+    figures = job["status"]["goodput"]
+    assert (figures["podStartSeconds"], figures["waitingSeconds"]) == (5.0, 60.0)
 
 
 def test_a_pass_that_changes_nothing_leaves_the_figures_as_they_were():
@@ -71,18 +172,15 @@ def test_current_extends_the_stored_figures_to_now_without_a_write():
     job = live_job_through_one_preemption()
     created = parse_iso(job["metadata"]["creationTimestamp"])
 
-    figures = goodput.current(JobStatus.from_dict(job["status"]), created, at(1124))
+    figures = goodput.current(JobStatus.from_dict(job["status"]), created, at(1131))
 
-    assert figures.running == 1100.0 and figures.wall == 1124.0
-    assert figures.ettr == 1100 / 1124
+    assert figures[goodput.TRAINING] == 1093.0 and figures.wall == 1131.0
+    assert figures.ettr == 1093 / 1131
 
 
-def test_lost_steps_priced_with_the_trainers_step_time_come_off_the_running_time():
-    job = make_job()
-    job["metadata"]["creationTimestamp"] = iso(NOW)
-    job = with_status(job, decide(job, [], NODES, NOW, LookupResult(None)).status)
-    job = with_status(job, decide(job, pods_of(job), NODES, at(0)).status)
-    preempted = pods_of(job, disruption="PreemptionByScheduler")
+def test_lost_steps_priced_with_the_trainers_step_time_come_off_the_training_time():
+    job = started_running_since(0)
+    preempted = stepped(job, disruption="PreemptionByScheduler")
     job = with_status(job, decide(job, preempted, NODES, at(100)).status)
     lookup = LookupResult(
         ResumeTarget("/checkpoints/global_step_20", 20), last_finished_step=27, step_seconds=4.0
@@ -93,24 +191,25 @@ def test_lost_steps_priced_with_the_trainers_step_time_come_off_the_running_time
     figures = recreated.status.goodput
     assert (figures["lostSteps"], figures["lostSeconds"]) == (7, 28.0)
     assert recreated.status.recoveries[-1].lost_seconds == 28.0
+    assert (figures["trainingSeconds"], figures["productiveSeconds"]) == (100.0, 72.0)
     assert figures["ettr"] == round((100 - 28) / 110, 4)
 
 
 def test_lost_steps_without_a_step_time_are_counted_but_not_priced():
     job = started_running_since(0)
-    preempted = pods_of(job, disruption="PreemptionByScheduler")
+    preempted = stepped(job, disruption="PreemptionByScheduler")
     job = with_status(job, decide(job, preempted, NODES, at(50)).status)
     lookup = LookupResult(ResumeTarget("/checkpoints/global_step_20", 20), last_finished_step=25)
 
     figures = decide(job, [], NODES, at(60), lookup).status.goodput
 
     assert (figures["lostSteps"], figures["lostSeconds"]) == (5, 0.0)
-    assert figures["runningSeconds"] == 50.0
+    assert figures["trainingSeconds"] == 50.0
 
 
-def test_a_failures_back_off_is_waiting_and_the_restart_after_it_recovering():
+def test_a_failures_back_off_is_waiting_and_the_restart_after_it_pod_start():
     job = started_running_since(0)
-    crashed = pods_of(job, phase="Failed", exit_code=1)
+    crashed = stepped(job, phase="Failed", exit_code=1)
     job = with_status(job, decide(job, crashed, NODES, at(40)).status)
     assert job["status"]["restartAfter"]  # the failure's back-off runs
     backoff_ends = parse_iso(job["status"]["restartAfter"])
@@ -120,27 +219,44 @@ def test_a_failures_back_off_is_waiting_and_the_restart_after_it_recovering():
     )
 
     figures = job["status"]["goodput"]
-    assert figures["runningSeconds"] == 40.0
+    assert figures["trainingSeconds"] == 40.0
     assert figures["waitingSeconds"] == (backoff_ends - at(40)).total_seconds()
-    assert figures["recoveringSeconds"] == 5.0
+    assert figures["podStartSeconds"] == 5.0
 
 
 def test_a_finished_job_stops_the_clock():
     job = started_running_since(0)
-    done = decide(job, pods_of(job, phase="Succeeded", exit_code=0), NODES, at(300))
+    done = decide(job, stepped(job, phase="Succeeded", exit_code=0), NODES, at(300))
     job = with_status(job, done.status)
 
     assert job["status"]["phase"] == Phase.SUCCEEDED
-    assert job["status"]["goodput"]["runningSeconds"] == 300.0
+    assert job["status"]["goodput"]["trainingSeconds"] == 300.0
     created = parse_iso(job["metadata"]["creationTimestamp"])
     assert goodput.current(JobStatus.from_dict(job["status"]), created, at(9000)).wall == 300.0
+
+
+def test_a_finished_jobs_end_after_its_last_step_is_stopping_not_training():
+    """The trainer takes its mark back after its last step: its pods turn not Ready, and
+    the time from then until the job is seen finished (the last save sealed, the processes
+    ending) is stopping."""
+    job = started_running_since(0)
+    ended = stepped(job, phase="Succeeded", exit_code=0)
+    for pod in ended:
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "False",
+                                        "lastTransitionTime": iso(at(250))}]  # fmt: skip
+    job = with_status(job, decide(job, ended, NODES, at(256)).status)
+
+    figures = job["status"]["goodput"]
+    assert job["status"]["phase"] == Phase.SUCCEEDED
+    assert (figures["trainingSeconds"], figures["stoppingSeconds"]) == (250.0, 6.0)
+    assert figures["ettr"] == round(250 / 256, 4)
 
 
 def test_a_job_from_an_older_operator_is_accounted_from_the_first_pass_that_sees_it():
     job = started_running_since(0)
     del job["status"]["goodput"]
 
-    plan = decide(job, pods_of(job), NODES, at(500))
+    plan = decide(job, stepped(job), NODES, at(500))
 
     figures = plan.status.goodput
     assert figures["since"] == figures["asOf"] == "2026-11-29T12:08:20.000000Z"
@@ -148,12 +264,23 @@ def test_a_job_from_an_older_operator_is_accounted_from_the_first_pass_that_sees
 
 
 def test_figures_round_trip_through_the_status():
-    figures = goodput.Goodput(NOW, at(90), running=60, recovering=20, waiting=10,
-                              lost_steps=3, lost_seconds=6)  # fmt: skip
+    seconds = {goodput.TRAINING: 60, goodput.FRAMEWORK_START: 5, goodput.POD_START: 15,
+               goodput.WAITING: 10}  # fmt: skip
+    figures = goodput.Goodput(NOW, at(90), seconds, lost_steps=3, lost_seconds=6)
 
     again = goodput.Goodput.from_dict(figures.to_dict())
 
     assert again == figures and again.ettr == 54 / 90
+
+
+def test_an_older_operators_figures_are_read_as_the_causes_they_came_closest_to():
+    older = {"since": iso(NOW), "asOf": iso(at(90)), "runningSeconds": 60,
+             "recoveringSeconds": 20, "waitingSeconds": 10, "lostSteps": 0}  # fmt: skip
+
+    figures = goodput.Goodput.from_dict(older)
+
+    assert (figures[goodput.TRAINING], figures[goodput.POD_START]) == (60, 20)
+    assert figures[goodput.FRAMEWORK_START] == 0 and figures.ettr == 60 / 90
 
 
 def test_a_job_failed_outside_decide_is_accounted_too():
@@ -161,7 +288,7 @@ def test_a_job_failed_outside_decide_is_accounted_too():
 
     plan = fail(job, at(30), "PodRejected", "the API server refused the job's pods")
 
-    assert plan.status.goodput["runningSeconds"] == 30.0
+    assert plan.status.goodput["trainingSeconds"] == 30.0
 
 
 def test_the_gauges_extend_each_jobs_figures_to_the_scrape():
@@ -174,6 +301,7 @@ def test_the_gauges_extend_each_jobs_figures_to_the_scrape():
 
     (ettr,) = families["rljob_job_ettr"].samples
     assert ettr.labels == {"namespace": "ns", "name": "grpo"}
-    assert 100 / 124 < ettr.value < 1  # the job has been Running since the status was written
+    assert 93 / 131 < ettr.value < 1  # the job has been training since the status was written
     buckets = {s.labels["bucket"]: s.value for s in families["rljob_job_seconds"].samples}
-    assert buckets["running"] > 100 and buckets["recovering"] == 12.0
+    assert buckets["training"] > 93 and buckets["podStart"] == 22.0
+    assert buckets["frameworkStart"] == 14.0 and buckets["productive"] == buckets["training"]

@@ -123,6 +123,46 @@ def test_a_trainer_without_add_callback_runs_as_it_is_and_the_record_says_why(tm
     assert signal.getsignal(signal.SIGTERM) != notice.on_sigterm  # SIGTERM left alone
 
 
+def test_a_trainer_that_saves_weights_only_trains_as_it_is_and_the_record_says_why(
+    tmp_path, monkeypatch
+):
+    """`save_only_model` writes no optimizer, scheduler or RNG state: a save on notice would
+    claim a step no resume goes on from. The Trainer keeps rljob's callback (its steps are
+    reported) without a save on notice, and the record says why."""
+    from transformers import TrainingArguments
+
+    notice = bridge.Notice(None, str(tmp_path), "0")
+    monkeypatch.setattr(bridge, "hook_dataloader_workers", lambda notice: None)
+    monkeypatch.setattr(notice, "take_sigterm", lambda: None)  # this pytest process's own
+
+    class Trainer:  # the Trainer's two names the bridge uses, on the real TrainingArguments
+        def __init__(self, args):
+            self.args, self.callbacks = args, []
+
+        def add_callback(self, callback):
+            self.callbacks.append(callback)
+
+    Trainer.__init__ = bridge.wrap_trainer_init(Trainer.__init__, notice)
+    trainer = Trainer(TrainingArguments(output_dir=str(tmp_path), save_only_model=True))
+
+    assert len(trainer.callbacks) == 1
+    written = record(tmp_path / progress.FRAMEWORK_PROGRESS_FILE_NAME)
+    assert "save_only_model is set" in written[progress.SAVE_ON_NOTICE_UNAVAILABLE]
+
+
+def test_the_first_finished_step_of_the_container_marks_its_pod_trained(run, tmp_path, monkeypatch):
+    """The pod's readiness probe tests the marker: Ready only once a step of this container's
+    attempt has finished, never at the Trainer's start."""
+    marker = tmp_path / "trained"
+    monkeypatch.setenv(contract.ENV_TRAINED_MARKER, str(marker))
+    run.callback.on_train_begin(ARGS, run.state, TrainerControl())
+    assert not marker.exists()
+
+    run.callback.on_step_end(ARGS, run.state, TrainerControl())
+
+    assert marker.exists()
+
+
 SIGTERM_CASES = """
 import json, os, signal, sys, traceback
 from types import SimpleNamespace

@@ -118,6 +118,7 @@ def test_an_inspector_of_an_earlier_attempt_is_deleted():
 def test_layout_auto_is_rljob_for_the_rljob_trainer_whatever_its_backend(spec, layout):
     """Its torn Megatron save would read as complete rlinf-megatron if told from the files."""
     job = make_job(**{"checkpoint": {"volume": VOLUME}, **spec})
+    job["status"] = {"rayTokenSecret": "grpo-ray-token-made"}  # a Ray job's, made before the look
     inspector = first_inspector(job)
     command = inspector["spec"]["containers"][0]["command"]
     assert command[command.index("--layout") + 1] == layout

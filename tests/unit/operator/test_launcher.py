@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import pytest
+import rljob_contract as contract
 from builders import job_ref, make_job
 from rljob_operator.api.spec import SpecError, parse_spec
-from rljob_operator.launcher import podside
+from rljob_operator.launcher import podside, readiness
 from rljob_operator.launcher.identity import JobRef
 from rljob_operator.launcher.launchers import LAUNCHERS, Launcher
 from rljob_operator.launcher.pods import (
     ResumeTarget,
     check_template,
     desired_launcher_config_map,
+    desired_network_policy,
     desired_pods,
     desired_service,
     resume_arguments,
@@ -75,9 +77,62 @@ def test_trl_workers_start_in_rljobs_bridge_which_the_pods_mount(entry, command,
         assert "ray_node.py" not in paths
 
 
+@pytest.mark.parametrize(
+    ("framework", "command", "probed"),
+    [("rljob", None, True), ("trl", ["python", "grpo.py"], True),
+     ("custom", ["python", "train.py"], False)],
+)  # fmt: skip
+def test_every_torchrun_pod_is_ready_once_it_trains_where_rljob_sees_the_steps(
+    framework, command, probed
+):
+    """rljob's trainer and TRL's bridge mark their pod once the attempt has finished a step:
+    the probe tests the marker, every second, in an emptyDir of the pod's own. A custom
+    trainer's steps are unseen: no probe, its pods Ready as they run."""
+    job = make_job(framework=framework, **({"command": command} if command else {}))
+    for pod in desired_pods(parse_spec(job["spec"]), job_ref(job), 0, None):
+        trainer = pod["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in trainer["env"]}
+        if not probed:
+            assert "readinessProbe" not in trainer and contract.ENV_TRAINED_MARKER not in env
+            continue
+        assert trainer["readinessProbe"]["exec"]["command"] == ["test", "-e", readiness.MARKER]
+        assert env[contract.ENV_TRAINED_MARKER] == readiness.MARKER
+        mounts = {m["mountPath"]: m["name"] for m in trainer["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes[mounts[readiness.DIRECTORY]] == {"name": readiness.VOLUME, "emptyDir": {}}
+
+
 def test_rljobs_own_trainer_ships_no_bridge():
     job = make_job()
     assert desired_launcher_config_map(parse_spec(job["spec"]), job_ref(job)) is None
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{}, {"framework": "trl", "command": ["python", "grpo.py"]},
+     {"framework": "custom", "command": ["bash", "-c", "train.sh"]}],
+    ids=["rljob", "trl", "custom"],
+)  # fmt: skip
+def test_a_torchrun_gangs_ports_admit_only_the_jobs_own_pods(spec):
+    """torchrun's c10d store (the rendezvous port) takes anyone's keys, and gloo and NCCL
+    listen on ports of their own choosing without authentication (gloo's object collectives
+    unpickle what they receive): the NetworkPolicy selects every pod of the job and admits
+    ingress, on every port, from those pods alone. Egress is left alone."""
+    job = make_job(**spec)
+    ref = job_ref(job)
+    policy = desired_network_policy(parse_spec(job["spec"]), ref)
+    own = {"matchLabels": {"rljob.io/job-name": ref.name,
+                           "app.kubernetes.io/managed-by": "rljob-operator"}}  # fmt: skip
+    assert policy["kind"] == "NetworkPolicy"
+    assert policy["metadata"]["name"] == f"{ref.name}-torchrun-gang"
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == ref.uid
+    assert policy["spec"] == {
+        "podSelector": own, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": own}]}]
+    }  # fmt: skip
+    pods = desired_pods(parse_spec(job["spec"]), ref, 0, None)
+    assert len(pods) == 2
+    for pod in pods:  # the selector takes in every pod of the gang, as a target and a peer
+        assert own["matchLabels"].items() <= pod["metadata"]["labels"].items()
 
 
 @pytest.mark.parametrize(
@@ -196,7 +251,8 @@ def test_a_full_pod_template_reaches_the_pod_with_rljobs_parts_merged_into_the_t
     assert {p["name"] for p in trainer["ports"]} == {"metrics", "rendezvous"}
     mounts = {m["mountPath"]: m["name"] for m in trainer["volumeMounts"]}
     assert mounts["/dev/shm"] == "dshm" and mounts["/checkpoints"] == "checkpoints"
-    assert {v["name"] for v in spec["volumes"]} == {"dshm", "checkpoints", "rljob-podinfo"}
+    assert {v["name"] for v in spec["volumes"]} == {"dshm", "checkpoints", "rljob-podinfo",
+                                                    "rljob-run"}  # fmt: skip
     assert (spec["restartPolicy"], spec["hostname"]) == ("Never", "grpo-n0")
 
 

@@ -305,14 +305,30 @@ def workload(name="grpo-a1", revision="7", owners=None, spec=None, **annotations
             "status": {"conditions": [{"type": "QuotaReserved", "status": "True"}]}}  # fmt: skip
 
 
-def plan_boost_write(plan, job, finder, cache, now, limit=100, pods=None):
-    """A pass's boost plan, with the job's gang of the plan's attempt unless `pods` is given."""
+# An administrator without floors: the jobs' own minIntervalSeconds and gpuSecondsPerPoint.
+NO_FLOORS = {"min_boost_interval_seconds": 1, "min_gpu_seconds_per_point": 1}
+
+
+def plan_boost_write(plan, job, finder, cache, now, limit=100, pods=None, **floors):
+    """A pass's boost plan, with the job's gang of the plan's attempt unless `pods` is given,
+    under the administrator's `floors` (none unless given)."""
     pods = gang(plan.status.attempt) if pods is None else pods
-    passes.plan_boost_write(plan, job, finder, cache, now, limit, pods)
+    passes.plan_boost_write(plan, job, finder, cache, now, limit, pods, **(NO_FLOORS | floors))
+
+
+def listed_classes(cache, **classes):
+    """The operator's full lists of both groups of priority classes, as its relist makes them:
+    `classes` by group, none where not given."""
+    for group in c.PRIORITY_CLASS_KINDS:
+        items = [{"metadata": {"name": name, "resourceVersion": "1"}, "value": value}
+                 for name, value in classes.get(group, {}).items()]  # fmt: skip
+        cache.replace_priority_classes(group, items, "1")
+    return cache
 
 
 def cache_with(*workloads):
-    cache = ClusterCache()
+    """A cache holding `workloads`, the classes listed (none)."""
+    cache = listed_classes(ClusterCache())
     for w in workloads:
         cache.on_admission("ADDED", w)
     return cache
@@ -322,22 +338,83 @@ def test_the_plan_writes_the_boost_of_the_running_attempts_workload_and_wakes_fo
     # 8 GPUs, steps 100..130 finished after the checkpoint at 100, 20 s a step: 600 s x 8
     saved = Saved(100, ago(900), 130, 20.0)
     plan = Plan(status=running_status())
-    plan_boost_write(plan, queued_job(), Finder(saved), cache_with(workload()), NOW)
-    assert plan.annotate_workload == ("grpo-a1", {BOOST: "48", STAMP: iso_precise(NOW)})
+    cache = cache_with(workload())
+    plan_boost_write(plan, queued_job(), Finder(saved), cache, NOW)
+    assert plan.annotate_workload[:2] == ("grpo-a1", {BOOST: "48", STAMP: iso_precise(NOW)})
+    assert plan.requeue_after == 0  # to record the write once the API server took it
+    cache.on_admission(None, workload(revision="8", **plan.annotate_workload[1]))
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(saved), cache, NOW)
+    assert plan.annotate_workload is None
     assert plan.requeue_after == 10  # the interval: a save may lower it
 
 
-def test_the_status_says_what_the_written_boost_was_computed_from():
+class WorkloadWriter:
+    """Stands in for the Kube of reconcile.act: stores the job's status, and takes or refuses
+    (`refuse`: the API server's status code) the Workload's annotations."""
+
+    def __init__(self, stored_workload, refuse=None):
+        self.workload, self.refuse, self.status_writes = stored_workload, refuse, []
+
+    def patch_status(self, namespace, name, patch, revision):
+        self.status_writes.append(patch)
+        self.job = dict(self.job, status={**self.job.get("status", {}), **patch},
+                        metadata={**self.job["metadata"], "resourceVersion": str(int(revision) + 1)})  # fmt: skip
+        return self.job
+
+    def annotate_kueue_workload(self, namespace, name, annotations):
+        from kubernetes.client.exceptions import ApiException
+        from rljob_operator.kube import KubeError
+
+        if self.refuse:
+            raise KubeError(f"annotate Kueue Workload {namespace}/{name}",
+                            ApiException(status=self.refuse, reason="Forbidden"))  # fmt: skip
+        meta = self.workload["metadata"]
+        self.workload = {**self.workload, "metadata": {
+            **meta, "annotations": {**meta["annotations"], **annotations},
+            "resourceVersion": str(int(meta["resourceVersion"]) + 1)}}  # fmt: skip
+        return self.workload
+
+
+def boost_passes(status, saved, refuse=None, count=2):
+    """`count` passes of a job whose status is `status` and whose folder says `saved`, each
+    carried out by reconcile.act against a WorkloadWriter: the statuses they stored, the
+    writer and the last plan."""
+    from rljob_operator.reconcile import act
+
+    job, cache = {**queued_job(), "status": status.to_dict()}, cache_with(workload())
+    writer = WorkloadWriter(workload(), refuse)
+    writer.job = job
+    stored, plan = [], None
+    for _ in range(count):
+        plan = Plan(status=JobStatus.from_dict(writer.job.get("status")))
+        plan_boost_write(plan, writer.job, Finder(saved), cache, NOW)
+        act.apply(writer, cache, writer.job, plan, lambda *event: None)
+        stored.append(JobStatus.from_dict(writer.job.get("status")))
+    return stored, writer, plan
+
+
+def test_the_status_records_a_boost_once_the_workload_carries_it_with_what_it_came_from():
     # 8 GPUs, step 20 s and save 5 s fit the default grace of 30 s: only the restart counts
     status = replace(running_status(), recoveries=(recovery(1, detected=900, running=600),))
-    plan = Plan(status=status)
-    plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0, 5.0)),
-                     cache_with(workload()), NOW)  # fmt: skip
-    assert plan.annotate_workload[1][BOOST] == "24"  # 8 x 300 s / 100
-    assert plan.status.priority_boost.to_dict() == {
+    (first, second), writer, _ = boost_passes(status, Saved(100, ago(900), 130, 20.0, 5.0))
+    assert writer.workload["metadata"]["annotations"][BOOST] == "24"  # 8 x 300 s / 100
+    assert first.priority_boost is None  # stored before the Workload was written
+    assert second.priority_boost.to_dict() == {
         "boost": 24, "atRiskGpuSeconds": 2400.0, "gpus": 8, "lostWorkSeconds": 0.0,
         "restartSeconds": 300.0, "time": iso_precise(NOW),
     }  # fmt: skip
+
+
+def test_a_boost_the_api_server_refused_is_never_recorded_in_the_status():
+    stored, writer, plan = boost_passes(running_status(), Saved(100, ago(900), 130, 20.0),
+                                        refuse=403)  # fmt: skip
+    assert BOOST not in writer.workload["metadata"]["annotations"]
+    assert [s.priority_boost for s in stored] == [None, None]
+    condition = next(x for x in stored[-1].conditions if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("False", "BoostWriteRefused")
+    assert "403 Forbidden" in condition["message"]
+    assert plan.annotate_workload is None  # the second pass waits out the back-off
 
 
 def test_time_since_the_checkpoint_counts_without_progress_and_a_fresh_save_writes_zero():
@@ -409,6 +486,121 @@ def test_the_boost_never_goes_above_the_administrators_limit(asked, limit, writt
                      cache_with(workload()), NOW, limit=limit)  # fmt: skip
     assert plan.annotate_workload[1][BOOST] == written
     assert boost_condition_of(plan) == condition
+
+
+FLOORS = {"min_boost_interval_seconds": 60, "min_gpu_seconds_per_point": 100}
+
+
+def test_the_administrators_floors_raise_a_jobs_interval_and_scale_and_the_job_says_so():
+    """The author asks for a point per GPU-second and a look every second: 600 s x 8 GPUs at
+    risk would be 4,800 points, the limit at once. Under the floors (60 s, 100 GPU-seconds a
+    point) it is 48 points, and the folder is read and the Workload written once a minute,
+    however often passes come."""
+    job = queued_job(gpuSecondsPerPoint=1, minIntervalSeconds=1)
+    finder, cache = Finder(Saved(100, ago(900), 130, 20.0)), cache_with(workload())
+    plans = []
+    for second in range(121):  # a pass a second for two minutes
+        now = NOW + timedelta(seconds=second)
+        plan = Plan(status=running_status())
+        plan_boost_write(plan, job, finder, cache, now, **FLOORS)
+        if plan.annotate_workload:  # as the API server would take it
+            meta = cache.kueue_workload("ns", "grpo-a1")["metadata"]
+            cache.on_admission(None, workload(revision=str(int(meta["resourceVersion"]) + 1),
+                                              **plan.annotate_workload[1]))  # fmt: skip
+        plans.append(plan)
+    assert plans[0].annotate_workload[1][BOOST] == "48"
+    assert finder.looks == 3  # at 0, 60 and 120 s
+    assert sum(1 for p in plans if p.annotate_workload) <= 3
+    condition = next(x for x in plans[-1].status.conditions if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("True", "BoostPolicyRaised")
+    assert condition["message"].endswith(
+        "; spec.queueing.priorityBoost.minIntervalSeconds 1 and gpuSecondsPerPoint 1 are below "
+        "the operator's floors: 60 and 100 apply"
+    )
+
+
+@pytest.mark.parametrize(
+    ("boost", "condition", "raised"),
+    [
+        ({}, ("True", "Boosting"), None),  # the spec's 100 a point and 10 s: above the floors
+        ({"minIntervalSeconds": 60, "gpuSecondsPerPoint": 100}, ("True", "Boosting"), None),
+        ({"minIntervalSeconds": 59}, ("True", "BoostPolicyRaised"), "minIntervalSeconds 59"),
+        ({"maxBoost": 500}, ("True", "BoostClamped"), None),  # the limit's clamp goes first
+        ({"maxBoost": 500, "gpuSecondsPerPoint": 1}, ("True", "BoostClamped"),
+         "gpuSecondsPerPoint 1"),  # and the floor is said too
+    ],
+)  # fmt: skip
+def test_a_field_below_a_floor_is_said_whatever_else_the_condition_says(boost, condition, raised):
+    job = queued_job(**{"minIntervalSeconds": 100, "gpuSecondsPerPoint": 200, **boost})
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, job, Finder(Saved(100, ago(900), 130, 20.0)), cache_with(workload()),
+                     NOW, **FLOORS)  # fmt: skip
+    assert boost_condition_of(plan) == condition
+    message = next(x for x in plan.status.conditions if x["type"] == "PriorityBoost")["message"]
+    assert ("below the operator's floor" in message) == (raised is not None)
+    assert raised is None or f"spec.queueing.priorityBoost.{raised} is below" in message
+
+
+def test_the_operator_refuses_floors_below_1():
+    import argparse
+
+    from rljob_operator import operator_cli
+
+    parser = argparse.ArgumentParser()
+    operator_cli.register(parser.add_subparsers())
+    args = parser.parse_args(["operator", "--min-boost-interval-seconds", "300",
+                              "--min-gpu-seconds-per-point", "600"])  # fmt: skip
+    assert (args.min_boost_interval_seconds, args.min_gpu_seconds_per_point) == (300, 600)
+    defaults = parser.parse_args(["operator"])
+    assert (defaults.min_boost_interval_seconds, defaults.min_gpu_seconds_per_point) == (60, 60)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["operator", "--min-boost-interval-seconds", "0"])
+
+
+def test_a_boost_is_held_at_0_while_the_priority_classes_cannot_be_listed_and_the_job_says_why():
+    """Without the classes the operator cannot know the next class above the job: a boost on
+    the Workload goes to 0, none is written, until a list of both groups succeeds."""
+    finder = Finder(Saved(100, ago(900), 130, 20.0))  # 48 points wanted
+    cache = cache_with(workload(spec=of_class(100), **{BOOST: "30", STAMP: iso_precise(ago(60))}))
+    cache.priority_classes_unlisted(PC, "list priorityclasses.scheduling.k8s.io: 403 forbidden")
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), finder, cache, NOW)
+    assert plan.annotate_workload[1][BOOST] == "0"
+    condition = next(x for x in plan.status.conditions if x["type"] == "PriorityBoost")
+    assert (condition["status"], condition["reason"]) == ("False", "BoostCeilingUnknown")
+    assert (
+        "PriorityClasses: list priorityclasses.scheduling.k8s.io: 403 forbidden"
+        in (condition["message"])
+    )
+    listed_classes(cache, **{WPC: {"low": 100, "high": 1000}})  # the next relist succeeds
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), finder, cache, NOW + timedelta(seconds=20))
+    assert plan.annotate_workload[1][BOOST] == "48"
+    assert boost_condition_of(plan) == ("True", "Boosting")
+
+
+def test_an_operator_that_has_not_listed_the_classes_writes_no_boost():
+    cache = ClusterCache()  # the watches may have brought some, but no full list came yet
+    cache.on_admission("ADDED", workload(spec=of_class(100)))
+    cache.on_priority_class(WPC, "ADDED", {"metadata": {"name": "high", "resourceVersion": "1"},
+                                           "value": 1000})  # fmt: skip
+    plan = Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0)), cache, NOW)
+    assert plan.annotate_workload is None  # 0 wanted, none on the Workload
+    assert boost_condition_of(plan) == ("False", "BoostCeilingUnknown")
+    assert cache.priority_classes_unknown() == (
+        "WorkloadPriorityClasses not listed yet; PriorityClasses not listed yet"
+    )
+
+
+def test_a_failed_list_makes_a_group_unknown_until_a_list_succeeds_and_unserved_is_known():
+    cache = listed_classes(ClusterCache(), **{PC: {"urgent": 5000}})
+    assert cache.priority_classes_unknown() is None
+    cache.priority_classes_unlisted(WPC, "403 forbidden")
+    assert cache.priority_classes_unknown() == "WorkloadPriorityClasses: 403 forbidden"
+    assert cache.priority_classes()[PC] == {"urgent": 5000}  # kept, but not enough
+    cache.replace_priority_classes(WPC, [], "")  # a cluster that serves no Kueue API
+    assert cache.priority_classes_unknown() is None
 
 
 def test_an_operator_that_allows_no_boost_writes_none_reads_nothing_and_says_so():

@@ -440,6 +440,29 @@ def test_the_head_ends_the_driver_once_the_bridge_reports_the_save(tmp_path):
     assert message.startswith(contract.CHECKPOINTED_ON_REQUEST_MESSAGE) and "step 14" in message
 
 
+@pytest.mark.parametrize("steps", [True, False], ids=["a step", "no step"])
+def test_the_head_turns_ready_once_the_bridge_reports_a_step_of_the_attempt(
+    tmp_path, monkeypatch, steps
+):
+    """The head's readiness probe tests the marker: Ready once the framework's loop has
+    finished a step of this attempt (the bridge's progress record says so), never before,
+    and never for a driver that runs without a step."""
+    marker = tmp_path / "trained"
+    monkeypatch.setenv(contract.ENV_TRAINED_MARKER, str(marker))
+    seen: list[bool] = []
+
+    def report():
+        seen.append(marker.exists())
+        return running(1) if steps and len(seen) > 3 else None
+
+    code, _ = ray_node.supervise_driver(
+        driver(tmp_path, 1.5), ray_node.Notice(tmp_path / "notice", 30, None), report
+    )
+
+    assert code == 0 and seen[:4] == [False] * 4
+    assert marker.exists() is steps
+
+
 def stopped_at_once(tmp_path: Path, report, grace: float = 30) -> str:
     """SIGTERM to a head whose driver runs: the head ends the driver within seconds, with the
     driver's 143, not after the grace period. The head's termination message."""
@@ -480,6 +503,29 @@ def test_the_head_ends_the_driver_before_the_node_goes_when_that_is_sooner(tmp_p
     _, message = ray_node.supervise_driver(process, notice, lambda: running(13))
     assert time.monotonic() - began < 30 and process.poll() is not None
     assert "did not save within the deadline the checkpoint request gives" in message
+
+
+def test_the_head_takes_a_rewritten_request_that_brings_the_deadline_nearer_never_further(
+    tmp_path,
+):
+    """A warning asked with no deadline, then SIGTERM with a 5-minute grace; the operator then
+    writes the request again, saying the node goes in about 3 s: the head's wait ends then.
+    A later rewrite with a later time does not give the time back."""
+    request = tmp_path / "checkpoint-request"
+    notice = ray_node.Notice(tmp_path / "notice", 300, str(request))
+    asked = datetime.now(UTC)
+    request.write_text(format_request(asked))
+    notice.poll_request()
+    notice.give("SIGTERM")
+    assert notice.requested and notice.seconds_left(0) > 290
+
+    request.write_text(format_request(asked, asked + timedelta(seconds=3)))
+    notice.poll_request()
+    assert notice.seconds_left(0) < 4
+    assert notice.limit().startswith("the deadline the checkpoint request gives")
+    request.write_text(format_request(asked, asked + timedelta(seconds=200)))
+    notice.poll_request()
+    assert notice.seconds_left(0) < 4
 
 
 def test_a_checkpoint_request_is_a_notice_and_sigterm_ends_the_node_only_after_it(tmp_path):

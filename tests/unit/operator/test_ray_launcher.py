@@ -10,7 +10,7 @@ import pytest
 import rljob_contract as contract
 from builders import job_ref, make_job, mounted_launcher
 from rljob_operator.api.spec import SpecError, parse_spec
-from rljob_operator.launcher import podside, ray
+from rljob_operator.launcher import podside, ray, readiness
 from rljob_operator.launcher.pods import (
     ResumeTarget,
     desired_launcher_config_map,
@@ -128,8 +128,24 @@ def test_ray_pods_get_a_temp_dir_and_memory_backed_shm_and_the_head_a_readiness_
         mounts = {m["mountPath"]: m["name"] for m in container(pod)["volumeMounts"]}
         assert volumes[ray.SHM_VOLUME]["emptyDir"] == {"medium": "Memory"}
         assert mounts["/dev/shm"] == ray.SHM_VOLUME and mounts[ray.TEMP_DIR] == ray.TEMP_VOLUME
-    assert container(head)["readinessProbe"]["exec"]["command"] == ["test", "-e", ray.DRIVER_MARKER]
     assert "readinessProbe" not in container(worker)
+
+
+@pytest.mark.parametrize(
+    ("spec", "marker"),
+    [(VERL, readiness.MARKER), (OPENRLHF, ray.DRIVER_MARKER)],
+    ids=["verl: a step of the attempt", "openrlhf: the driver runs"],
+)
+def test_the_head_is_ready_once_it_trains_where_rljob_sees_the_steps(spec, marker):
+    """verl's steps reach rljob through its bridge's progress record: the head's node program
+    marks the pod once the attempt has finished one. OpenRLHF's do not: its head is Ready
+    once the driver runs, as before."""
+    head, worker = render(**spec)
+    probe = container(head)["readinessProbe"]
+    assert probe["exec"]["command"] == ["test", "-e", marker] and probe["periodSeconds"] >= 1
+    told = env_of(head).get(contract.ENV_TRAINED_MARKER)
+    assert told == (readiness.MARKER if marker == readiness.MARKER else None)
+    assert contract.ENV_TRAINED_MARKER not in env_of(worker)
 
 
 def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
@@ -155,7 +171,7 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
 
 def test_a_ray_gangs_ports_admit_only_the_jobs_own_pods():
     """Ray's dashboard and GCS run whatever job they are sent: the NetworkPolicy selects every
-    pod of the job and admits ingress from those pods alone; torchrun gangs get none."""
+    pod of the job and admits ingress from those pods alone (torchrun's: test_launcher)."""
     job = make_job(**VERL)
     ref = job_ref(job)
     policy = desired_network_policy(parse_spec(job["spec"]), ref)
@@ -165,10 +181,10 @@ def test_a_ray_gangs_ports_admit_only_the_jobs_own_pods():
         "podSelector": own, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": own}]}]
     }  # fmt: skip
     assert policy["metadata"]["ownerReferences"][0]["uid"] == ref.uid
+    assert policy["metadata"]["name"] == f"{ref.name}-ray-gang"
     for pod in render():  # the selector takes in every pod of the gang
         labels = pod["metadata"]["labels"]
         assert own["matchLabels"].items() <= labels.items()
-    assert desired_network_policy(parse_spec(make_job()["spec"]), ref) is None  # torchrun
 
 
 @pytest.mark.parametrize("token_auth", [True, False])
@@ -178,8 +194,9 @@ def test_every_ray_pod_reads_the_jobs_own_token_for_rays_authentication(token_au
     job = make_job(**VERL, ray={"tokenAuth": token_auth})
     ref = job_ref(job)
     spec = parse_spec(job["spec"])
-    secret = desired_secret(spec, ref)
-    for pod in render(ray={"tokenAuth": token_auth}):
+    name = ray.token_secret_name(ref, "0123456789abcdef0123456789abcdef")
+    secret = desired_secret(spec, ref, name)
+    for pod in desired_pods(spec, ref, 2, None, secret=name):
         env = {e["name"]: e.get("value") for e in container(pod)["env"]}
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
         if not token_auth:
@@ -193,11 +210,17 @@ def test_every_ray_pod_reads_the_jobs_own_token_for_rays_authentication(token_au
     if not token_auth:
         assert secret is None
         return
-    assert secret["metadata"]["name"] == f"{ref.name}-ray-token-{ref.uid[:8]}"
+    assert secret["metadata"]["name"] == f"{ref.name}-ray-token-0123456789abcdef0123456789abcdef"
     assert secret["metadata"]["ownerReferences"][0]["uid"] == ref.uid
+    assert secret["immutable"] is True  # nobody changes the token under a running gang
     made = [with_fresh_secrets(secret)["stringData"][ray.TOKEN_KEY] for _ in range(2)]
     assert all(len(token) >= 40 for token in made) and made[0] != made[1]  # fresh, random
     assert secret["stringData"] == {ray.TOKEN_KEY: ""}  # the plan holds no token
+    # A render with no recorded Secret names none, which the API server refuses, rather than
+    # a Secret whose name anyone could work out and make first.
+    for pod in desired_pods(spec, ref, 2, None):
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes[ray.TOKEN_VOLUME]["secret"]["secretName"] == ""
 
 
 def test_no_ray_pod_carries_the_launcher_source_in_its_command():

@@ -114,22 +114,28 @@ def test_notice_budget(grace: float | None, env: dict[str, str], expected: float
 
 
 @pytest.mark.parametrize(
-    ("budget", "node_ends_at", "expected"),
+    ("budget", "node_ends_at", "node_told_at", "expected"),
     [
-        (270.0, None, 1270.0),  # the grace period only
-        (None, None, None),
+        (270.0, None, None, 1270.0),  # the grace period only
+        (None, None, None, None),
         # The node goes 30 s after the notice: sooner, less a tenth for leaving.
-        (270.0, 1030.0, 1027.0),
-        (None, 1030.0, 1027.0),
-        (270.0, 1005.0, 1004.0),  # at least a second for leaving
-        (13.5, 1030.0, 1013.5),  # the grace period is sooner still
-        (270.0, 990.0, 989.0),  # read late: the node's time passed before the notice
+        (270.0, 1030.0, None, 1027.0),
+        (None, 1030.0, 1000.0, 1027.0),
+        (270.0, 1005.0, None, 1004.0),  # at least a second for leaving
+        (13.5, 1030.0, None, 1013.5),  # the grace period is sooner still
+        (270.0, 990.0, None, 989.0),  # read late: the node's time passed before the notice
+        # A warning at 1000, then a request again at 1200: the node goes 20 s later. A tenth
+        # of those 20 s is kept for leaving, not a tenth of the 220 s since the warning.
+        (None, 1220.0, 1200.0, 1218.0),
     ],
 )
 def test_notice_deadline(
-    budget: float | None, node_ends_at: float | None, expected: float | None
+    budget: float | None,
+    node_ends_at: float | None,
+    node_told_at: float | None,
+    expected: float | None,
 ) -> None:
-    assert notice_deadline(1000.0, budget, node_ends_at) == expected
+    assert notice_deadline(1000.0, budget, node_ends_at, node_told_at) == expected
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from rljob_contract.request import format_request
 from rljob_trainer.metrics import MetricsLog, StepTiming, read_metrics, write_progress
 from rljob_trainer.stop import StopRequest
 
@@ -60,6 +63,33 @@ def test_request_file_must_be_non_empty(tmp_path: Path, restore_sigterm: None) -
     assert noticed_at is not None
     request.write_text("")  # the notice stands, from when it was first seen
     assert stop.reason() == f"checkpoint request 'req-1' in {request}"
+    assert stop.noticed_at == noticed_at
+
+
+def test_a_request_rewritten_with_an_earlier_deadline_is_taken_and_a_later_one_is_not(
+    tmp_path: Path, restore_sigterm: None
+) -> None:
+    """A spot warning asks with no deadline; a drain with a short grace then has the operator
+    write the request again, by 30 s from now, and the rank takes that. A rewrite with a later
+    deadline, or an emptied file, changes nothing: the notice and its earliest deadline stand."""
+    request = tmp_path / "checkpoint-request"
+    stop = StopRequest(str(request))
+    asked = datetime.now(UTC)
+    request.write_text(format_request(asked))
+    assert stop.reason() is not None and stop.node_ends_at is None
+    noticed_at = stop.noticed_at
+
+    request.write_text(format_request(asked, asked + timedelta(seconds=30)))
+    stop.reason()
+    sooner = stop.node_ends_at
+    assert sooner is not None and 28 <= sooner - time.monotonic() <= 30  # to the second
+    for later in (format_request(asked, asked + timedelta(seconds=120)), "", format_request(asked)):
+        request.write_text(later)
+        assert stop.reason() is not None
+        assert stop.node_ends_at == sooner
+    request.write_text(format_request(asked, asked + timedelta(seconds=10)))
+    stop.reason()
+    assert stop.node_ends_at is not None and stop.node_ends_at < sooner - 19
     assert stop.noticed_at == noticed_at
 
 
