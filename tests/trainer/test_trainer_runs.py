@@ -48,7 +48,7 @@ def test_request_file_stops_with_75_and_resume_step_must_match(tmp_path: Path) -
     )
     assert handle.process.returncode == 0, handle.log()[-3000:]
     assert sorted(p.name for p in handle.checkpoint_dir.glob("global_step_*")) == ["global_step_3"]
-    assert trained.exists()  # the pod's readiness probe: a step of the attempt was done
+    assert not trained.exists()  # taken back after the last step: ending is not training
 
     # The operator names the folder and its step; a mismatch is refused before any training.
     folder = handle.checkpoint_dir / "global_step_3"
@@ -65,9 +65,14 @@ def test_request_file_stops_with_75_and_resume_step_must_match(tmp_path: Path) -
         tmp_path,
         ["runner.max_steps=10", "runner.save_interval=100"],
         nproc=1,
-        env={ENV_CHECKPOINT_REQUEST_FILE: str(request), ENV_TERMINATION_LOG: str(termination_log)},
+        env={
+            ENV_CHECKPOINT_REQUEST_FILE: str(request),
+            ENV_TERMINATION_LOG: str(termination_log),
+            ENV_TRAINED_MARKER: str(trained),
+        },
     )
     assert stopped.process.returncode == EXIT_CHECKPOINTED_ON_REQUEST, stopped.log()[-3000:]
+    assert trained.exists()  # the pod's readiness probe: a step of this attempt was done
     assert (handle.checkpoint_dir / "global_step_4" / MANIFEST_NAME).is_file()
     progress = stopped.progress()
     assert progress is not None
