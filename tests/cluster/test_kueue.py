@@ -221,11 +221,13 @@ def test_a_queue_that_does_not_exist_is_a_warning_in_kueues_words_until_it_is_cr
     create(KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", body)
 
     wait_for(lambda: running(core, namespace, "typo", 0), 60, "the gang, admitted")
-    wait_for(lambda: inadmissible() is None, 30, "the condition to clear")
-    conditions = {
-        x["type"]: x for x in get_job(api_client, namespace, "typo")["status"]["conditions"]
-    }
-    assert conditions["PodsUnschedulable"]["status"] == "False"
+
+    def cleared():  # the gang admitted, then placed: the reason moves on before it clears
+        conditions = get_job(api_client, namespace, "typo")["status"]["conditions"]
+        stuck = {x["type"]: x for x in conditions}.get("PodsUnschedulable", {})
+        return stuck if stuck.get("status") == "False" else None
+
+    assert wait_for(cleared, 30, "the condition to clear")["reason"] != "QueueInadmissible"
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ def _own_env(
     }
     values.update(framework(spec.framework).pod_env(spec, rank))
     if readiness.marks_steps(spec, rank):
-        values.update(readiness.env())
+        values.update(readiness.env(readiness.marker(job, attempt, rank)))
     if spec.checkpoint.save_interval is not None:
         values[contract.ENV_SAVE_INTERVAL] = str(spec.checkpoint.save_interval)
     if spec.checkpoint.max_to_keep is not None:
@@ -162,9 +162,6 @@ def desired_pod(
     """
     launcher = launcher_of(spec)
     volumes, mounts = _volumes(spec, job, secret)
-    if readiness.marks_steps(spec, rank):
-        volume, mount = readiness.volume_and_mount()
-        volumes, mounts = [*volumes, volume], [*mounts, mount]
     runs_trainer = not launcher.DRIVER_ON_HEAD or rank == 0
     args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
     ports = [{"name": "rendezvous", "containerPort": spec.rendezvous_port}]
@@ -181,7 +178,8 @@ def desired_pod(
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     stepped = readiness.marks_steps(spec, rank)
-    probe = readiness.probe() if stepped else launcher.readiness_probe(rank)
+    marker = readiness.marker(job, attempt, rank)
+    probe = readiness.probe(marker) if stepped else launcher.readiness_probe(rank)
     if probe:
         container["readinessProbe"] = probe
     if spec.resources:

@@ -311,9 +311,9 @@ def ray_head_pod() -> dict:
 
 def test_an_exec_readiness_probe_is_rewritten_like_the_command():
     container = ray_head_pod()["spec"]["containers"][0]
-    rewrite = Rewriter({"/var/run/rljob": "/local/run"})
+    rewrite = Rewriter({"/tmp/ray": "/local/ray-tmp"})
     probe = readiness_probe(container, {}, rewrite)
-    assert probe == ReadinessProbe(["test", "-e", "/local/run/trained"], 1, 1, 1, 1)
+    assert probe == ReadinessProbe(["test", "-e", "/tmp/rljob-trained-uid-1-v-a0-n0"], 1, 1, 1, 1)
     assert (
         readiness_probe({"name": "c", "readinessProbe": {"httpGet": {"port": 80}}}, {}, rewrite)
         is None

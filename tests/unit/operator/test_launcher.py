@@ -6,7 +6,7 @@ import pytest
 import rljob_contract as contract
 from builders import job_ref, make_job
 from rljob_operator.api.spec import SpecError, parse_spec
-from rljob_operator.launcher import podside, readiness
+from rljob_operator.launcher import podside
 from rljob_operator.launcher.identity import JobRef
 from rljob_operator.launcher.launchers import LAUNCHERS, Launcher
 from rljob_operator.launcher.pods import (
@@ -86,20 +86,21 @@ def test_every_torchrun_pod_is_ready_once_it_trains_where_rljob_sees_the_steps(
     framework, command, probed
 ):
     """rljob's trainer and TRL's bridge mark their pod once the attempt has finished a step:
-    the probe tests the marker, every second, in an emptyDir of the pod's own. A custom
-    trainer's steps are unseen: no probe, its pods Ready as they run."""
+    the probe tests the marker, every second, in the container's own /tmp under a name of the
+    job's and the pod's, and no volume is added (an emptyDir would stop `kubectl drain`). A
+    custom trainer's steps are unseen: no probe, its pods Ready as they run."""
     job = make_job(framework=framework, **({"command": command} if command else {}))
     for pod in desired_pods(parse_spec(job["spec"]), job_ref(job), 0, None):
         trainer = pod["spec"]["containers"][0]
         env = {e["name"]: e.get("value") for e in trainer["env"]}
+        # no emptyDir of rljob's own (the checkpoint volume is one here: the job names none)
+        assert [v["name"] for v in pod["spec"]["volumes"] if "emptyDir" in v] == ["checkpoints"]
         if not probed:
             assert "readinessProbe" not in trainer and contract.ENV_TRAINED_MARKER not in env
             continue
-        assert trainer["readinessProbe"]["exec"]["command"] == ["test", "-e", readiness.MARKER]
-        assert env[contract.ENV_TRAINED_MARKER] == readiness.MARKER
-        mounts = {m["mountPath"]: m["name"] for m in trainer["volumeMounts"]}
-        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-        assert volumes[mounts[readiness.DIRECTORY]] == {"name": readiness.VOLUME, "emptyDir": {}}
+        marker = f"/tmp/rljob-trained-uid-1-{pod['metadata']['name']}"
+        assert trainer["readinessProbe"]["exec"]["command"] == ["test", "-e", marker]
+        assert env[contract.ENV_TRAINED_MARKER] == marker
 
 
 def test_rljobs_own_trainer_ships_no_bridge():
@@ -251,8 +252,7 @@ def test_a_full_pod_template_reaches_the_pod_with_rljobs_parts_merged_into_the_t
     assert {p["name"] for p in trainer["ports"]} == {"metrics", "rendezvous"}
     mounts = {m["mountPath"]: m["name"] for m in trainer["volumeMounts"]}
     assert mounts["/dev/shm"] == "dshm" and mounts["/checkpoints"] == "checkpoints"
-    assert {v["name"] for v in spec["volumes"]} == {"dshm", "checkpoints", "rljob-podinfo",
-                                                    "rljob-run"}  # fmt: skip
+    assert {v["name"] for v in spec["volumes"]} == {"dshm", "checkpoints", "rljob-podinfo"}
     assert (spec["restartPolicy"], spec["hostname"]) == ("Never", "grpo-n0")
 
 

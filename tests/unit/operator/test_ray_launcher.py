@@ -10,7 +10,7 @@ import pytest
 import rljob_contract as contract
 from builders import job_ref, make_job, mounted_launcher
 from rljob_operator.api.spec import SpecError, parse_spec
-from rljob_operator.launcher import podside, ray, readiness
+from rljob_operator.launcher import podside, ray
 from rljob_operator.launcher.pods import (
     ResumeTarget,
     desired_launcher_config_map,
@@ -133,7 +133,7 @@ def test_ray_pods_get_a_temp_dir_and_memory_backed_shm_and_the_head_a_readiness_
 
 @pytest.mark.parametrize(
     ("spec", "marker"),
-    [(VERL, readiness.MARKER), (OPENRLHF, ray.DRIVER_MARKER)],
+    [(VERL, "/tmp/rljob-trained-uid-1-grpo-a2-n0"), (OPENRLHF, ray.DRIVER_MARKER)],
     ids=["verl: a step of the attempt", "openrlhf: the driver runs"],
 )
 def test_the_head_is_ready_once_it_trains_where_rljob_sees_the_steps(spec, marker):
@@ -144,7 +144,7 @@ def test_the_head_is_ready_once_it_trains_where_rljob_sees_the_steps(spec, marke
     probe = container(head)["readinessProbe"]
     assert probe["exec"]["command"] == ["test", "-e", marker] and probe["periodSeconds"] >= 1
     told = env_of(head).get(contract.ENV_TRAINED_MARKER)
-    assert told == (readiness.MARKER if marker == readiness.MARKER else None)
+    assert told == (None if marker == ray.DRIVER_MARKER else marker)
     assert contract.ENV_TRAINED_MARKER not in env_of(worker)
 
 
