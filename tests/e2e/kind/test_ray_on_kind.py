@@ -121,9 +121,11 @@ def test_a_verl_shaped_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     # Past the first periodic save, with steps left after it.
     at = rng.randint(EVERY + 1, 7)
     with following(stack, jobs_namespace, gang[HEAD].metadata.name, tmp_path / "head-0.log"):
-        # The status says the driver runs once both Ray nodes joined.
+        # The head turns Ready (the kubelet's probe) once the bridge reports a step of the
+        # attempt from the framework's loop: the status says the driver trains.
         wait_for(lambda: (status(cluster_api, jobs_namespace, JOB).get("ray") or {})
-                 .get("driver") == "Running", 300, "status.ray.driver to be Running")  # fmt: skip
+                 .get("driver") == "Training", 300, "status.ray.driver to be Training")  # fmt: skip
+        assert reported(checkpoints)[0] == 0, "Ready before a step of the attempt"
         wait_for(lambda: reported(checkpoints) >= (0, at), 300, f"the loop's step {at}")
         victim = gang[WORKER]
         print(f"preempting {victim.metadata.name} on {victim.spec.node_name} after step {at}")
