@@ -163,6 +163,19 @@ def test_the_first_finished_step_of_the_container_marks_its_pod_trained(run, tmp
     assert marker.exists()
 
 
+def test_a_marker_that_cannot_be_written_leaves_the_trainers_step_as_it_is(
+    run, tmp_path, monkeypatch
+):
+    """A read-only or missing /tmp: the pod stays not Ready, the user's step goes on as it is."""
+    monkeypatch.setenv(contract.ENV_TRAINED_MARKER, str(tmp_path / "missing" / "trained"))
+
+    control = run.callback.on_step_end(ARGS, run.state, TrainerControl())
+
+    assert not control.should_save and not control.should_training_stop
+    assert not (tmp_path / "missing").exists() and not run.notice.unavailable
+    assert record(run.record)["step"] == 5
+
+
 SIGTERM_CASES = """
 import json, os, signal, sys, traceback
 from types import SimpleNamespace
