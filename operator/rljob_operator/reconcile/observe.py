@@ -140,8 +140,7 @@ def observe(
     unrequested: list[str] = []
     asked_by: dict[str, datetime | None] = {}  # running pods asked: the deadline they were told
     ready: set[int] = set()
-    ready_since: list[datetime] = []
-    unready_since: list[datetime] = []
+    head: PodFacts | None = None  # rank 0's pod: the trainer's on every launcher
     active: list[PodFacts] = []
     for pod in pods:
         meta = pod["metadata"]
@@ -159,8 +158,7 @@ def observe(
         if pod_facts.ready:
             ready.add(rank)
         if rank == 0:  # the trainer's pod on every launcher: a Ray gang's head has the probe
-            ready_since += [parse_iso(pod_facts.ready_since)] if pod_facts.ready_since else []
-            unready_since += [parse_iso(pod_facts.unready_since)] if pod_facts.unready_since else []
+            head = pod_facts
         if end.outcome is Outcome.ACTIVE:
             active.append(pod_facts)
         going = pod_facts.node_termination
@@ -191,11 +189,16 @@ def observe(
     return Observed(
         current, missing, tuple(sorted(stale)), running, tuple(warned), deadline,
         tuple(cut_short), tuple(unrequested), frozenset(ready),
-        ready_since=min(ready_since, default=None), unready_since=min(unready_since, default=None),
+        ready_since=_time(head.ready_since if head else None),
+        unready_since=_time(head.unready_since if head else None),
         stuck=stuck(active),
         stale_unended=tuple(sorted(stale_unended)),
         asked_for_later=asked_for_later(asked_by, deadline),
     )  # fmt: skip
+
+
+def _time(stamp: str | None) -> datetime | None:
+    return parse_iso(stamp) if stamp else None
 
 
 def asked_for_later(asked_by: Mapping[str, datetime | None], deadline: datetime | None
