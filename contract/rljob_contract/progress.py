@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,6 +37,11 @@ SAVE_ON_NOTICE_UNAVAILABLE = "save_on_notice_unavailable"
 # Why a save on notice in this run comes later than rljob could make it (a hook that only
 # makes it sooner found the framework other than it expects); absent where none did.
 SAVE_ON_NOTICE_LATE = "save_on_notice_late"
+# When this attempt finished its first and its latest training step (unix seconds), as the
+# process that writes the record timed them (StepClock): the operator counts the attempt's
+# training between the two, finer than the pod's Ready condition (whole seconds) can.
+FIRST_STEP_UNIX_TIME = "attempt_first_step_unix_time"
+LAST_STEP_UNIX_TIME = "last_step_unix_time"
 STATUS = "status"
 ATTEMPT = "attempt"
 TIME = "time"
@@ -45,6 +52,57 @@ FINISHED = "finished"
 CHECKPOINTED_ON_REQUEST = "checkpointed_on_request"  # saved this step on notice and stopped
 
 
+@dataclass
+class StepClock:
+    """When this process's attempt finished its first and its latest training step.
+
+    The operator learns of an attempt's first step from its pod turning Ready, a time Kubernetes
+    keeps in whole seconds; these, in the progress record and the termination message, let it
+    count the attempt's training to the step."""
+
+    first: float | None = None
+    last: float | None = None
+
+    def stepped(self) -> None:
+        """A training step of this attempt has just finished."""
+        self.last = time.time()
+        if self.first is None:
+            self.first = self.last
+
+    @property
+    def span(self) -> tuple[float, float] | None:
+        """(first, last); None before any step."""
+        if self.first is None or self.last is None:
+            return None
+        return self.first, self.last
+
+    def fields(self) -> dict[str, float]:
+        span = self.span
+        return {FIRST_STEP_UNIX_TIME: span[0], LAST_STEP_UNIX_TIME: span[1]} if span else {}
+
+
+# The line a trainer that finished adds to its container's termination message, and the
+# operator reads: its attempt's first and last training steps, in unix seconds.
+_TRAINED_LINE = "rljob: trained from {first:.3f} to {last:.3f}"
+_TRAINED = re.compile(r"^rljob: trained from ([0-9]+(?:\.[0-9]+)?) to ([0-9]+(?:\.[0-9]+)?)$",
+                      re.MULTILINE)  # fmt: skip
+
+
+def trained_line(first: float, last: float) -> str:
+    """The termination message's line for an attempt that trained from `first` to `last`."""
+    return _TRAINED_LINE.format(first=first, last=last)
+
+
+def parse_trained(message: str) -> tuple[float, float] | None:
+    """(first, last) from a termination message that has the line; None where it has none or
+    the two are out of order (a message is the container's, not to be trusted)."""
+    match = _TRAINED.search(message)
+    if match is None:
+        return None
+    first, last = float(match.group(1)), float(match.group(2))
+    return (first, last) if first <= last else None
+
+
 def progress_record(
     step: int,
     attempt: int | None,
@@ -53,6 +111,7 @@ def progress_record(
     save_on_notice_unavailable: str | None = None,
     save_seconds: float | None = None,
     save_on_notice_late: str | None = None,
+    clock: StepClock | None = None,
 ) -> dict[str, object]:
     now = time.time()
     record: dict[str, object] = {
@@ -62,6 +121,7 @@ def progress_record(
         ATTEMPT: attempt,
         STATUS: status,
         STEP_SECONDS: step_seconds,
+        **(clock.fields() if clock else {}),
     }
     if save_on_notice_unavailable:
         record[SAVE_ON_NOTICE_UNAVAILABLE] = save_on_notice_unavailable

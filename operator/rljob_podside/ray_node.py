@@ -230,6 +230,7 @@ class BridgeReport:
     step_seconds: float | None = None  # a step's mean time, without its save
     save_seconds: float | None = None  # a save's mean time, where the bridge measured one
     finished_at: float | None = None  # when the last step finished (Unix time)
+    trained: tuple[float, float] | None = None  # the attempt's first and last step (Unix time)
 
 
 def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> BridgeReport | None:
@@ -254,7 +255,10 @@ def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> BridgeRepo
         for key in (progress.STEP_SECONDS, progress.SAVE_SECONDS, progress.UNIX_TIME)
     )
     why = why if isinstance(why, str) and why else None
-    return BridgeReport(status, step, why, step_seconds, save_seconds, finished_at)
+    first = positive_number(record.get(progress.FIRST_STEP_UNIX_TIME))
+    last = positive_number(record.get(progress.LAST_STEP_UNIX_TIME))
+    trained = (first, last) if first and last and first <= last else None
+    return BridgeReport(status, step, why, step_seconds, save_seconds, finished_at, trained)
 
 
 def save_cannot_fit(seen: BridgeReport, seconds_left: float, now: float) -> str | None:
@@ -338,6 +342,12 @@ def supervise_driver(
     return code, None
 
 
+def trained_message(seen: BridgeReport | None) -> str | None:
+    """For a driver that ended with success: the attempt's first and last step, by which the
+    operator times its training; None where the bridge timed no step of this attempt."""
+    return progress.trained_line(*seen.trained) if seen and seen.trained else None
+
+
 def _saved_message(step: int) -> str:
     return f"{contract.CHECKPOINTED_ON_REQUEST_MESSAGE}: saved step {step} through the framework"
 
@@ -374,6 +384,10 @@ def run_head(flags: list[str], driver: list[str], notice: Notice) -> int:
     )
     if message:
         _report(message)
+    elif code == 0:
+        finished = trained_message(bridge_report(checkpoint_dir, attempt))
+        if finished:
+            _report(finished)
     return code
 
 

@@ -110,6 +110,7 @@ class Notice:
         self.step_seconds: list[float] = []
         self.save_seconds: list[float] = []
         self.last_step: int | None = None  # the last step this process saw finish
+        self.clock = progress.StepClock()  # when this attempt's first and latest step ended
         self.off_everywhere = False  # the ranks agreed that one is off: no more agreements
         self.workers_unhooked: str | None = None  # why DataLoader workers stay in the group
         self.workers_hook_tried = False
@@ -203,6 +204,7 @@ class Notice:
             self.step_seconds.append(now - self.step_ended)
         if self.last_step is None:  # this container's first step: its pod turns Ready
             progress.mark_trained()
+        self.clock.stepped()
         self.step_ended, self.save_started, self.last_step = now, None, step
         if world_zero:
             self.write(step, progress.RUNNING)
@@ -219,7 +221,7 @@ class Notice:
         late = "; ".join(self.late) or None
         record = progress.progress_record(
             step or 0, self.attempt, status, mean(self.step_seconds), why,
-            mean(self.save_seconds), late,
+            mean(self.save_seconds), late, self.clock,
         )  # fmt: skip
         record[progress.STEP] = step  # None before the first step: no step is claimed
         try:

@@ -103,6 +103,7 @@ class Loop:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.attempt = int(attempt) if attempt and attempt.isdigit() else None
         self.step_ended: float | None = None
+        self.clock = progress.StepClock()  # when this attempt's first and latest step ended
         self.step_seconds: list[float] = []  # the steps' own times, without their saves
         self.save_seconds: list[float] = []  # the saves' times, where the framework says them
         self.with_save: list[float] = []  # RLinf: the times between steps that held a save
@@ -162,6 +163,7 @@ class Loop:
         if seconds:
             self.step_seconds.append(seconds)
         self.step_ended = now
+        self.clock.stepped()
         self.framework = framework
         self.write(step, progress.RUNNING)
 
@@ -189,7 +191,7 @@ class Loop:
         late = "; ".join(self.late.get(self.framework, ())) or None
         record = progress.progress_record(
             step, self.attempt, status, mean(self.step_seconds),
-            self.why_unavailable(self.framework), self.mean_save_seconds(), late,
+            self.why_unavailable(self.framework), self.mean_save_seconds(), late, self.clock,
         )  # fmt: skip
         progress.write_progress(self.checkpoint_dir, record, progress.FRAMEWORK_PROGRESS_FILE_NAME)
 

@@ -18,22 +18,29 @@ from rljob_contract import (
     ENV_TERMINATION_LOG,
     ENV_TRAINED_MARKER,
     EXIT_CHECKPOINTED_ON_REQUEST,
+    progress,
 )
 from rljob_contract.manifest import MANIFEST_NAME
 from rljob_contract.request import format_request
 from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_FROM_STEP, ENV_TEST_SLOW_ROLLOUT_TOKEN
 
 
-def test_reward_rises(tmp_path: Path) -> None:
+def test_reward_rises_and_the_finished_run_tells_when_it_trained(tmp_path: Path) -> None:
+    termination_log = tmp_path / "termination-log"
     handle = run(
         tmp_path,
         ["runner.max_steps=40", "runner.save_interval=100", "algorithm.lr=3e-3"],
         nproc=1,
+        env={ENV_TERMINATION_LOG: str(termination_log)},
     )
     assert handle.process.returncode == 0, handle.log()[-3000:]
-    rewards = [e["reward"] for e in metrics(handle)]
+    logged = metrics(handle)
+    rewards = [e["reward"] for e in logged]
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > first + 0.05, f"mean reward of the first 10 steps {first}, last 10 {last}"
+    # The operator times the attempt's training by the first and last step the log has too.
+    said = progress.parse_trained(termination_log.read_text())
+    assert said == (round(logged[0]["time"], 3), round(logged[-1]["time"], 3))
 
 
 def test_request_file_stops_with_75_and_resume_step_must_match(tmp_path: Path) -> None:

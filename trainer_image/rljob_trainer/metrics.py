@@ -78,10 +78,12 @@ def write_progress(
     status: str,
     step_seconds: float | None = None,
     save_seconds: float | None = None,
+    clock: progress.StepClock | None = None,
 ) -> None:
     """status: one of rljob_contract.progress's RUNNING, FINISHED, CHECKPOINTED_ON_REQUEST;
-    save_seconds: a save's mean time, which tells the operator whether a save on notice fits."""
+    save_seconds: a save's mean time, which tells the operator whether a save on notice fits;
+    clock: when the attempt finished its first and its latest step."""
     record = progress.progress_record(
-        step, attempt, status, step_seconds, save_seconds=save_seconds
+        step, attempt, status, step_seconds, save_seconds=save_seconds, clock=clock
     )
     progress.write_progress(checkpoint_dir, record)

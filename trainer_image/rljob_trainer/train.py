@@ -163,6 +163,7 @@ class Trainer(ABC):
         self.stop = StopRequest(cfg.runner.checkpoint_request_file)
         self.notice_budget = notice_budget(cfg.runner.grace_seconds, os.environ)
         self.attempt = _attempt()
+        self.step_clock = progress.StepClock()  # the attempt's first and latest step, timed
         # This attempt's own measurements, for the deadline.
         self.rollout_timing = StepTiming()
         self.update_timing = StepTiming()
@@ -355,9 +356,10 @@ class Trainer(ABC):
             stall = 0.0
             if decision is Decision.SAVE or periodic or step == runner.max_steps:
                 stall = self.checkpoints.save(step)
+            self.step_clock.stepped()
             if rank0:
                 assert metrics is not None
-                entry = {"step": step, **record, "time": time.time()}
+                entry = {"step": step, **record, "time": self.step_clock.last}
                 entry["step_time"] = timing.add(time.perf_counter() - started)
                 entry["ckpt_stall"] = stall
                 if self.attempt is not None:
@@ -365,7 +367,7 @@ class Trainer(ABC):
                 metrics.write(entry)
                 write_progress(
                     self.checkpoint_dir, step, self.attempt, progress.RUNNING, timing.mean,
-                    self.checkpoints.save_seconds,
+                    self.checkpoints.save_seconds, self.step_clock,
                 )  # fmt: skip
                 log.info(
                     "step %d/%d loss=%.4f reward=%.3f accuracy=%.3f kl=%.4f",
@@ -396,7 +398,13 @@ class Trainer(ABC):
             self.faults.before_stop_seal(self.env.rank)
         self.checkpoints.wait()
         if self.env.rank == 0:
-            write_progress(self.checkpoint_dir, step, self.attempt, status, step_seconds)
+            write_progress(
+                self.checkpoint_dir, step, self.attempt, status, step_seconds,
+                clock=self.step_clock,
+            )  # fmt: skip
+        span = self.step_clock.span
+        if status == progress.FINISHED and span and _local_rank() == 0:
+            tell_the_operator(progress.trained_line(*span))  # times the attempt's training
         if decision is not None:
             noticed_at = self.stop.noticed_at or self._stop_agreed_at or time.monotonic()
             detail = describe(decision, step, self._newest_saved(), time.monotonic() - noticed_at)
@@ -406,9 +414,13 @@ class Trainer(ABC):
                 detail,
                 contract.EXIT_CHECKPOINTED_ON_REQUEST,
             )
-            if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            if _local_rank() == 0:
                 tell_the_operator(f"{contract.CHECKPOINTED_ON_REQUEST_MESSAGE}: {detail}")
         self.checkpoints.finish()
+
+
+def _local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def tell_the_operator(message: str) -> None:

@@ -90,6 +90,7 @@ class AttemptEnd(Record):
     pod: str = ""
     node: str = ""  # "" where the pod had no node
     time: str = ""
+    trained_since: str | None = None  # its first finished step, as its pod's Ready said
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", EndKind(self.kind))

@@ -23,6 +23,9 @@ class Progress:
     save_on_notice_unavailable: str | None = None
     # Why its save on notice came later than rljob could make it, where the bridge said.
     save_on_notice_late: str | None = None
+    attempt: int | None = None  # the attempt that wrote it (rljob's RLJOB_ATTEMPT)
+    # When that attempt finished its first and its last step (Unix time), as its writer timed them.
+    trained: tuple[float, float] | None = None
 
     def to_report(self) -> dict[str, Any]:
         """The keys `rljob ckpt latest --json` reports them under."""
@@ -32,6 +35,8 @@ class Progress:
             "progress_save_seconds": self.save_seconds,
             "save_on_notice_unavailable": self.save_on_notice_unavailable,
             "save_on_notice_late": self.save_on_notice_late,
+            "progress_attempt": self.attempt,
+            "progress_trained": list(self.trained) if self.trained else None,
         }
 
 
@@ -51,14 +56,23 @@ def read_progress(directory: str | os.PathLike[str]) -> Progress:
     if not isinstance(data, dict):
         return Progress()
     step, seconds = data.get(progress.STEP), data.get(progress.STEP_SECONDS)
-    good_step = isinstance(step, int) and not isinstance(step, bool) and step >= 0
+    first = untrusted.positive_number(data.get(progress.FIRST_STEP_UNIX_TIME))
+    last = untrusted.positive_number(data.get(progress.LAST_STEP_UNIX_TIME))
     return Progress(
-        step if good_step else None,
+        _count(step),
         untrusted.positive_number(seconds),
         untrusted.positive_number(data.get(progress.SAVE_SECONDS)),
         _words(data.get(progress.SAVE_ON_NOTICE_UNAVAILABLE)),
         _words(data.get(progress.SAVE_ON_NOTICE_LATE)),
+        _count(data.get(progress.ATTEMPT)),
+        (first, last) if first and last and first <= last else None,
     )
+
+
+def _count(value: object) -> int | None:
+    """A step or an attempt: an int of JSON, not a bool, not negative."""
+    good = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if good else None
 
 
 def _words(value: object) -> str | None:

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
 from ..api.spec import SpecError
-from ..api.timestamps import parse_iso
 from ..frameworks import framework
 from ..launcher.launchers import launcher_of
 from .boost_decision import decide_boost
 from .failure import attempt_ended
 from .finish import finished, suspend
+from .goodput import TrainedSpan, retimed_at_the_end
 from .observe import observe, ray_status
 from .plan import LookupPending, LookupResult, Pass, Plan, account
 from .pod_cleanup import meet_the_pods
@@ -50,7 +50,7 @@ def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -
     meet_the_pods(p)
     plan = p.done()
     decide_boost(plan, snap)
-    account(plan, snap, p.lost, p.trained_until)
+    account(plan, snap, p.lost, p.retiming)
     return plan
 
 
@@ -78,9 +78,9 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
     done = seen.finished(spec, p.status.attempt)
     if done:
         reason, message = done
-        if p.status.attempt_first_step_time and seen.unready_since:
-            stepped = parse_iso(p.status.attempt_first_step_time)
-            p.trained_until = max(seen.unready_since, stepped)  # its trainer took its mark back
+        if framework(spec.framework).reports_steps:
+            span = TrainedSpan.of(p.status.attempt, seen.trained)
+            p.retiming = retimed_at_the_end(p.status, span, seen.unready_since, p.now)
         p.phase(Phase.SUCCEEDED, reason, message)
         p.event(EventType.NORMAL, Reason.SUCCEEDED, message)
         finished(p, spec, trainer_pods)

@@ -36,6 +36,7 @@ def attempt_ended(p: Pass, spec: JobSpec, seen: Observed) -> None:
         pod=decisive.pod,
         node=decisive.node or "",
         time=iso(p.now),
+        trained_since=p.status.attempt_first_step_time,
     )
     p.update(last_end=end)
     where = f"pod {end.pod}" + (f" on node {end.node}" if end.node else "")

@@ -18,6 +18,13 @@ The time between two updates goes to the bucket of the state the job was in:
 - and, inside training, the steps trained again: lost steps (a new gang resumed from a
   checkpoint older than the last finished step) times the trainer's step time.
 
+Where the trainer times its own steps (rljob_contract.progress.StepClock: rljob's trainer, and
+rljob's bridges into TRL, verl and RLinf), an attempt's training is retimed to them once they
+are known, finer than a pod's conditions (whole seconds, a probe a second apart) can say, and
+the steps it finished after its end was seen (on notice) count as training: at a recovery
+from the progress record the look for the checkpoint reads, at the job's end from the last
+attempt's termination message (rljob's trainer, the Ray head).
+
 productive = training - steps trained again; ETTR = productive / wall, the wall running
 from the job's creation. Where rljob cannot see a step (a framework without a progress
 signal: `custom`, OpenRLHF), framework start is counted as training and the figures say
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ..api.reasons import TERMINAL_PHASES, ConditionType, Phase
@@ -46,6 +53,33 @@ TRAINING, STOPPING = "training", "stopping"
 BUCKETS = (WAITING, POD_START, FRAMEWORK_START, TRAINING, STOPPING)
 # The keys an operator before 2026-12-06 wrote, read as the buckets they came closest to.
 _OLDER_KEYS = {"runningSeconds": TRAINING, "recoveringSeconds": POD_START}
+
+
+@dataclass(frozen=True)
+class TrainedSpan:
+    """When an attempt finished its first and its last training step, as its trainer timed
+    them."""
+
+    attempt: int | None
+    first: datetime
+    last: datetime
+
+    @classmethod
+    def of(cls, attempt: int | None, unix: tuple[float, float] | None) -> TrainedSpan | None:
+        """The span of (first, last) in Unix seconds, as the pod-side writes them."""
+        if unix is None:
+            return None
+        first, last = (datetime.fromtimestamp(t, UTC) for t in unix)
+        return cls(attempt, first, last)
+
+
+@dataclass(frozen=True)
+class Move:
+    """Seconds counted in one bucket that belong in another."""
+
+    seconds: float
+    source: str
+    target: str
 
 
 @dataclass(frozen=True)
@@ -82,6 +116,17 @@ class Goodput:
         if bucket is None or elapsed <= 0:
             return self
         return replace(self, as_of=now, seconds={**self.seconds, bucket: self[bucket] + elapsed})
+
+    def moved(self, move: Move) -> Goodput:
+        """`move` carried out, never taking more than its source holds."""
+        seconds = min(max(0.0, move.seconds), self[move.source])
+        if seconds <= 0:
+            return self
+        changed = {
+            move.source: self[move.source] - seconds,
+            move.target: self[move.target] + seconds,
+        }
+        return replace(self, seconds={**self.seconds, **changed})
 
     def with_lost(self, steps: int, seconds: float | None) -> Goodput:
         return replace(
@@ -153,6 +198,57 @@ def current(status: JobStatus, created: datetime, now: datetime) -> Goodput:
     return figures.advanced(bucket_of(status, figures.steps_seen), now)
 
 
+def retimed(
+    span: TrainedSpan, counted_from: datetime | None, counted_until: datetime, after: str
+) -> tuple[Move, ...]:
+    """The moves that make an attempt's training the trainer's `span`: its training was
+    counted from `counted_from` (its pod's Ready transition; None where none was seen, and
+    its time until `counted_until` went to framework start) until `counted_until`, and the
+    time after that in `after` (stopping, or a recovery's pod start)."""
+    start = (span.first - (counted_from or counted_until)).total_seconds()
+    end = (span.last - counted_until).total_seconds()
+    return (
+        Move(start, TRAINING, FRAMEWORK_START) if start > 0 else
+        Move(-start, FRAMEWORK_START, TRAINING),
+        Move(end, after, TRAINING) if end > 0 else Move(-end, TRAINING, after),
+    )  # fmt: skip
+
+
+def retimed_at_the_end(
+    status: JobStatus, span: TrainedSpan | None, unready_since: datetime | None, now: datetime
+) -> tuple[Move, ...]:
+    """The last attempt, seen finished at `now` (its training counted until then): trained
+    as its trainer timed it (its termination message's `span`), else until its rank 0 pod
+    turned not Ready (the trainer took its mark back after its last step)."""
+    stepped = parse_iso(status.attempt_first_step_time) if status.attempt_first_step_time else None
+    started = parse_iso(status.attempt_creation_time) if status.attempt_creation_time else None
+    if span is not None and started is not None and started <= span.first and span.last <= now:
+        return retimed(span, stepped, now, STOPPING)
+    if stepped is not None and unready_since is not None:
+        return (Move((now - max(unready_since, stepped)).total_seconds(), TRAINING, STOPPING),)
+    return ()
+
+
+def retimed_at_recovery(
+    status: JobStatus, span: TrainedSpan | None, now: datetime
+) -> tuple[Move, ...]:
+    """The attempt that ended (status.lastEnd), trained as its trainer timed it (the progress
+    record's `span`, of that attempt), as the gang that replaces it is created at `now`: its
+    training was counted from its pod's Ready transition until the end was detected, and the
+    time since in the bucket the job is in (a recovery's pod start, or waiting)."""
+    end, records = status.last_end, status.recoveries
+    if span is None or end is None or span.attempt != end.attempt or not records:
+        return ()
+    if records[-1].attempt != end.attempt + 1 or not records[-1].detected_at:
+        return ()
+    detected = parse_iso(records[-1].detected_at)
+    since = parse_iso(status.goodput["since"]) if status.goodput else None
+    if (since is not None and span.first < since) or span.last > now:
+        return ()  # not this job's attempt, or a clock that is not the operator's
+    trained_since = parse_iso(end.trained_since) if end.trained_since else None
+    return retimed(span, trained_since, detected, bucket_of(status) or POD_START)
+
+
 def brought_up_to_date(
     before: JobStatus,
     after: JobStatus,
@@ -160,21 +256,20 @@ def brought_up_to_date(
     now: datetime,
     lost: tuple[int, float | None] | None,
     steps_seen: bool,
-    trained_until: datetime | None = None,
+    moves: tuple[Move, ...] = (),
 ) -> dict[str, Any]:
     """What status.goodput becomes at `now`, the pass having turned `before` into `after`,
-    with the (steps, seconds) a new gang `lost`. A first step the pass learned of ends the
-    framework start when it happened (the pod's Ready transition), not at the pass; so does
-    the last step of a job that the pass sees finished (`trained_until`) end its training."""
+    with the (steps, seconds) a new gang `lost` and the `moves` that retime an attempt. A
+    first step the pass learned of ends the framework start when it happened (the pod's Ready
+    transition), not at the pass."""
     figures = replace(stored(before, created, now), steps_seen=steps_seen)
     bucket = bucket_of(before, steps_seen)
     stepped = after.attempt_first_step_time
     if stepped and stepped != before.attempt_first_step_time:
         at = min(max(parse_iso(stepped), figures.as_of), now)
         figures = figures.advanced(bucket, at).advanced(TRAINING, now)
-    elif bucket == TRAINING and trained_until is not None and after.phase in TERMINAL_PHASES:
-        at = min(max(trained_until, figures.as_of), now)
-        figures = figures.advanced(TRAINING, at).advanced(STOPPING, now)
     else:
         figures = figures.advanced(bucket, now)
+    for move in moves:
+        figures = figures.moved(move)
     return (figures.with_lost(*lost) if lost else figures).to_dict()

@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from rljob_contract import untrusted
+
 from .. import constants as c
 from ..api.spec import JobSpec
 from ..checkpoints.errors import CheckpointInputError
@@ -25,6 +27,7 @@ from ..checkpoints.progress import read_progress
 from ..launcher.identity import JobRef
 from ..launcher.inspector import desired_inspector, inspector_name
 from ..launcher.pods import ResumeTarget
+from .goodput import TrainedSpan
 from .plan import LookupResult
 from .priority_boost import Saved
 from .startup import explicit_resume
@@ -58,6 +61,18 @@ def parse_volume_map(text: str) -> dict[str, Path]:
     return mapping
 
 
+def _trained(report: dict[str, Any]) -> TrainedSpan | None:
+    """The progress record's attempt and its steps' span, where the report holds an attempt
+    and two ordered positive numbers (an inspector pod's output is read as it comes)."""
+    attempt, span = report.get("progress_attempt"), report.get("progress_trained")
+    if not isinstance(attempt, int) or isinstance(attempt, bool):
+        return None
+    if not isinstance(span, list) or len(span) != 2:
+        return None
+    first, last = (untrusted.positive_number(t) for t in span)
+    return TrainedSpan.of(attempt, (first, last)) if first and last and first <= last else None
+
+
 def result_from_report(spec: JobSpec, report: dict[str, Any]) -> LookupResult:
     """Turn `rljob ckpt latest --json` output into a result (paths as the trainers see them)."""
     rejected = report.get("rejected") or []
@@ -67,6 +82,7 @@ def result_from_report(spec: JobSpec, report: dict[str, Any]) -> LookupResult:
     said = {
         "save_on_notice_unavailable": report.get("save_on_notice_unavailable"),
         "save_on_notice_late": report.get("save_on_notice_late"),
+        "trained": _trained(report),
     }
     if report.get("missing"):
         return LookupResult(None, None, f"{spec.checkpoint.path} does not exist yet")

@@ -8,7 +8,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION, progress
 from rljob_contract.request import parse_request
 
 from .. import constants as c
@@ -73,6 +73,9 @@ class Observed:
     unready_since: datetime | None = None
     # Running pods asked to save by a later time than `deadline`, or by none: asked again.
     asked_for_later: tuple[str, ...] = ()
+    # When rank 0's trainer finished its attempt's first and last step, as it timed them and
+    # said in its termination message when it finished (Unix time).
+    trained: tuple[float, float] | None = None
 
     @cached_property
     def disruptions(self) -> list[PodEnd]:
@@ -191,6 +194,7 @@ def observe(
         tuple(cut_short), tuple(unrequested), frozenset(ready),
         ready_since=_time(head.ready_since if head else None),
         unready_since=_time(head.unready_since if head else None),
+        trained=progress.parse_trained(head.termination_message) if head else None,
         stuck=stuck(active),
         stale_unended=tuple(sorted(stale_unended)),
         asked_for_later=asked_for_later(asked_by, deadline),

@@ -37,6 +37,7 @@ class LookupResult:
     save_on_notice_unavailable: str | None = None
     # Why its save on notice came later than rljob could make it, where the bridge said.
     save_on_notice_late: str | None = None
+    trained: goodput.TrainedSpan | None = None  # the progress record's attempt, as it timed it
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class Pass:
         self.plan = Plan(status=self.status)
         self.not_ready_tolerance: float = RestartPolicy().node_not_ready_tolerance_seconds
         self.lost: tuple[int, float | None] | None = None  # (steps, seconds) a new gang lost
-        self.trained_until: datetime | None = None  # a finished job's last step ended then
+        self.retiming: tuple[goodput.Move, ...] = ()  # an ended attempt's training, retimed
         self.old_gang_runs = False  # a pod of an ended attempt may still run
 
     def update(self, **changes: Any) -> None:
@@ -144,11 +145,11 @@ class Pass:
 
 def account(
     plan: Plan, snap: Snapshot, lost: tuple[int, float | None] | None = None,
-    trained_until: datetime | None = None,
+    retiming: tuple[goodput.Move, ...] = (),
 ) -> None:  # fmt: skip
     """Bring the plan's status.goodput up to date, only when the pass writes the status anyway;
-    `lost`: the (steps, seconds) a new gang lost; `trained_until`: when a job that finished
-    ended its last step."""
+    `lost`: the (steps, seconds) a new gang lost; `retiming`: the moves that put an ended
+    attempt's training where its trainer timed it."""
     before, job = snap.status, snap.job
     written = job.get("status") or {}  # as stored: what the pass's patch is made against
     if before.goodput is not None and plan.status.to_dict() == written and not lost:
@@ -158,5 +159,5 @@ def account(
     spec = snap.spec
     steps_seen = not isinstance(spec, SpecError) and framework(spec.framework).reports_steps
     figures = goodput.brought_up_to_date(before, plan.status, created, snap.now, lost, steps_seen,
-                                         trained_until)  # fmt: skip
+                                         retiming)  # fmt: skip
     plan.status = replace(plan.status, goodput=figures)

@@ -15,6 +15,7 @@ from ..api.reasons import EventType, Phase, Reason
 from ..api.spec import JobSpec, SpecError
 from ..api.status import LatestCheckpoint, ResumeFrom
 from ..api.timestamps import iso, parse_iso
+from ..frameworks import framework
 from ..launcher import gang, ray
 from ..launcher.identity import attempt_name
 from ..launcher.pods import (
@@ -26,6 +27,7 @@ from ..launcher.pods import (
     desired_secret,
     desired_service,
 )
+from .goodput import retimed_at_recovery
 from .lookup_backoff import lookup_backing_off, lookup_failed, lookup_succeeded
 from .lookup_wait import lookup_answered, lookup_pending
 from .plan import LookupPending, LookupResult, Pass
@@ -161,6 +163,8 @@ def _create_gang(
         latest = LatestCheckpoint(resume.step, resume.path, spec.checkpoint.layout, iso(p.now))
         p.update(latest_checkpoint=latest)
     recoveries, p.lost = record_gang_creation(status.recoveries, attempt, resume, lookup, p.now)
+    if lookup and framework(spec.framework).reports_steps:  # its framework start was counted
+        p.retiming = retimed_at_recovery(p.snap.status, lookup.trained, p.now)
     p.update(recoveries=recoveries)
     if p.lost and p.lost[0] and lookup and lookup.last_finished_step is not None:
         where += (f"; lost steps: {p.lost[0]} (the last finished step was "

@@ -7,10 +7,13 @@ import subprocess
 import sys
 
 import pytest
+from builders import make_job
 from ckpt_trees import build_dcp, build_rljob, build_rljob_megatron, snapshot, write_text
 from rljob_contract import progress
 from rljob_contract.progress import PROGRESS_FILE_NAME
+from rljob_operator.api.spec import parse_spec
 from rljob_operator.cli import main
+from rljob_operator.reconcile.lookup import result_from_report
 
 LATEST_KEYS = {
     "progress_step",
@@ -18,6 +21,8 @@ LATEST_KEYS = {
     "progress_save_seconds",
     "save_on_notice_unavailable",
     "save_on_notice_late",
+    "progress_attempt",
+    "progress_trained",
     "found",
     "step",
     "path",
@@ -268,3 +273,37 @@ def test_latest_skips_each_torn_or_corrupt_rljob_megatron_save_saying_how_far_it
     assert list(rejected) == list(MEGATRON_SAVES)
     for step, (_, verdict, words) in MEGATRON_SAVES.items():
         assert rejected[step][0] == verdict and words in rejected[step][1], rejected[step]
+
+
+TIMED = {
+    progress.ATTEMPT: 2,
+    progress.FIRST_STEP_UNIX_TIME: 10.5,
+    progress.LAST_STEP_UNIX_TIME: 99.25,
+}
+
+
+@pytest.mark.parametrize(
+    ("fields", "attempt", "trained"),
+    [
+        (TIMED, 2, [10.5, 99.25]),
+        ({**TIMED, progress.LAST_STEP_UNIX_TIME: 10.0}, 2, None),  # out of order
+        ({progress.ATTEMPT: True, progress.FIRST_STEP_UNIX_TIME: "10"}, None, None),
+        ({}, None, None),  # an older trainer timed nothing
+    ],
+)
+def test_latest_json_reports_the_attempt_and_when_it_trained_and_the_operator_reads_it(
+    tmp_path, capsys, fields, attempt, trained
+):
+    build_rljob(tmp_path, 150)
+    write_text(tmp_path / "progress.json", json.dumps({progress.STEP: 151, **fields}))
+
+    _, out, _ = run(capsys, "latest", tmp_path, "--json")
+
+    answer = json.loads(out)
+    assert (answer["progress_attempt"], answer["progress_trained"]) == (attempt, trained)
+    spec = parse_spec(make_job()["spec"])
+    span = result_from_report(spec, answer).trained
+    if trained is None:
+        assert span is None
+    else:
+        assert (span.attempt, span.first.timestamp(), span.last.timestamp()) == (2, 10.5, 99.25)

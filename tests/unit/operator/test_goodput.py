@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from builders import NOW, make_job, make_pod
 from passes import decide, fail, with_status
+from rljob_contract import progress
 from rljob_operator.api.reasons import Phase
 from rljob_operator.api.status import JobStatus
 from rljob_operator.api.timestamps import iso, parse_iso
@@ -305,3 +306,91 @@ def test_the_gauges_extend_each_jobs_figures_to_the_scrape():
     buckets = {s.labels["bucket"]: s.value for s in families["rljob_job_seconds"].samples}
     assert buckets["training"] > 93 and buckets["podStart"] == 22.0
     assert buckets["frameworkStart"] == 14.0 and buckets["productive"] == buckets["training"]
+
+
+def unix(seconds: float) -> float:
+    return at(seconds).timestamp()
+
+
+def through_a_preemption_the_trainer_outlived(span=None):
+    """Created at 0, gang at 2, Running at 12, Ready at 20 (its trainer timed the first step
+    at 19.4), preempted at 112 (seen then); it finished its step on notice at 113.7; the new
+    gang created at 114 from a look that read the ended attempt's progress record."""
+    job = created_at(0)
+    job = with_status(job, decide(job, [], NODES, at(2)).status)
+    job = with_status(job, decide(job, pods_of(job), NODES, at(12)).status)
+    job = with_status(job, decide(job, stepped(job, since=20), NODES, at(22)).status)
+    preempted = stepped(job, since=20, disruption="PreemptionByScheduler")
+    job = with_status(job, decide(job, preempted, NODES, at(112)).status)
+    lookup = LookupResult(ResumeTarget("/checkpoints/global_step_31", 31), 31, trained=span)
+    return with_status(job, decide(job, [], NODES, at(114), lookup).status)
+
+
+def test_a_recovery_retimes_the_ended_attempt_to_the_steps_its_trainer_timed():
+    """The step saved on notice, finished after the end was seen, is training, not pod start;
+    the first step is where the trainer timed it, not the probe's second."""
+    span = goodput.TrainedSpan.of(0, (unix(19.4), unix(113.7)))
+    job = through_a_preemption_the_trainer_outlived(span)
+
+    figures = job["status"]["goodput"]
+    assert figures["trainingSeconds"] == 94.3  # 113.7 - 19.4
+    assert figures["frameworkStartSeconds"] == 7.4  # 12 -> 19.4
+    assert figures["podStartSeconds"] == 10.3  # 2 -> 12, and 113.7 -> 114
+    assert job["status"]["lastEnd"]["trainedSince"].startswith(iso(at(20))[:-1])
+    buckets = sum(figures[f"{b}Seconds"] for b in goodput.BUCKETS)
+    assert abs(buckets - figures["wallSeconds"]) < 0.2
+
+
+def test_a_progress_record_of_another_attempt_retimes_nothing():
+    without = through_a_preemption_the_trainer_outlived()["status"]["goodput"]
+    for attempt in (None, 1):
+        span = goodput.TrainedSpan.of(attempt, (unix(19.4), unix(113.7)))
+        figures = through_a_preemption_the_trainer_outlived(span)["status"]["goodput"]
+        assert figures == without
+    assert without["trainingSeconds"] == 92.0  # Ready at 20 -> seen ended at 112
+
+
+def test_a_finished_job_is_retimed_by_its_trainers_termination_message():
+    job = started_running_since(0)
+    ended = stepped(job, phase="Succeeded", exit_code=0)
+    said = progress.trained_line(unix(0.6), unix(250.4))
+    ended[0]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = said
+
+    job = with_status(job, decide(job, ended, NODES, at(256)).status)
+
+    figures = job["status"]["goodput"]
+    assert job["status"]["phase"] == Phase.SUCCEEDED
+    assert (figures["trainingSeconds"], figures["stoppingSeconds"]) == (249.8, 5.6)
+    assert figures["frameworkStartSeconds"] == 0.6
+
+
+def test_a_termination_message_out_of_the_attempts_time_is_not_believed():
+    """A span before the attempt's gang, or after the pass, is another clock's: the Ready
+    times stand."""
+    job = started_running_since(0)
+    for first, last in ((-30.0, 250.4), (0.6, 900.0)):
+        ended = stepped(job, phase="Succeeded", exit_code=0)
+        message = progress.trained_line(unix(first), unix(last))
+        ended[0]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+        figures = decide(job, ended, NODES, at(256)).status.goodput
+        assert (figures["trainingSeconds"], figures["stoppingSeconds"]) == (256.0, 0.0)
+
+
+def test_the_trained_line_reads_back_and_a_garbled_one_is_none():
+    line = progress.trained_line(1765000123.4121, 1765000811.9)
+    assert progress.parse_trained(f"some words\n{line}\n") == (1765000123.412, 1765000811.9)
+    assert progress.parse_trained("rljob: trained from 20 to 10") is None  # out of order
+    assert progress.parse_trained("rljob: trained from x to 10") is None
+    assert progress.parse_trained("") is None
+
+
+def test_the_step_clock_holds_the_first_and_the_latest_step():
+    clock = progress.StepClock()
+    assert clock.span is None and clock.fields() == {}
+    clock.stepped()
+    first = clock.first
+    clock.stepped()
+    assert clock.span == (first, clock.last) and clock.last >= first
+    record = progress.progress_record(3, 1, progress.RUNNING, clock=clock)
+    assert record[progress.FIRST_STEP_UNIX_TIME] == first
+    assert record[progress.LAST_STEP_UNIX_TIME] == clock.last

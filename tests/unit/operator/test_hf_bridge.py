@@ -54,6 +54,12 @@ def test_a_step_end_without_notice_reports_the_step_and_changes_nothing(run):
     assert not control.should_save and not control.should_training_stop
     written = record(run.record)
     assert (written["step"], written["status"], written["attempt"]) == (5, progress.RUNNING, 2)
+    first = written[progress.FIRST_STEP_UNIX_TIME]
+    assert written[progress.LAST_STEP_UNIX_TIME] == first  # the attempt's one step so far
+    run.state.global_step = 6
+    run.callback.on_step_end(ARGS, run.state, TrainerControl())
+    written = record(run.record)
+    assert written[progress.FIRST_STEP_UNIX_TIME] == first < written[progress.LAST_STEP_UNIX_TIME]
 
 
 def test_a_request_saves_the_step_that_just_ended_then_exits_75_once_it_is_saved(run):

@@ -414,6 +414,13 @@ def test_the_driver_run_through_the_bridge_stops_after_rlinfs_save_with_75(
     assert written[progress.STATUS] == (
         progress.CHECKPOINTED_ON_REQUEST if notice else progress.RUNNING
     )
+    first, last = written[progress.FIRST_STEP_UNIX_TIME], written[progress.LAST_STEP_UNIX_TIME]
+    assert first <= last if notice else first < last  # one step, or twenty
+    seen = ray_node.bridge_report(str(tmp_path / "ckpt"), "2")
+    assert progress.parse_trained(ray_node.trained_message(seen)) == (
+        pytest.approx(first, abs=1e-3), pytest.approx(last, abs=1e-3),
+    )  # fmt: skip
+    assert ray_node.trained_message(ray_node.bridge_report(str(tmp_path / "ckpt"), "3")) is None
 
 
 # --------------------------------------------------------------------------- the head
