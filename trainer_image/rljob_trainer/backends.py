@@ -8,6 +8,7 @@ constructor (through `Trainer.set_up_state` for what every backend keeps alike) 
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 
 import torch.distributed as dist
@@ -15,6 +16,8 @@ import torch.distributed as dist
 from rljob_trainer.config import TrainerConfig
 from rljob_trainer.faults import Faults
 from rljob_trainer.train import Trainer, init_distributed
+
+log = logging.getLogger(__name__)
 
 BACKENDS: dict[str, str] = {
     "fsdp": "rljob_trainer.fsdp.trainer:FsdpTrainer",
@@ -28,10 +31,18 @@ def backend(name: str) -> type[Trainer]:
 
 
 def run(cfg: TrainerConfig) -> int:
-    """Train with the configured backend in this process's group; the process's exit code."""
+    """Train with the configured backend in this process's group; the process's exit code.
+
+    The start's phases are logged as they end ("startup: ..."; the checkpoint's load is the
+    "resumed from" line), so that where a start's time goes can be read from any run's log
+    (benchmarks/first_step.py)."""
     trainer_class = backend(cfg.runner.backend)
+    log.info("startup: imports done (torch, the %s backend)", cfg.runner.backend)
     env = init_distributed(cfg.runner.device)
+    log.info("startup: process group up (%d ranks)", env.world_size)
     try:
-        return trainer_class(cfg, env, Faults.from_env()).train()
+        trainer = trainer_class(cfg, env, Faults.from_env())
+        log.info("startup: model and optimizer built")
+        return trainer.train()
     finally:
         dist.destroy_process_group()
