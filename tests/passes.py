@@ -12,7 +12,8 @@ from rljob_operator.api.spec import parse_spec
 from rljob_operator.api.status import JobStatus
 from rljob_operator.reconcile import decide as decide_module
 from rljob_operator.reconcile import run
-from rljob_operator.reconcile.boost_decision import decide_boost
+from rljob_operator.reconcile.boost.decide import decide_boost
+from rljob_operator.reconcile.boost.gate import observe_boost
 from rljob_operator.reconcile.lookup import CheckpointFinder, Inspection
 from rljob_operator.reconcile.plan import LookupPending, LookupResult, Plan
 from rljob_operator.reconcile.settings import Settings
@@ -60,7 +61,7 @@ def plan_boost_write(
     administrator's (Settings.min_boost_interval_seconds, .min_gpu_seconds_per_point)."""
     settings = Settings(max_priority_boost=limit, **floors)
     snap = take_snapshot(with_status(job, plan.status), pods or [], {}, now, settings=settings)
-    snap = replace(snap, boost=run.observe_boost(cache, finder, snap))
+    snap = replace(snap, boost=observe_boost(cache, finder, snap))
     decide_boost(plan, snap)
 
 

@@ -503,10 +503,11 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     from rljob_operator.api.status import JobStatus
     from rljob_operator.api.timestamps import iso
     from rljob_operator.kube import API_REQUESTS, CountingApiClient, Kube
-    from rljob_operator.reconcile import act, run
-    from rljob_operator.reconcile.boost_decision import decide_boost
+    from rljob_operator.reconcile import act
+    from rljob_operator.reconcile.boost.decide import decide_boost
+    from rljob_operator.reconcile.boost.gate import observe_boost
+    from rljob_operator.reconcile.boost.pricing import Saved
     from rljob_operator.reconcile.plan import Plan
-    from rljob_operator.reconcile.priority_boost import Saved
     from rljob_operator.reconcile.settings import Settings
     from rljob_operator.reconcile.snapshot import take_snapshot
     from rljob_operator.runtime.cache import ClusterCache
@@ -548,7 +549,7 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
         snap = take_snapshot(
             job, [pod], {}, datetime.now(UTC), settings=Settings(max_priority_boost=50)
         )
-        snap = replace(snap, boost=run.observe_boost(cache, Folder(), snap))
+        snap = replace(snap, boost=observe_boost(cache, Folder(), snap))
         plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
         decide_boost(plan, snap)
         job["status"] = json_copy(
@@ -629,7 +630,7 @@ class UnsavedHour:
     """The job's checkpoint folder: nothing saved for an hour."""
 
     def saved(self, spec):
-        from rljob_operator.reconcile.priority_boost import Saved
+        from rljob_operator.reconcile.boost.pricing import Saved
 
         return Saved(1, datetime.now(UTC) - timedelta(hours=1))
 

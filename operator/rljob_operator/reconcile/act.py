@@ -25,9 +25,9 @@ from ..api.status import BoostBasis, JobStatus
 from ..kube import Kube, KubeError, at_once
 from ..runtime.cache import ClusterCache, controller_uid
 from ..runtime.events import PostEvent
+from .boost.memory import Refusal
 from .plan import Plan
 from .pod_cleanup import holds_our_finalizer
-from .priority_boost import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def _annotate_workload(
     annotations: dict[str, str], basis: BoostBasis,
 ) -> None:  # fmt: skip
     """Write the priority boost. Advisory: a refusal (no RBAC for it, Kueue's webhook) is
-    kept for the job's back-off and condition (reconcile.priority_boost), and the pass goes on.
+    kept for the job's back-off and condition (reconcile.boost.memory), and the pass goes on.
     A write the API server took keeps its basis, which the next pass records in the job's
     status: the status never claims a boost that is not on the Workload."""
     try:

@@ -30,15 +30,14 @@ from ..launcher.inspector import inspector_name
 from ..runtime.cache import ClusterCache, JobView, Key
 from ..runtime.events import PostEvent
 from .act import ForeignChild, apply
-from .boost_guards import not_owned
+from .boost.gate import observe_boost
 from .decide import decide, fail
 from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .observe import inspector_stuck
 from .plan import LookupPending, LookupResult, Plan
 from .pod_cleanup import holds_our_finalizer
-from .priority_boost import SavedRead, floored, wants_boost
 from .settings import DEFAULT_SETTINGS, Settings
-from .snapshot import BoostFacts, Snapshot, checked_spec, job_ref, take_snapshot
+from .snapshot import Snapshot, checked_spec, job_ref, take_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -139,38 +138,6 @@ class Reconciler:
             if node is not None:
                 self.cache.on_node(None, node)
         return nodes
-
-
-def observe_boost(
-    cache: ClusterCache, finder: CheckpointFinder, snap: Snapshot
-) -> BoostFacts | None:
-    """What the boost of a job that wants one reads. The checkpoint folder is read only where
-    a write could follow (the operator allows boosts, no refusal waits out its back-off, the
-    attempt's Workload is there and the attempt's pods own it) and the last read is older
-    than the policy's interval (at least the operator's floor) or of another attempt; the
-    read is kept in the cache."""
-    spec, ref = snap.spec, snap.ref
-    if isinstance(spec, SpecError) or not wants_boost(spec, snap.queue, snap.status):
-        return None
-    attempt = snap.status.attempt
-    workload = cache.kueue_workload(ref.namespace, attempt_name(ref.name, attempt))
-    refusal = cache.boost_refusal(ref.namespace, ref.name)
-    read = cache.saved_read(ref.namespace, ref.name)
-    policy = floored(spec.queueing.priority_boost, snap.settings)
-    writable = (
-        snap.settings.max_priority_boost > 0
-        and (refusal is None or refusal.retry_at() <= snap.now)
-        and workload is not None
-        and not_owned(workload, snap.trainers, attempt) is None
-    )
-    if writable and (read is None or not read.fresh(attempt, snap.now, policy)):
-        saved = finder.saved(spec)
-        read = SavedRead(attempt, snap.now, saved) if saved is not None else None
-        if read is not None:
-            cache.keep_saved_read(ref.namespace, ref.name, read)
-    return BoostFacts(attempt, workload, cache.priority_classes(), refusal,
-                      read if writable else None, cache.priority_classes_unknown(),
-                      cache.taken_boost(ref.namespace, ref.name))  # fmt: skip
 
 
 MAX_LOOKUPS_PER_PASS = 3  # a bad checkpoint asks for one more look

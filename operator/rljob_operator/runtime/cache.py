@@ -25,7 +25,7 @@ from ..preemption.nodes import NodeTermination, node_ready_condition, node_termi
 from ..queueing import Admission
 
 if TYPE_CHECKING:
-    from ..reconcile.priority_boost import Refusal, SavedRead
+    from ..reconcile.boost.memory import Refusal, SavedRead
 # What the cache keeps of a Kueue Workload's spec: its priority and where it comes from.
 PRIORITY_FIELDS = ("priority", "priorityClassRef", "priorityClassSource", "priorityClassName")
 

@@ -1,7 +1,7 @@
-"""Kueue's priority boost from the work at risk: the pure policy (reconcile.priority_boost),
-its guards (reconcile.boost_guards: below the next class up, on the job's own Workload only),
-what a pass reads for it (reconcile.run.observe_boost: the cache, the checkpoint folder once
-an interval) and its plan of the write (reconcile.boost_decision)."""
+"""Kueue's priority boost from the work at risk (reconcile.boost): the pure policy (pricing,
+bounds, writes), its guards (guards: below the next class up, on the job's own Workload only),
+what a pass reads for it (gate.observe_boost: the cache, the checkpoint folder once an
+interval) and its plan of the write (decide)."""
 
 from __future__ import annotations
 
@@ -16,21 +16,23 @@ from rljob_operator.api.reasons import EndKind, Phase
 from rljob_operator.api.spec import PriorityBoostSpec, SpecError, parse_spec
 from rljob_operator.api.status import JobStatus, Recovery
 from rljob_operator.api.timestamps import iso, iso_precise
-from rljob_operator.reconcile.boost_guards import Ceiling, ceiling, class_group, not_owned
-from rljob_operator.reconcile.plan import Plan
-from rljob_operator.reconcile.priority_boost import (
+from rljob_operator.reconcile.boost.guards import Ceiling, ceiling, class_group, not_owned
+from rljob_operator.reconcile.boost.memory import Refusal
+from rljob_operator.reconcile.boost.pricing import (
     AtRisk,
-    Refusal,
     Saved,
-    Written,
-    annotation_value,
     boost_for,
     gang_gpus,
-    next_write,
-    parse_written,
     restart_seconds,
     saves_on_notice,
 )
+from rljob_operator.reconcile.boost.writes import (
+    Written,
+    annotation_value,
+    next_write,
+    parse_written,
+)
+from rljob_operator.reconcile.plan import Plan
 from rljob_operator.runtime.cache import ClusterCache
 
 POLICY = PriorityBoostSpec(enabled=True, max_boost=100, gpu_seconds_per_point=3600,
