@@ -26,7 +26,7 @@ from ..snapshot import Snapshot
 from .bounds import floored
 from .facts import BoostFacts
 from .guards import not_owned
-from .memory import Refusal, SavedRead
+from .memory import BoostMemory, Refusal, SavedRead
 from .pricing import Saved
 
 
@@ -74,18 +74,20 @@ class FolderReader(Protocol):
     def saved(self, spec: JobSpec) -> Saved | None: ...
 
 
-def observe_boost(cache: ClusterCache, finder: FolderReader, snap: Snapshot) -> BoostFacts | None:
+def observe_boost(
+    cache: ClusterCache, memory: BoostMemory, finder: FolderReader, snap: Snapshot
+) -> BoostFacts | None:
     """What the boost of a job that wants one reads; None for any other job. The checkpoint
     folder is read only through an open gate, where the last read is older than the policy's
     interval (at least the operator's floor) or of another attempt; the read is kept in the
-    cache."""
+    boost's memory."""
     spec, ref = snap.spec, snap.ref
     if not wants_boost(spec, snap.queue, snap.status):
         return None
     attempt = snap.status.attempt
     workload = cache.kueue_workload(ref.namespace, attempt_name(ref.name, attempt))
-    refusal = cache.boost_refusal(ref.namespace, ref.name)
-    read = cache.saved_read(ref.namespace, ref.name)
+    kept = memory.recall(ref)
+    refusal, read = kept.refusal, kept.read
     policy = floored(spec.queueing.priority_boost, snap.settings)
     foreign = None if workload is None else not_owned(workload, snap.trainers, attempt)
     writable = closed_by(snap.settings, refusal, workload, foreign, snap.now) is None
@@ -93,7 +95,7 @@ def observe_boost(cache: ClusterCache, finder: FolderReader, snap: Snapshot) -> 
         saved = finder.saved(spec)
         read = SavedRead(attempt, snap.now, saved) if saved is not None else None
         if read is not None:
-            cache.keep_saved_read(ref.namespace, ref.name, read)
+            memory.keep_read(ref, read)
     return BoostFacts(attempt, workload, cache.priority_classes(), refusal,
                       read if writable else None, cache.priority_classes_unknown(),
-                      cache.taken_boost(ref.namespace, ref.name))  # fmt: skip
+                      kept.accepted)  # fmt: skip
