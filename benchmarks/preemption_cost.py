@@ -44,7 +44,7 @@ seconds), which break its ties (the most recently admitted first), order the job
 every queue. The state each queue meets thus follows every queue's choices, the same for
 all; each queue is charged only for its own victims.
 
-The loss, the measure the operator's boost is computed from (reconcile.priority_boost,
+The loss, the measure the operator's boost is computed from (reconcile.boost.pricing,
 AtRisk): each victim's gang GPUs x the work a preemption now loses (0 where its step and save
 fit the grace, at most one step where only the save fits, else all its unsaved steps x its
 step time). Restart seconds count 0 here: a restart on kwok nodes takes seconds, not a real
@@ -81,7 +81,7 @@ from rljob_contract.manifest import write_manifest  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.api.spec import PriorityBoostSpec  # noqa: E402
 from rljob_operator.api.status import JobStatus  # noqa: E402
-from rljob_operator.reconcile.priority_boost import AtRisk, boost_for, restart_seconds  # noqa: E402
+from rljob_operator.reconcile.boost.pricing import AtRisk, boost_for, restart_seconds  # noqa: E402
 from rljob_testenv import kueue as testenv_kueue  # noqa: E402
 from rljob_testenv.operator_process import OperatorProcess  # noqa: E402
 

@@ -12,7 +12,9 @@ from rljob_operator.api.spec import parse_spec
 from rljob_operator.api.status import JobStatus
 from rljob_operator.reconcile import decide as decide_module
 from rljob_operator.reconcile import run
-from rljob_operator.reconcile.boost_decision import decide_boost
+from rljob_operator.reconcile.boost.decide import decide_boost
+from rljob_operator.reconcile.boost.gate import observe_boost
+from rljob_operator.reconcile.boost.memory import BoostMemory
 from rljob_operator.reconcile.lookup import CheckpointFinder, Inspection
 from rljob_operator.reconcile.plan import LookupPending, LookupResult, Plan
 from rljob_operator.reconcile.settings import Settings
@@ -51,16 +53,17 @@ def plan_pass(
 
 def plan_boost_write(
     plan: Plan, job: dict[str, Any], finder: CheckpointFinder, cache: ClusterCache,
-    now: datetime, limit: int = 100, pods: list[dict[str, Any]] | None = None,
-    **floors: int,
+    memory: BoostMemory, now: datetime, limit: int = 100,
+    pods: list[dict[str, Any]] | None = None, **floors: int,
 ) -> None:  # fmt: skip
     """The boost's part of a pass whose status is `plan`'s, as the pass observes it (the
-    cache, the checkpoint folder through `finder`) and decides it. `limit`: the
-    administrator's largest boost (--max-priority-boost); `pods`: the job's; `floors`: the
-    administrator's (Settings.min_boost_interval_seconds, .min_gpu_seconds_per_point)."""
+    cache, what earlier passes kept in the boost's `memory`, the checkpoint folder through
+    `finder`) and decides it. `limit`: the administrator's largest boost
+    (--max-priority-boost); `pods`: the job's; `floors`: the administrator's
+    (Settings.min_boost_interval_seconds, .min_gpu_seconds_per_point)."""
     settings = Settings(max_priority_boost=limit, **floors)
     snap = take_snapshot(with_status(job, plan.status), pods or [], {}, now, settings=settings)
-    snap = replace(snap, boost=run.observe_boost(cache, finder, snap))
+    snap = replace(snap, boost=observe_boost(cache, memory, finder, snap))
     decide_boost(plan, snap)
 
 

@@ -171,7 +171,7 @@ async def workload_priority_class_changed(
     type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
 ) -> None:
     """Kueue's WorkloadPriorityClasses, for the boost's ceiling below the next class up
-    (reconcile.boost_guards). Where Kueue is not installed, kopf serves this once its CRD
+    (reconcile.boost.guards). Where Kueue is not installed, kopf serves this once its CRD
     appears."""
     memo.controller.priority_class_event(c.KUEUE_GROUP, type, event["object"])
 
@@ -181,5 +181,5 @@ async def priority_class_changed(
     type: str | None, event: dict[str, Any], memo: kopf.Memo, **_: Any
 ) -> None:
     """The pods' PriorityClasses, for the boost's ceiling of a Workload whose priority comes
-    from them (reconcile.boost_guards)."""
+    from them (reconcile.boost.guards)."""
     memo.controller.priority_class_event(c.POD_PRIORITY_GROUP, type, event["object"])

@@ -503,12 +503,14 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     from rljob_operator.api.status import JobStatus
     from rljob_operator.api.timestamps import iso
     from rljob_operator.kube import API_REQUESTS, CountingApiClient, Kube
-    from rljob_operator.reconcile import act, run
-    from rljob_operator.reconcile.boost_decision import decide_boost
+    from rljob_operator.reconcile import act
+    from rljob_operator.reconcile.boost.decide import decide_boost
+    from rljob_operator.reconcile.boost.gate import observe_boost
+    from rljob_operator.reconcile.boost.memory import BoostMemory
+    from rljob_operator.reconcile.boost.pricing import Saved
     from rljob_operator.reconcile.plan import Plan
-    from rljob_operator.reconcile.priority_boost import Saved
     from rljob_operator.reconcile.settings import Settings
-    from rljob_operator.reconcile.snapshot import take_snapshot
+    from rljob_operator.reconcile.snapshot import job_ref, take_snapshot
     from rljob_operator.runtime.cache import ClusterCache
 
     core.create_namespaced_service_account(
@@ -526,7 +528,7 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
         "status": {"attempt": 0, "phase": "Running", "conditions": [],
                    "attemptCreationTime": iso(datetime.now(UTC) - timedelta(hours=2))},
     }  # fmt: skip
-    cache = ClusterCache()
+    cache, memory = ClusterCache(), BoostMemory()
     for group in c.PRIORITY_CLASS_KINDS:  # as the operator's relist makes them: none here
         cache.replace_priority_classes(group, [], "")
     pod = {"metadata": {"namespace": namespace, "name": "grpo-a0-n0", "uid": "uid-grpo-a0-n0",
@@ -548,17 +550,17 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
         snap = take_snapshot(
             job, [pod], {}, datetime.now(UTC), settings=Settings(max_priority_boost=50)
         )
-        snap = replace(snap, boost=run.observe_boost(cache, Folder(), snap))
+        snap = replace(snap, boost=observe_boost(cache, memory, Folder(), snap))
         plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
         decide_boost(plan, snap)
         job["status"] = json_copy(
             plan.status.to_dict()
         )  # as if stored: this pass's one request is the boost's
-        act.apply(kube, cache, job, plan, lambda *event: None)
+        act.apply(kube, cache, memory, job, plan, lambda *event: None)
         plans.append(plan)
     assert plans[0].annotate_workload is not None  # the first pass tried
     assert patches._value.get() - before == 1  # and only the first
-    refusal = cache.boost_refusal(namespace, "grpo")
+    refusal = memory.recall(job_ref(job)).refusal
     assert refusal is not None and refusal.count == 1 and "403" in refusal.why
     condition = next(x for x in plans[-1].status.conditions if x["type"] == "PriorityBoost")
     assert (condition["status"], condition["reason"]) == ("False", "BoostWriteRefused")
@@ -629,7 +631,7 @@ class UnsavedHour:
     """The job's checkpoint folder: nothing saved for an hour."""
 
     def saved(self, spec):
-        from rljob_operator.reconcile.priority_boost import Saved
+        from rljob_operator.reconcile.boost.pricing import Saved
 
         return Saved(1, datetime.now(UTC) - timedelta(hours=1))
 
@@ -644,13 +646,14 @@ def test_a_boost_the_api_server_refuses_is_never_claimed_by_the_jobs_status(
     import passes
     from rljob_operator.kube import API_REQUESTS
     from rljob_operator.reconcile import act
+    from rljob_operator.reconcile.boost.memory import BoostMemory
     from rljob_operator.reconcile.plan import Plan
     from rljob_operator.runtime.cache import ClusterCache
 
     status_only = client.V1PolicyRule(api_groups=[c.GROUP], resources=[f"{c.PLURAL}/status"],
                                       verbs=["patch"])  # fmt: skip
     kube = kube_as(cluster_name, api_client, namespace, "status-only", tmp_path, [status_only])
-    cache = ClusterCache()
+    cache, memory = ClusterCache(), BoostMemory()
     cache.on_job(None, boosted_job_in_cluster(api_client, namespace))
     for group in c.PRIORITY_CLASS_KINDS:  # as the operator's relist makes them: none here
         cache.replace_priority_classes(group, [], "")
@@ -662,9 +665,9 @@ def test_a_boost_the_api_server_refuses_is_never_claimed_by_the_jobs_status(
     for _ in range(3):  # the pass that writes, the one right after it, and one more
         job = cache.view(namespace, "grpo").job
         plan = Plan(status=JobStatus.from_dict(json_copy(job.get("status"))))
-        passes.plan_boost_write(plan, job, UnsavedHour(), cache, datetime.now(UTC), limit=50,
-                                pods=[pod])  # fmt: skip
-        act.apply(kube, cache, job, plan, lambda *event: None)
+        passes.plan_boost_write(plan, job, UnsavedHour(), cache, memory, datetime.now(UTC),
+                                limit=50, pods=[pod])  # fmt: skip
+        act.apply(kube, cache, memory, job, plan, lambda *event: None)
 
     assert patches._value.get() - before == 1  # the first pass tried, and was refused
     stored = get_job(api_client, namespace, "grpo")["status"]
@@ -683,6 +686,7 @@ def test_an_operator_that_cannot_list_the_priority_classes_holds_the_boost_at_0_
     50 points gets none, and its condition says why."""
     import passes
     from rljob_operator.controller import Controller
+    from rljob_operator.reconcile.boost.memory import BoostMemory
     from rljob_operator.reconcile.lookup import CheckpointFinder
     from rljob_operator.reconcile.plan import Plan
 
@@ -716,8 +720,8 @@ def test_an_operator_that_cannot_list_the_priority_classes_holds_the_boost_at_0_
     cache.on_admission("ADDED", workload)
 
     plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
-    passes.plan_boost_write(plan, job, UnsavedHour(), cache, datetime.now(UTC), limit=50,
-                            pods=[pod])  # fmt: skip
+    passes.plan_boost_write(plan, job, UnsavedHour(), cache, BoostMemory(), datetime.now(UTC),
+                            limit=50, pods=[pod])  # fmt: skip
 
     assert plan.annotate_workload is None  # 0, and none on the Workload: nothing to write
     condition = next(x for x in plan.status.conditions if x["type"] == "PriorityBoost")

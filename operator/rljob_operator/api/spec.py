@@ -88,14 +88,14 @@ class RaySpec:
 
 
 # Kueue reads its priority-boost annotation as a 32-bit signed integer; rljob's boost stays
-# far inside it (see reconcile.priority_boost).
+# far inside it (see reconcile.boost.bounds).
 MAX_PRIORITY_BOOST = 1_000_000
 
 
 @dataclass(frozen=True)
 class PriorityBoostSpec:
     """spec.queueing.priorityBoost: rljob sets Kueue's priority boost of the running attempt
-    from the work it would lose if preempted now (reconcile.priority_boost)."""
+    from the work it would lose if preempted now (reconcile.boost)."""
 
     enabled: bool = False
     max_boost: int | None = None  # None: the operator's limit (--max-priority-boost)

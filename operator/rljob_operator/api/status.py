@@ -121,7 +121,7 @@ class Recovery(Record):
 @dataclass(frozen=True)
 class BoostBasis(Record):
     """status.priorityBoost: the last boost rljob wrote on the attempt's Workload, and what it
-    was computed from (reconcile.priority_boost)."""
+    was computed from (reconcile.boost.writes)."""
 
     boost: int
     at_risk_gpu_seconds: float

@@ -23,11 +23,13 @@ from rljob_contract.request import format_request
 from .. import constants as c
 from ..api.status import BoostBasis, JobStatus
 from ..kube import Kube, KubeError, at_once
+from ..launcher.identity import JobRef
 from ..runtime.cache import ClusterCache, controller_uid
 from ..runtime.events import PostEvent
+from .boost.memory import BoostMemory, Refusal
 from .plan import Plan
 from .pod_cleanup import holds_our_finalizer
-from .priority_boost import Refusal
+from .snapshot import job_ref
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,9 @@ def status_patch(old: dict[str, Any], new: JobStatus) -> dict[str, Any]:
 
 
 def apply(
-    kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan, tell: PostEvent
-) -> None:
+    kube: Kube, cache: ClusterCache, memory: BoostMemory, job: dict[str, Any], plan: Plan,
+    tell: PostEvent,
+) -> None:  # fmt: skip
     """Fence, create, record, then release, ask, delete and drop the old PodGroups, tell.
 
     A new gang is created before its creation is recorded, so a pass that dies
@@ -55,7 +58,8 @@ def apply(
     the old ones wait for their release. Requests that need none of each other go out
     together (`at_once`): the gang's pods, once what they name exists; the releases, requests
     and deletes. The pods and the job as the API server returns them go into the cache, so
-    that the next pass sees them before the watch brings them.
+    that the next pass sees them before the watch brings them; what became of a boost write
+    goes into the boost's `memory`.
     """
     meta = job["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -107,7 +111,7 @@ def apply(
         if pod:
             cache.on_pod(None, pod)
     if plan.annotate_workload:
-        _annotate_workload(kube, cache, name, namespace, *plan.annotate_workload)
+        _annotate_workload(kube, cache, memory, job_ref(job), *plan.annotate_workload)
     for event in plan.events:
         tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
@@ -194,22 +198,22 @@ def _checked_config_map(kube: Kube, wanted: dict[str, Any]) -> dict[str, Any]:
 
 
 def _annotate_workload(
-    kube: Kube, cache: ClusterCache, job: str, namespace: str, workload: str,
+    kube: Kube, cache: ClusterCache, memory: BoostMemory, job: JobRef, workload: str,
     annotations: dict[str, str], basis: BoostBasis,
 ) -> None:  # fmt: skip
     """Write the priority boost. Advisory: a refusal (no RBAC for it, Kueue's webhook) is
-    kept for the job's back-off and condition (reconcile.priority_boost), and the pass goes on.
+    kept for the job's back-off and condition (reconcile.boost.memory), and the pass goes on.
     A write the API server took keeps its basis, which the next pass records in the job's
     status: the status never claims a boost that is not on the Workload."""
     try:
-        stored = kube.annotate_kueue_workload(namespace, workload, annotations)
+        stored = kube.annotate_kueue_workload(job.namespace, workload, annotations)
     except KubeError as exc:
-        log.warning("%s/%s: cannot write Kueue's priority boost (%s)", namespace, workload, exc)
-        before = cache.boost_refusal(namespace, job)
+        log.warning("%s/%s: cannot write Kueue's priority boost (%s)", job.namespace, workload, exc)
+        before = memory.recall(job).refusal
         count = before.count + 1 if before else 1
-        cache.refuse_boost(namespace, job, Refusal(datetime.now(UTC), count, str(exc)))
+        memory.keep_refusal(job, Refusal(datetime.now(UTC), count, str(exc)))
         return
-    cache.refuse_boost(namespace, job, None)
+    memory.keep_refusal(job, None)
     if stored is not None:
         cache.on_admission(None, stored)
-        cache.boost_taken(namespace, job, basis)
+        memory.keep_accepted(job, basis)

@@ -16,7 +16,7 @@ look that fails, one that cannot start), recovery (the record of each new gang),
 suspicion (a checkpoint the trainer crashed on), progress (an attempt under way), stuck
 (pods that cannot be placed or started), finish (success, suspension, TTL), pod_cleanup
 (how deletions meet the pods), save_on_notice (whether a job that rljob's bridge saves can
-be saved on notice), boost_decision (Kueue's priority boost).
+be saved on notice), boost.decide (Kueue's priority boost).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..api.reasons import TERMINAL_PHASES, EventType, Phase, Reason
 from ..api.spec import SpecError
 from ..frameworks import framework
 from ..launcher.launchers import launcher_of
-from .boost_decision import decide_boost
+from .boost.decide import decide_boost
 from .failure import attempt_ended
 from .finish import finished, suspend
 from .goodput import TrainedSpan, retimed_at_the_end

@@ -27,9 +27,9 @@ from ..checkpoints.progress import read_progress
 from ..launcher.identity import JobRef
 from ..launcher.inspector import desired_inspector, inspector_name
 from ..launcher.pods import ResumeTarget
+from .boost.pricing import Saved
 from .goodput import TrainedSpan
 from .plan import LookupResult
-from .priority_boost import Saved
 from .startup import explicit_resume
 
 VOLUMES_ENV = "RLJOB_CHECKPOINT_VOLUMES"

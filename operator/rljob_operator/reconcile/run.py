@@ -9,7 +9,9 @@ checkpoint lookup a decision asks for (reconcile.lookup), after which the pass d
 a bounded number of times. `act` (reconcile.act.apply) alone writes.
 
 As controller-runtime's Reconcile(ctx, Request) reads one cache, the pass reads the cache the
-watches fill (runtime.cache) and calls the API server only to act.
+watches fill (runtime.cache) and calls the API server only to act. What passes keep for the
+ones after them (the checked specs, the boost's memory) is the Reconciler's own: the cache
+holds only what the watches deliver, and the operator's own writes ahead of them.
 """
 
 from __future__ import annotations
@@ -30,22 +32,24 @@ from ..launcher.inspector import inspector_name
 from ..runtime.cache import ClusterCache, JobView, Key
 from ..runtime.events import PostEvent
 from .act import ForeignChild, apply
-from .boost_guards import not_owned
+from .boost.gate import observe_boost
+from .boost.memory import BoostMemory
 from .decide import decide, fail
 from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .observe import inspector_stuck
 from .plan import LookupPending, LookupResult, Plan
 from .pod_cleanup import holds_our_finalizer
-from .priority_boost import SavedRead, floored, wants_boost
 from .settings import DEFAULT_SETTINGS, Settings
-from .snapshot import BoostFacts, Snapshot, checked_spec, job_ref, take_snapshot
+from .snapshot import Snapshot, checked_spec, job_ref, take_snapshot
 
 log = logging.getLogger(__name__)
 
 
 class Reconciler:
     """Runs passes; the caller never runs two passes of one job at once (the work queue hands
-    a key to one worker at a time). `settings` are the administrator's."""
+    a key to one worker at a time). `settings` are the administrator's. What a pass keeps for
+    the next (the checked specs, the boost's memory) is forgotten once a pass finds the job
+    gone or going."""
 
     def __init__(
         self, kube: Kube, cache: ClusterCache, finder: CheckpointFinder, tell: PostEvent,
@@ -55,6 +59,7 @@ class Reconciler:
         self.settings = settings
         # Each job's checked spec, with the uid and generation it was checked at.
         self._specs: dict[Key, tuple[str, int, JobSpec | SpecError]] = {}
+        self.boost_memory = BoostMemory()
 
     def __call__(
         self, namespace: str, name: str, now: datetime | None = None
@@ -65,6 +70,7 @@ class Reconciler:
         job = view.job
         if job is None or job["metadata"].get("deletionTimestamp"):
             self._specs.pop((namespace, name), None)
+            self.boost_memory.forget(namespace, name)
             self._release(namespace, view.pods)
             return None
         snap = self.observe(view, now or datetime.now(UTC))
@@ -84,24 +90,25 @@ class Reconciler:
         return replace(
             snap,
             admission=self.cache.admission(namespace, attempt_name(name, snap.status.attempt)),
-            boost=observe_boost(self.cache, self.finder, snap),
+            boost=observe_boost(self.cache, self.boost_memory, self.finder, snap),
         )
 
     def act(self, snap: Snapshot, plan: Plan) -> None:
         """Carry the plan out; a plan the API server refuses for good becomes the job's
         failure, said once."""
         try:
-            apply(self.kube, self.cache, snap.job, plan, self.tell)
+            apply(self.kube, self.cache, self.boost_memory, snap.job, plan, self.tell)
         except ForeignChild as exc:
-            apply(self.kube, self.cache, snap.job, fail(snap, Reason.FOREIGN_CHILD, str(exc)),
-                  self.tell)  # fmt: skip
+            apply(self.kube, self.cache, self.boost_memory, snap.job,
+                  fail(snap, Reason.FOREIGN_CHILD, str(exc)), self.tell)  # fmt: skip
         except KubeError as exc:
             refused = exc.status in (400, 422) or exc.refused_by_admission
             if not refused or not plan.create:
                 raise
             # The API server refused a pod we rendered: retrying cannot help.
             why = f"the API server refused the job's pods: {exc}"
-            apply(self.kube, self.cache, snap.job, fail(snap, Reason.POD_REJECTED, why), self.tell)
+            apply(self.kube, self.cache, self.boost_memory, snap.job,
+                  fail(snap, Reason.POD_REJECTED, why), self.tell)  # fmt: skip
 
     def checked_spec(self, job: dict[str, Any]) -> JobSpec | SpecError:
         """The job's spec as `snapshot.checked_spec` returns it, kept per uid and generation:
@@ -139,38 +146,6 @@ class Reconciler:
             if node is not None:
                 self.cache.on_node(None, node)
         return nodes
-
-
-def observe_boost(
-    cache: ClusterCache, finder: CheckpointFinder, snap: Snapshot
-) -> BoostFacts | None:
-    """What the boost of a job that wants one reads. The checkpoint folder is read only where
-    a write could follow (the operator allows boosts, no refusal waits out its back-off, the
-    attempt's Workload is there and the attempt's pods own it) and the last read is older
-    than the policy's interval (at least the operator's floor) or of another attempt; the
-    read is kept in the cache."""
-    spec, ref = snap.spec, snap.ref
-    if isinstance(spec, SpecError) or not wants_boost(spec, snap.queue, snap.status):
-        return None
-    attempt = snap.status.attempt
-    workload = cache.kueue_workload(ref.namespace, attempt_name(ref.name, attempt))
-    refusal = cache.boost_refusal(ref.namespace, ref.name)
-    read = cache.saved_read(ref.namespace, ref.name)
-    policy = floored(spec.queueing.priority_boost, snap.settings)
-    writable = (
-        snap.settings.max_priority_boost > 0
-        and (refusal is None or refusal.retry_at() <= snap.now)
-        and workload is not None
-        and not_owned(workload, snap.trainers, attempt) is None
-    )
-    if writable and (read is None or not read.fresh(attempt, snap.now, policy)):
-        saved = finder.saved(spec)
-        read = SavedRead(attempt, snap.now, saved) if saved is not None else None
-        if read is not None:
-            cache.keep_saved_read(ref.namespace, ref.name, read)
-    return BoostFacts(attempt, workload, cache.priority_classes(), refusal,
-                      read if writable else None, cache.priority_classes_unknown(),
-                      cache.taken_boost(ref.namespace, ref.name))  # fmt: skip
 
 
 MAX_LOOKUPS_PER_PASS = 3  # a bad checkpoint asks for one more look

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 # How long a pod may go unseen by any scheduler before its job says so (reconcile.stuck).
 SCHEDULER_WAIT_SECONDS = 60.0
-# The largest Kueue priority boost any job may have (reconcile.priority_boost). Kueue lets a
+# The largest Kueue priority boost any job may have (reconcile.boost.bounds). Kueue lets a
 # preemptor in only when its priority is strictly higher than a candidate's priority plus
 # boost, so a boost below the gap between two WorkloadPriorityClasses reorders jobs of one
 # class and never shields one from the next class up; 0 turns boosts off.

@@ -14,32 +14,13 @@ from typing import Any
 
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError, parse_spec
-from ..api.status import BoostBasis, JobStatus
+from ..api.status import JobStatus
 from ..launcher.identity import JobRef
 from ..launcher.pods import check_template
 from ..preemption.nodes import NodeState, node_states
 from ..queueing import Admission
-from .boost_guards import Classes
-from .priority_boost import Refusal, SavedRead
+from .boost.facts import BoostFacts
 from .settings import DEFAULT_SETTINGS, Settings
-
-
-@dataclass(frozen=True)
-class BoostFacts:
-    """What the priority boost of a job that wants one reads (reconcile.boost_decision): the
-    Kueue Workload of `attempt` as the cache has it, the priority classes' values by source
-    (and why they are not known, where a list of them failed or has not been made), a
-    refused write that waits out its back-off, the basis of the last write the API server
-    took, and the checkpoint folder's last read (at most one a policy interval and attempt;
-    None where the pass did not need or could not make one)."""
-
-    attempt: int
-    workload: dict[str, Any] | None
-    classes: Classes
-    refusal: Refusal | None = None
-    saved: SavedRead | None = None
-    classes_unknown: str | None = None
-    accepted: BoostBasis | None = None
 
 
 @dataclass(frozen=True)

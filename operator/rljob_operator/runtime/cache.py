@@ -16,16 +16,14 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import constants as c
-from ..api.status import BoostBasis, find_condition
+from ..api.status import find_condition
 from ..launcher.identity import job_of_attempt_name
 from ..preemption.nodes import NodeTermination, node_ready_condition, node_termination
 from ..queueing import Admission
 
-if TYPE_CHECKING:
-    from ..reconcile.priority_boost import Refusal, SavedRead
 # What the cache keeps of a Kueue Workload's spec: its priority and where it comes from.
 PRIORITY_FIELDS = ("priority", "priorityClassRef", "priorityClassSource", "priorityClassName")
 
@@ -153,18 +151,11 @@ class ClusterCache:
         self._classes_unlisted = {
             group: f"{kind}es not listed yet" for group, kind in c.PRIORITY_CLASS_KINDS.items()
         }
-        self._boost_refusals: dict[Key, Refusal] = {}  # job -> its refused boost writes
-        self._boost_reads: dict[Key, SavedRead] = {}  # job -> its folder, as last read
-        self._boosts_taken: dict[Key, BoostBasis] = {}  # job -> its last write the server took
 
     # ------------------------------------------------------------------ jobs
     def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
         with self._lock:
             self._jobs.apply(event_type, job)
-            if event_type == DELETED:
-                self._boost_refusals.pop(key_of(job), None)
-                self._boost_reads.pop(key_of(job), None)
-                self._boosts_taken.pop(key_of(job), None)
 
     def jobs(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -295,13 +286,6 @@ class ClusterCache:
         with self._lock:
             return self._admissions.get((namespace, pod_group))
 
-    def boost_annotations(self, namespace: str, pod_group: str) -> dict[str, str] | None:
-        """The priority-boost annotations on the pod group's Kueue Workload ({} for none);
-        None while the cache holds no such Workload."""
-        with self._lock:
-            workload = self._boosts.objects.get((namespace, pod_group))
-        return None if workload is None else dict(workload["metadata"]["annotations"])
-
     def kueue_workload(self, namespace: str, pod_group: str) -> dict[str, Any] | None:
         """The pod group's Kueue Workload as the cache keeps it (its boost annotations,
         owners, priority and priority class); None while the cache holds none."""
@@ -346,37 +330,6 @@ class ClusterCache:
                         if isinstance(o.get("value"), int)}
                 for group, store in self._classes.items()
             }  # fmt: skip
-
-    def refuse_boost(self, namespace: str, job: str, refusal: Refusal | None) -> None:
-        """Keep the job's refused boost writes (None: its last write went through)."""
-        with self._lock:
-            if refusal is None:
-                self._boost_refusals.pop((namespace, job), None)
-            else:
-                self._boost_refusals[(namespace, job)] = refusal
-
-    def boost_refusal(self, namespace: str, job: str) -> Refusal | None:
-        with self._lock:
-            return self._boost_refusals.get((namespace, job))
-
-    def keep_saved_read(self, namespace: str, job: str, read: SavedRead) -> None:
-        with self._lock:
-            self._boost_reads[(namespace, job)] = read
-
-    def saved_read(self, namespace: str, job: str) -> SavedRead | None:
-        """What a pass last read from the job's checkpoint folder for its boost."""
-        with self._lock:
-            return self._boost_reads.get((namespace, job))
-
-    def boost_taken(self, namespace: str, job: str, basis: BoostBasis) -> None:
-        """The API server took a boost write of the job's: its basis, for the job's status."""
-        with self._lock:
-            self._boosts_taken[(namespace, job)] = basis
-
-    def taken_boost(self, namespace: str, job: str) -> BoostBasis | None:
-        """The basis of the job's last boost write that the API server took."""
-        with self._lock:
-            return self._boosts_taken.get((namespace, job))
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:

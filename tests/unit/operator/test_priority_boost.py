@@ -1,7 +1,7 @@
-"""Kueue's priority boost from the work at risk: the pure policy (reconcile.priority_boost),
-its guards (reconcile.boost_guards: below the next class up, on the job's own Workload only),
-what a pass reads for it (reconcile.run.observe_boost: the cache, the checkpoint folder once
-an interval) and its plan of the write (reconcile.boost_decision)."""
+"""Kueue's priority boost from the work at risk (reconcile.boost): the pure policy (pricing,
+bounds, writes), its guards (guards: below the next class up, on the job's own Workload only),
+what a pass reads for it (gate.observe_boost: the cache, the checkpoint folder once an
+interval), what passes keep for the next (memory) and its plan of the write (decide)."""
 
 from __future__ import annotations
 
@@ -16,21 +16,24 @@ from rljob_operator.api.reasons import EndKind, Phase
 from rljob_operator.api.spec import PriorityBoostSpec, SpecError, parse_spec
 from rljob_operator.api.status import JobStatus, Recovery
 from rljob_operator.api.timestamps import iso, iso_precise
-from rljob_operator.reconcile.boost_guards import Ceiling, ceiling, class_group, not_owned
-from rljob_operator.reconcile.plan import Plan
-from rljob_operator.reconcile.priority_boost import (
+from rljob_operator.reconcile.boost.guards import Ceiling, ceiling, class_group, not_owned
+from rljob_operator.reconcile.boost.memory import BoostMemory, Refusal, Remembered, SavedRead
+from rljob_operator.reconcile.boost.pricing import (
     AtRisk,
-    Refusal,
     Saved,
-    Written,
-    annotation_value,
     boost_for,
     gang_gpus,
-    next_write,
-    parse_written,
     restart_seconds,
     saves_on_notice,
 )
+from rljob_operator.reconcile.boost.writes import (
+    Written,
+    annotation_value,
+    next_write,
+    parse_written,
+)
+from rljob_operator.reconcile.plan import Plan
+from rljob_operator.reconcile.snapshot import job_ref
 from rljob_operator.runtime.cache import ClusterCache
 
 POLICY = PriorityBoostSpec(enabled=True, max_boost=100, gpu_seconds_per_point=3600,
@@ -309,11 +312,14 @@ def workload(name="grpo-a1", revision="7", owners=None, spec=None, **annotations
 NO_FLOORS = {"min_boost_interval_seconds": 1, "min_gpu_seconds_per_point": 1}
 
 
-def plan_boost_write(plan, job, finder, cache, now, limit=100, pods=None, **floors):
+def plan_boost_write(plan, job, finder, cache, now, limit=100, pods=None, memory=None, **floors):
     """A pass's boost plan, with the job's gang of the plan's attempt unless `pods` is given,
-    under the administrator's `floors` (none unless given)."""
+    what earlier passes kept in `memory` (nothing unless given), under the administrator's
+    `floors` (none unless given)."""
     pods = gang(plan.status.attempt) if pods is None else pods
-    passes.plan_boost_write(plan, job, finder, cache, now, limit, pods, **(NO_FLOORS | floors))
+    memory = BoostMemory() if memory is None else memory
+    passes.plan_boost_write(plan, job, finder, cache, memory, now, limit, pods,
+                            **(NO_FLOORS | floors))  # fmt: skip
 
 
 def listed_classes(cache, **classes):
@@ -338,13 +344,13 @@ def test_the_plan_writes_the_boost_of_the_running_attempts_workload_and_wakes_fo
     # 8 GPUs, steps 100..130 finished after the checkpoint at 100, 20 s a step: 600 s x 8
     saved = Saved(100, ago(900), 130, 20.0)
     plan = Plan(status=running_status())
-    cache = cache_with(workload())
-    plan_boost_write(plan, queued_job(), Finder(saved), cache, NOW)
+    cache, memory = cache_with(workload()), BoostMemory()
+    plan_boost_write(plan, queued_job(), Finder(saved), cache, NOW, memory=memory)
     assert plan.annotate_workload[:2] == ("grpo-a1", {BOOST: "48", STAMP: iso_precise(NOW)})
     assert plan.requeue_after == 0  # to record the write once the API server took it
     cache.on_admission(None, workload(revision="8", **plan.annotate_workload[1]))
     plan = Plan(status=running_status())
-    plan_boost_write(plan, queued_job(), Finder(saved), cache, NOW)
+    plan_boost_write(plan, queued_job(), Finder(saved), cache, NOW, memory=memory)
     assert plan.annotate_workload is None
     assert plan.requeue_after == 10  # the interval: a save may lower it
 
@@ -378,18 +384,19 @@ class WorkloadWriter:
 
 def boost_passes(status, saved, refuse=None, count=2):
     """`count` passes of a job whose status is `status` and whose folder says `saved`, each
-    carried out by reconcile.act against a WorkloadWriter: the statuses they stored, the
-    writer and the last plan."""
+    carried out by reconcile.act against a WorkloadWriter, with one cache and one boost
+    memory: the statuses they stored, the writer and the last plan."""
     from rljob_operator.reconcile import act
 
     job, cache = {**queued_job(), "status": status.to_dict()}, cache_with(workload())
+    memory = BoostMemory()
     writer = WorkloadWriter(workload(), refuse)
     writer.job = job
     stored, plan = [], None
     for _ in range(count):
         plan = Plan(status=JobStatus.from_dict(writer.job.get("status")))
-        plan_boost_write(plan, writer.job, Finder(saved), cache, NOW)
-        act.apply(writer, cache, writer.job, plan, lambda *event: None)
+        plan_boost_write(plan, writer.job, Finder(saved), cache, NOW, memory=memory)
+        act.apply(writer, cache, memory, writer.job, plan, lambda *event: None)
         stored.append(JobStatus.from_dict(writer.job.get("status")))
     return stored, writer, plan
 
@@ -498,11 +505,11 @@ def test_the_administrators_floors_raise_a_jobs_interval_and_scale_and_the_job_s
     however often passes come."""
     job = queued_job(gpuSecondsPerPoint=1, minIntervalSeconds=1)
     finder, cache = Finder(Saved(100, ago(900), 130, 20.0)), cache_with(workload())
-    plans = []
+    memory, plans = BoostMemory(), []
     for second in range(121):  # a pass a second for two minutes
         now = NOW + timedelta(seconds=second)
         plan = Plan(status=running_status())
-        plan_boost_write(plan, job, finder, cache, now, **FLOORS)
+        plan_boost_write(plan, job, finder, cache, now, memory=memory, **FLOORS)
         if plan.annotate_workload:  # as the API server would take it
             meta = cache.kueue_workload("ns", "grpo-a1")["metadata"]
             cache.on_admission(None, workload(revision=str(int(meta["resourceVersion"]) + 1),
@@ -563,8 +570,8 @@ def test_a_boost_is_held_at_0_while_the_priority_classes_cannot_be_listed_and_th
     finder = Finder(Saved(100, ago(900), 130, 20.0))  # 48 points wanted
     cache = cache_with(workload(spec=of_class(100), **{BOOST: "30", STAMP: iso_precise(ago(60))}))
     cache.priority_classes_unlisted(PC, "list priorityclasses.scheduling.k8s.io: 403 forbidden")
-    plan = Plan(status=running_status())
-    plan_boost_write(plan, queued_job(), finder, cache, NOW)
+    memory, plan = BoostMemory(), Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), finder, cache, NOW, memory=memory)
     assert plan.annotate_workload[1][BOOST] == "0"
     condition = next(x for x in plan.status.conditions if x["type"] == "PriorityBoost")
     assert (condition["status"], condition["reason"]) == ("False", "BoostCeilingUnknown")
@@ -574,7 +581,7 @@ def test_a_boost_is_held_at_0_while_the_priority_classes_cannot_be_listed_and_th
     )
     listed_classes(cache, **{WPC: {"low": 100, "high": 1000}})  # the next relist succeeds
     plan = Plan(status=running_status())
-    plan_boost_write(plan, queued_job(), finder, cache, NOW + timedelta(seconds=20))
+    plan_boost_write(plan, queued_job(), finder, cache, NOW + timedelta(seconds=20), memory=memory)
     assert plan.annotate_workload[1][BOOST] == "48"
     assert boost_condition_of(plan) == ("True", "Boosting")
 
@@ -612,18 +619,18 @@ def test_an_operator_that_allows_no_boost_writes_none_reads_nothing_and_says_so(
 
 
 def test_a_refused_write_waits_out_a_doubling_back_off_and_the_condition_says_why():
-    cache = cache_with(workload())
-    cache.refuse_boost("ns", "grpo", Refusal(ago(30), 1, "403 Forbidden"))
+    cache, memory = cache_with(workload()), BoostMemory()
+    memory.keep_refusal(job_ref(queued_job()), Refusal(ago(30), 1, "403 Forbidden"))
     finder = Finder(Saved(100, ago(900), 130, 20.0))
     plan = Plan(status=running_status())
-    plan_boost_write(plan, queued_job(), finder, cache, NOW)
+    plan_boost_write(plan, queued_job(), finder, cache, NOW, memory=memory)
     assert plan.annotate_workload is None and finder.looks == 0
     assert plan.requeue_after == pytest.approx(30)  # the first back-off is 60 s
     assert boost_condition_of(plan) == ("False", "BoostWriteRefused")
     assert "403 Forbidden" in plan.status.conditions[0]["message"]
-    cache.refuse_boost("ns", "grpo", Refusal(ago(61), 1, "403 Forbidden"))  # due: try again
+    memory.keep_refusal(job_ref(queued_job()), Refusal(ago(61), 1, "403 Forbidden"))  # due
     plan = Plan(status=running_status())
-    plan_boost_write(plan, queued_job(), finder, cache, NOW)
+    plan_boost_write(plan, queued_job(), finder, cache, NOW, memory=memory)
     assert plan.annotate_workload[1][BOOST] == "48"
     assert [Refusal(NOW, n, "x").retry_at() - NOW for n in (1, 2, 3, 7, 40)] == [
         timedelta(seconds=s) for s in (60, 120, 240, 3600, 3600)
@@ -632,42 +639,65 @@ def test_a_refused_write_waits_out_a_doubling_back_off_and_the_condition_says_wh
 
 def test_the_folder_is_read_once_per_interval_and_attempt_however_often_passes_come():
     finder, cache = Finder(Saved(40, ago(300))), cache_with(workload(), workload("grpo-a2"))
-    job = queued_job()  # minIntervalSeconds 10
+    memory, job = BoostMemory(), queued_job()  # minIntervalSeconds 10
+
+    def one_pass(seconds, attempt=1):
+        plan = Plan(status=running_status(attempt))
+        plan_boost_write(plan, job, finder, cache, NOW + timedelta(seconds=seconds), memory=memory)
+
     for seconds in (0, 1, 9.9):
-        plan_boost_write(
-            Plan(status=running_status()), job, finder, cache, NOW + timedelta(seconds=seconds)
-        )
+        one_pass(seconds)
     assert finder.looks == 1
-    plan_boost_write(Plan(status=running_status()), job, finder, cache, NOW + timedelta(seconds=10))
+    one_pass(10)
     assert finder.looks == 2  # the interval is over
-    plan_boost_write(
-        Plan(status=running_status(attempt=2)), job, finder, cache, NOW + timedelta(seconds=11)
-    )
+    one_pass(11, attempt=2)
     assert finder.looks == 3  # a new attempt
 
 
-def test_the_cache_forgets_a_deleted_jobs_refusals():
+def test_the_reconciler_forgets_a_job_that_is_gone():
+    from rljob_operator.reconcile.run import Reconciler
+
     cache = ClusterCache()
-    job = {"metadata": {"namespace": "ns", "name": "grpo", "resourceVersion": "1"}}
+    reconcile = Reconciler(kube=None, cache=cache, finder=None, tell=lambda *event: None)
+    job = {"metadata": {"namespace": "ns", "name": "grpo", "uid": "u1", "resourceVersion": "1"}}
     cache.on_job(None, job)
-    cache.refuse_boost("ns", "grpo", Refusal(NOW, 1, "403"))
+    reconcile.boost_memory.keep_refusal(job_ref(job), Refusal(NOW, 1, "403"))
     cache.on_job("DELETED", {**job, "metadata": {**job["metadata"], "resourceVersion": "2"}})
-    assert cache.boost_refusal("ns", "grpo") is None
+    assert reconcile("ns", "grpo") is None  # the pass finds it gone
+    assert reconcile.boost_memory.recall(job_ref(job)).refusal is None
+
+
+def test_a_job_made_again_under_its_name_starts_with_a_clean_boost_memory():
+    """Whether or not a pass saw the old job gone: its memory is kept for its uid."""
+    memory = BoostMemory()
+    old = {"metadata": {"namespace": "ns", "name": "grpo", "uid": "u1"}}
+    new = {"metadata": {**old["metadata"], "uid": "u2"}}
+    memory.keep_refusal(job_ref(old), Refusal(NOW, 1, "403"))
+    memory.keep_read(job_ref(old), SavedRead(1, NOW, Saved(40, ago(300))))
+    assert memory.recall(job_ref(new)) == Remembered("u2")
+    assert memory.recall(job_ref(old)).refusal == Refusal(NOW, 1, "403")
+
+
+def boost_annotations(cache, pod_group):
+    """The boost's annotations on the pod group's Workload as the cache keeps it ({} for none);
+    None while the cache holds no such Workload."""
+    kept = cache.kueue_workload("ns", pod_group)
+    return None if kept is None else kept["metadata"]["annotations"]
 
 
 def test_the_cache_keeps_the_boost_wakes_on_a_new_workload_only_and_never_goes_back():
     cache = ClusterCache()
     cache.on_job(None, {"metadata": {"namespace": "ns", "name": "grpo", "resourceVersion": "1"}})
-    assert cache.boost_annotations("ns", "grpo-a0") is None
+    assert boost_annotations(cache, "grpo-a0") is None
     assert cache.on_admission("ADDED", workload("grpo-a0", "7")) == ("ns", "grpo")
-    assert cache.boost_annotations("ns", "grpo-a0") == {}
+    assert boost_annotations(cache, "grpo-a0") == {}
     written = workload("grpo-a0", "9", **{BOOST: "3", STAMP: iso(NOW), "other": "x"})
     assert cache.on_admission(None, written) is None  # rljob's own write wakes nothing
-    assert cache.boost_annotations("ns", "grpo-a0") == {BOOST: "3", STAMP: iso(NOW)}
+    assert boost_annotations(cache, "grpo-a0") == {BOOST: "3", STAMP: iso(NOW)}
     cache.on_admission("MODIFIED", workload("grpo-a0", "8"))  # a late event of before
-    assert cache.boost_annotations("ns", "grpo-a0")[BOOST] == "3"
+    assert boost_annotations(cache, "grpo-a0")[BOOST] == "3"
     cache.on_admission("DELETED", workload("grpo-a0", "10"))
-    assert cache.boost_annotations("ns", "grpo-a0") is None
+    assert boost_annotations(cache, "grpo-a0") is None
 
 
 def test_the_finder_reads_the_newest_complete_checkpoint_and_progress_of_a_local_volume(tmp_path):
@@ -791,8 +821,9 @@ def test_the_boost_is_clamped_below_the_next_class_and_the_condition_names_it():
     for name, value in {"low": 100, "mid": 130, "high": 1000}.items():
         cache.on_priority_class(WPC, "ADDED", {"metadata": {"name": name, "resourceVersion": "1"},
                                               "value": value})  # fmt: skip
-    plan = Plan(status=running_status())
-    plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0)), cache, NOW)
+    memory, plan = BoostMemory(), Plan(status=running_status())
+    plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0)), cache, NOW,
+                     memory=memory)  # fmt: skip
     assert plan.annotate_workload[1][BOOST] == "29"
     condition = next(x for x in plan.status.conditions if x["type"] == "PriorityBoost")
     assert (condition["status"], condition["reason"]) == ("True", "BoostClamped")
@@ -805,7 +836,7 @@ def test_the_boost_is_clamped_below_the_next_class_and_the_condition_names_it():
                                              "value": 130})  # fmt: skip
     plan = Plan(status=running_status())
     plan_boost_write(plan, queued_job(), Finder(Saved(100, ago(900), 130, 20.0)), cache,
-                     NOW + timedelta(seconds=20))  # fmt: skip
+                     NOW + timedelta(seconds=20), memory=memory)  # fmt: skip
     assert boost_condition_of(plan) == ("True", "Boosting")
 
 

@@ -1,4 +1,4 @@
-"""What keeps a job's priority boost its own (reconcile.priority_boost writes within these):
+"""What keeps a job's priority boost its own (boost.bounds and boost.gate apply these):
 
 - **Never over the next class up.** Kueue lets a preemptor take a candidate's place under
   `LowerPriority` only when the preemptor's effective priority is strictly higher than the
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import constants as c
+from ... import constants as c
 
 # kueue.x-k8s.io/v1beta1's spec.priorityClassSource, for a Workload written in that version.
 V1BETA1_SOURCES = {
