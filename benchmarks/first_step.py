@@ -91,6 +91,7 @@ VERL_MARKS = {
     "checkpoint load": re.compile(r"Loaded lr_scheduler from"),
 }
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours its actors' names
+VERL_TIME = re.compile(r"INFO:(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}):")  # verl's logger
 VERL_STEP = re.compile(r"(?:^|\) )step:(\d+) - ")  # as rljob_verl_cpu.results reads it
 
 
@@ -154,7 +155,16 @@ class LineStamps:
             self.poll()
 
     def first(self, pattern: re.Pattern[str], after: float = 0.0) -> float | None:
-        return next((t for t, line in self.lines if t >= after and pattern.search(line)), None)
+        """When the first line that matches (at or after `after`) was written: by the line's
+        own milliseconds where it has them (verl's INFO lines), else when it was read."""
+        for stamped, line in self.lines:
+            if stamped >= after and pattern.search(line):
+                own = VERL_TIME.search(line)
+                if own is None:
+                    return stamped
+                written = datetime.strptime(own.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                return max(after, min(stamped, written))
+        return None
 
 
 class PodWatch:
@@ -171,6 +181,7 @@ class PodWatch:
         self.created: float | None = None
         self.running: float | None = None
         self._running: set[str] = set()
+        self.stopped = False
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -181,16 +192,24 @@ class PodWatch:
         pods = self.core.list_namespaced_pod
         events = self.watch.stream(pods, NAMESPACE, label_selector=selector,
                                    timeout_seconds=int(TIMEOUT))  # fmt: skip
-        for event in events:
-            now, pod = time.time(), event["object"]
-            if self.created is None:
-                self.created = now
-            if pod.status and pod.status.phase == "Running":
-                self._running.add(pod.metadata.name)
-                if len(self._running) == self.nnodes and self.running is None:
-                    self.running = now
+        try:
+            for event in events:
+                self._seen(event)
+        except Exception:  # the stream a stopped watch leaves open ends with the control plane
+            if not self.stopped:
+                raise
+
+    def _seen(self, event: dict[str, Any]) -> None:
+        now, pod = time.time(), event["object"]
+        if self.created is None:
+            self.created = now
+        if pod.status and pod.status.phase == "Running":
+            self._running.add(pod.metadata.name)
+            if len(self._running) == self.nnodes and self.running is None:
+                self.running = now
 
     def stop(self) -> None:
+        self.stopped = True
         self.watch.stop()
 
 
@@ -424,6 +443,7 @@ def main() -> int:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
+    shutil.rmtree(out / "stack", ignore_errors=True)  # an earlier run's pods, logs and claim
     stack = AgentStack("first-step", out / "stack", CLAIM, 1)
     if stack.exists():
         stack.down(lambda _: None)
