@@ -217,9 +217,9 @@ def test_eviction_resumes_from_the_newest_complete_checkpoint(
     assert figures["podStartSeconds"] > 0 and figures["trainingSeconds"] > 0
     causes = ("waiting", "podStart", "frameworkStart", "training", "stopping")
     total = sum(figures[f"{cause}Seconds"] for cause in causes)
-    assert abs(total - figures["wallSeconds"]) < 0.5
+    assert abs(total - figures["wallSeconds"]) < 0.01  # stored to the millisecond
     productive = max(0.0, figures["trainingSeconds"] - 3.5)
-    assert abs(figures["productiveSeconds"] - productive) < 0.2
+    assert abs(figures["productiveSeconds"] - productive) < 0.01
     assert abs(figures["ettr"] - productive / figures["wallSeconds"]) < 0.01
     gauge = f'rljob_job_ettr{{name="grpo",namespace="{namespace}"}} '
     assert any(line.startswith(gauge) for line in recovering_operator.metrics().splitlines())

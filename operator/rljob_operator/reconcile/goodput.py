@@ -51,6 +51,9 @@ from ..api.timestamps import iso_precise, parse_iso
 WAITING, POD_START, FRAMEWORK_START = "waiting", "podStart", "frameworkStart"
 TRAINING, STOPPING = "training", "stopping"
 BUCKETS = (WAITING, POD_START, FRAMEWORK_START, TRAINING, STOPPING)
+# Seconds are stored to the millisecond: each status write stores the figures and the next
+# pass reads them back, so a coarser rounding would drift from the wall over a job's writes.
+MS = 3
 # The keys an operator before 2026-12-06 wrote, read as the buckets they came closest to.
 _OLDER_KEYS = {"runningSeconds": TRAINING, "recoveringSeconds": POD_START}
 
@@ -140,11 +143,11 @@ class Goodput:
         return {
             "since": iso_precise(self.since),
             "asOf": iso_precise(self.as_of),
-            "wallSeconds": round(self.wall, 1),
-            **{f"{bucket}Seconds": round(self[bucket], 1) for bucket in BUCKETS},
+            "wallSeconds": round(self.wall, MS),
+            **{f"{bucket}Seconds": round(self[bucket], MS) for bucket in BUCKETS},
             "lostSteps": self.lost_steps,
-            "lostSeconds": round(self.lost_seconds, 1),
-            "productiveSeconds": round(self.productive, 1),
+            "lostSeconds": round(self.lost_seconds, MS),
+            "productiveSeconds": round(self.productive, MS),
             **({"ettr": round(ettr, 4)} if ettr is not None else {}),
             **({} if self.steps_seen else {"ettrIsUpperBound": True}),
         }

@@ -33,16 +33,21 @@ def stepped(job, attempt=0, since=0.0, **kwargs):
     return pods_of(job, attempt=attempt, ready_since=iso(at(since)), **kwargs)
 
 
-def live_job_through_one_preemption():
-    """Created at 0, gang at 2, Running at 12, first step at 20 (seen at 22), preempted at
-    112, gang back at 114, Running at 124, first step at 130 (seen at 131): 2 s waiting, 22 s
-    pod start, 14 s framework start, 93 s training."""
+def preempted_at_112():
+    """Created at 0, gang at 2, Running at 12, first step at 20 (seen at 22), preempted at 112
+    (seen then)."""
     job = created_at(0)
     job = with_status(job, decide(job, [], NODES, at(2)).status)
     job = with_status(job, decide(job, pods_of(job), NODES, at(12)).status)
     job = with_status(job, decide(job, stepped(job, since=20), NODES, at(22)).status)
     preempted = stepped(job, since=20, disruption="PreemptionByScheduler")
-    job = with_status(job, decide(job, preempted, NODES, at(112)).status)
+    return with_status(job, decide(job, preempted, NODES, at(112)).status)
+
+
+def live_job_through_one_preemption():
+    """preempted_at_112, then the gang back at 114, Running at 124, first step at 130 (seen at
+    131): 2 s waiting, 22 s pod start, 14 s framework start, 93 s training."""
+    job = preempted_at_112()
     job = with_status(job, decide(job, [], NODES, at(114)).status)
     job = with_status(job, decide(job, pods_of(job, attempt=1), NODES, at(124)).status)
     job = with_status(job, decide(job, stepped(job, 1, since=130), NODES, at(131)).status)
@@ -313,15 +318,10 @@ def unix(seconds: float) -> float:
 
 
 def through_a_preemption_the_trainer_outlived(span=None):
-    """Created at 0, gang at 2, Running at 12, Ready at 20 (its trainer timed the first step
-    at 19.4), preempted at 112 (seen then); it finished its step on notice at 113.7; the new
-    gang created at 114 from a look that read the ended attempt's progress record."""
-    job = created_at(0)
-    job = with_status(job, decide(job, [], NODES, at(2)).status)
-    job = with_status(job, decide(job, pods_of(job), NODES, at(12)).status)
-    job = with_status(job, decide(job, stepped(job, since=20), NODES, at(22)).status)
-    preempted = stepped(job, since=20, disruption="PreemptionByScheduler")
-    job = with_status(job, decide(job, preempted, NODES, at(112)).status)
+    """preempted_at_112 (its trainer timed the first step at 19.4, Ready at 20); it finished
+    its step on notice at 113.7; the new gang created at 114 from a look that read the ended
+    attempt's progress record."""
+    job = preempted_at_112()
     lookup = LookupResult(ResumeTarget("/checkpoints/global_step_31", 31), 31, trained=span)
     return with_status(job, decide(job, [], NODES, at(114), lookup).status)
 
@@ -394,3 +394,17 @@ def test_the_step_clock_holds_the_first_and_the_latest_step():
     record = progress.progress_record(3, 1, progress.RUNNING, clock=clock)
     assert record[progress.FIRST_STEP_UNIX_TIME] == first
     assert record[progress.LAST_STEP_UNIX_TIME] == clock.last
+
+
+def test_the_causes_add_up_to_the_wall_through_many_status_writes():
+    """Each status write stores the figures and the next pass reads them back: what they
+    are stored with must not drift from the wall, however many writes a job has."""
+    figures = goodput.Goodput(since=at(0), as_of=at(0))
+    moment = 0.0
+    for write in range(60):
+        moment += 0.37 + write % 7 * 0.013  # passes a fraction of a second apart
+        figures = goodput.Goodput.from_dict(
+            figures.advanced(goodput.BUCKETS[write % 5], at(moment)).to_dict()
+        )
+    causes = sum(figures[bucket] for bucket in goodput.BUCKETS)
+    assert abs(causes - figures.wall) < 0.01
