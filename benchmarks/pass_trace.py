@@ -40,7 +40,7 @@ from rljob_contract.manifest import write_manifest  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_operator.controller import Controller  # noqa: E402
 from rljob_operator.kube import Kube  # noqa: E402
-from rljob_operator.reconcile.lookup import CheckpointFinder  # noqa: E402
+from rljob_operator.reconcile.lookup.finder import CheckpointFinder  # noqa: E402
 
 OURS = (str(REPO / "operator"), str(REPO / "contract"))
 

@@ -15,7 +15,7 @@ from rljob_operator.reconcile import run
 from rljob_operator.reconcile.boost.decide import decide_boost
 from rljob_operator.reconcile.boost.gate import observe_boost
 from rljob_operator.reconcile.boost.memory import BoostMemory
-from rljob_operator.reconcile.lookup import CheckpointFinder, Inspection
+from rljob_operator.reconcile.lookup.finder import CheckpointFinder, Inspection
 from rljob_operator.reconcile.plan import LookupPending, LookupResult, Plan
 from rljob_operator.reconcile.settings import Settings
 from rljob_operator.reconcile.snapshot import take_snapshot

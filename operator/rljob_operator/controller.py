@@ -26,7 +26,7 @@ from typing import Any
 from . import constants as c
 from .kube import Kube, KubeError
 from .metrics import JOB_GOODPUT, PASSES, QUEUE_DEPTH, record_transition
-from .reconcile.lookup import CheckpointFinder
+from .reconcile.lookup.finder import CheckpointFinder
 from .reconcile.run import Reconciler
 from .reconcile.settings import DEFAULT_SETTINGS, Settings
 from .runtime.cache import DELETED, ClusterCache, Key

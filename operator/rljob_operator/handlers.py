@@ -21,7 +21,7 @@ from kubernetes import client, config
 from . import constants as c
 from .controller import RESYNC_SECONDS, WORKERS, Controller
 from .kube import REQUESTS_AT_ONCE, CountingApiClient, Kube
-from .reconcile.lookup import CheckpointFinder
+from .reconcile.lookup.finder import CheckpointFinder
 from .reconcile.settings import Settings
 from .runtime.events import LANES
 from .runtime.peering import PeeringWatch

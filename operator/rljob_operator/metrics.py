@@ -16,7 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from .api.status import JobStatus
 from .api.timestamps import parse_iso
-from .reconcile import goodput
+from .reconcile.policies import goodput
 
 PASSES = Counter("rljob_reconcile_passes_total", "Reconcile passes run by this replica")
 QUEUE_DEPTH = Gauge("rljob_work_queue_depth", "Jobs waiting in the work queue, ready or delayed")

@@ -687,7 +687,7 @@ def test_an_operator_that_cannot_list_the_priority_classes_holds_the_boost_at_0_
     import passes
     from rljob_operator.controller import Controller
     from rljob_operator.reconcile.boost.memory import BoostMemory
-    from rljob_operator.reconcile.lookup import CheckpointFinder
+    from rljob_operator.reconcile.lookup.finder import CheckpointFinder
     from rljob_operator.reconcile.plan import Plan
 
     everything_here = client.V1PolicyRule(api_groups=["*"], resources=["*"], verbs=["list"])

@@ -19,7 +19,7 @@ from rljob_operator import controller as controller_module
 from rljob_operator.api.reasons import Phase
 from rljob_operator.controller import Controller
 from rljob_operator.kube import Kube, KubeError
-from rljob_operator.reconcile.lookup import CheckpointFinder
+from rljob_operator.reconcile.lookup.finder import CheckpointFinder
 from rljob_testenv.operator_process import OperatorProcess, run_operator
 from test_job_lifecycle import get_job, phase_is
 

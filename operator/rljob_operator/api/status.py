@@ -171,7 +171,7 @@ class CheckpointLookup(Record):
 
 @dataclass(frozen=True)
 class RayStatus(Record):
-    """status.ray: what `kubectl get` shows of a Ray gang (reconcile.observe.ray_status)."""
+    """status.ray: what `kubectl get` shows of a Ray gang (reconcile.pod_facts.ray_status)."""
 
     nodes: int
     nodes_running: int
@@ -208,7 +208,7 @@ class JobStatus(Record):
     bad_checkpoints: tuple[BadCheckpoint, ...] = ()
     recoveries: tuple[Recovery, ...] = ()
     # As written: its figures are rounded, so reading and writing them again would move them
-    # (reconcile.goodput reads and writes it).
+    # (reconcile.policies.goodput reads and writes it).
     goodput: dict[str, Any] | None = None
     conditions: tuple[Condition, ...] = ()
 

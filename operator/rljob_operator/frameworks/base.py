@@ -47,7 +47,7 @@ class Framework:
     # Whether rljob sees its steps: its trainer (or rljob's bridge into its loop) marks the
     # pod that runs it once a step of the attempt is done (contract.ENV_TRAINED_MARKER), which
     # turns the pod Ready, and writes the progress record. Without it the time from the pods
-    # running to the first step counts as training, an upper bound (reconcile.goodput).
+    # running to the first step counts as training, an upper bound (reconcile.policies.goodput).
     reports_steps: bool = False
     # Whether the trainer can drop the step in progress to save the last finished one in time.
     abandons_step: bool = False

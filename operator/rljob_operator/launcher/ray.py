@@ -54,7 +54,8 @@ def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[s
 def token_secret_name(job: JobRef, nonce: str) -> str:
     """The job's Ray token's Secret, named with `nonce`: random bits that the pass which makes
     it drew (reconcile.snapshot), which the job's status records only once the Secret is made
-    (reconcile.startup). Nobody can make it first: nobody knows the name before it is taken."""
+    (reconcile.policies.startup). Nobody can make it first: nobody knows the name before it is
+    taken."""
     return f"{job.name}-ray-token-{nonce}"
 
 

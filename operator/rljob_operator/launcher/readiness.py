@@ -6,7 +6,7 @@ gets the variable that names a marker file and a readiness probe that tests the 
 second. The trainer (rljob's own), rljob's bridge into the framework's loop (TRL), or the Ray
 head's node program, from the bridge's progress record (verl, RLinf), creates the file once a
 step of the attempt has finished in that container. So the pod turns Ready then, the pod watch
-the operator already has delivers it, and no request is made per step (reconcile.goodput).
+the operator already has delivers it, and no request is made per step (reconcile.policies.goodput).
 
 The file is in the container's own /tmp, which a new container starts without, and not in a
 volume of rljob's: an emptyDir would make `kubectl drain` refuse the pod ("local storage")

@@ -28,7 +28,7 @@ from ..runtime.cache import ClusterCache, controller_uid
 from ..runtime.events import PostEvent
 from .boost.memory import BoostMemory, Refusal
 from .plan import Plan
-from .pod_cleanup import holds_our_finalizer
+from .policies.pod_cleanup import holds_our_finalizer
 from .snapshot import job_ref
 
 log = logging.getLogger(__name__)

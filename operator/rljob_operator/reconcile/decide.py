@@ -10,13 +10,14 @@ A restart is a number: it bumps `status.attempt`. Pods of other attempts are sta
 and are deleted; the next gang is created only once none of them runs (each is gone, or
 has ended: Succeeded or Failed), so two gangs never run at once.
 
-Each policy has its module: observe (the pods sorted into facts), failure (budgets and
-back-off), startup (resume target and the new gang), lookup_backoff and lookup_wait (a
-look that fails, one that cannot start), recovery (the record of each new gang),
-suspicion (a checkpoint the trainer crashed on), progress (an attempt under way), stuck
-(pods that cannot be placed or started), finish (success, suspension, TTL), pod_cleanup
-(how deletions meet the pods), save_on_notice (whether a job that rljob's bridge saves can
-be saved on notice), boost.decide (Kueue's priority boost).
+The pods are sorted into facts first (pod_facts). Each policy has its module in policies/:
+failure (budgets and back-off), startup (resume target and the new gang), recovery (the record
+of each new gang), suspicion (a checkpoint the trainer crashed on), under_way (an attempt under
+way), stuck (pods that cannot be placed or started), finish (success, suspension, TTL),
+pod_cleanup (how deletions meet the pods), save_on_notice (whether a job that rljob's bridge
+saves can be saved on notice), goodput (where the wall time went); the look for the checkpoint
+has lookup/ (finder: the look itself; backoff and wait: a look that fails, one that cannot
+start), and Kueue's priority boost boost/ (boost.decide).
 """
 
 from __future__ import annotations
@@ -26,16 +27,16 @@ from ..api.spec import SpecError
 from ..frameworks import framework
 from ..launcher.launchers import launcher_of
 from .boost.decide import decide_boost
-from .failure import attempt_ended
-from .finish import finished, suspend
-from .goodput import TrainedSpan, retimed_at_the_end
-from .observe import observe, ray_status
 from .plan import LookupPending, LookupResult, Pass, Plan, account
-from .pod_cleanup import meet_the_pods
-from .progress import progress, request_checkpoint
-from .save_on_notice import report_save_on_notice
+from .pod_facts import ray_status, sort_pods
+from .policies.failure import attempt_ended
+from .policies.finish import finished, suspend
+from .policies.goodput import TrainedSpan, retimed_at_the_end
+from .policies.pod_cleanup import meet_the_pods
+from .policies.save_on_notice import report_save_on_notice
+from .policies.startup import start_attempt
+from .policies.under_way import progress, request_checkpoint
 from .snapshot import Snapshot
-from .startup import start_attempt
 
 
 def decide(snap: Snapshot, lookup: LookupResult | LookupPending | None = None) -> Plan:
@@ -72,7 +73,7 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
     if spec.launcher == "ray" or framework(spec.framework).save_on_notice == "bridge":
         report_save_on_notice(p, spec, lookup if isinstance(lookup, LookupResult) else None)
 
-    seen = observe(spec, p.status, trainer_pods, p.snap.nodes, p.now, p.snap.admission)
+    seen = sort_pods(spec, p.status, trainer_pods, p.snap.nodes, p.now, p.snap.admission)
     if spec.launcher == "ray":
         p.update(ray=ray_status(seen, spec.nnodes, framework(spec.framework).reports_steps))
     done = seen.finished(spec, p.status.attempt)

@@ -12,8 +12,8 @@ from ..api.status import BoostBasis, JobStatus
 from ..api.timestamps import iso, parse_iso
 from ..frameworks import framework
 from ..launcher.pods import ResumeTarget
-from . import goodput
-from .observe import Stuck
+from .pod_facts import Stuck
+from .policies import goodput
 from .snapshot import Snapshot
 
 

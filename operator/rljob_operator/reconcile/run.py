@@ -35,10 +35,10 @@ from .act import ForeignChild, apply
 from .boost.gate import observe_boost
 from .boost.memory import BoostMemory
 from .decide import decide, fail
-from .lookup import CheckpointFinder, Inspection, LookupFailed, inspector_ended
-from .observe import inspector_stuck
+from .lookup.finder import CheckpointFinder, Inspection, LookupFailed, inspector_ended
 from .plan import LookupPending, LookupResult, Plan
-from .pod_cleanup import holds_our_finalizer
+from .pod_facts import inspector_stuck
+from .policies.pod_cleanup import holds_our_finalizer
 from .settings import DEFAULT_SETTINGS, Settings
 from .snapshot import Snapshot, checked_spec, job_ref, take_snapshot
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# How long a pod may go unseen by any scheduler before its job says so (reconcile.stuck).
+# How long a pod may go unseen by any scheduler before its job says so (reconcile.policies.stuck).
 SCHEDULER_WAIT_SECONDS = 60.0
 # The largest Kueue priority boost any job may have (reconcile.boost.bounds). Kueue lets a
 # preemptor in only when its priority is strictly higher than a candidate's priority plus

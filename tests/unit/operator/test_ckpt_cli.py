@@ -13,7 +13,7 @@ from rljob_contract import progress
 from rljob_contract.progress import PROGRESS_FILE_NAME
 from rljob_operator.api.spec import parse_spec
 from rljob_operator.cli import main
-from rljob_operator.reconcile.lookup import result_from_report
+from rljob_operator.reconcile.lookup.finder import result_from_report
 
 LATEST_KEYS = {
     "progress_step",

@@ -16,7 +16,7 @@ from rljob_operator.checkpoints import find_latest
 from rljob_operator.cli import main
 from rljob_operator.launcher.inspector import desired_inspector
 from rljob_operator.launcher.pods import ResumeTarget
-from rljob_operator.reconcile.lookup import CheckpointFinder, LookupFailed
+from rljob_operator.reconcile.lookup.finder import CheckpointFinder, LookupFailed
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from rljob_operator.checkpoints import (
     probe,
     verify_folder,
 )
-from rljob_operator.reconcile.lookup import CheckpointFinder
+from rljob_operator.reconcile.lookup.finder import CheckpointFinder
 
 
 @pytest.mark.parametrize(

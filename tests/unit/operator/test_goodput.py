@@ -12,8 +12,8 @@ from rljob_operator.api.status import JobStatus
 from rljob_operator.api.timestamps import iso, parse_iso
 from rljob_operator.launcher.pods import ResumeTarget
 from rljob_operator.metrics import GoodputCollector
-from rljob_operator.reconcile import goodput
 from rljob_operator.reconcile.plan import LookupResult
+from rljob_operator.reconcile.policies import goodput
 from test_decide import NODES, pods_of
 
 

@@ -11,7 +11,7 @@ from builders import NOW, make_job
 from passes import plan_pass
 from rljob_operator import constants as c
 from rljob_operator.api.status import CheckpointLookup, ResumeFrom
-from rljob_operator.reconcile.lookup import CheckpointFinder
+from rljob_operator.reconcile.lookup.finder import CheckpointFinder
 
 # No volume the operator reads itself: every look goes through an inspector pod.
 FINDER = CheckpointFinder(volumes={}, inspector_image="rljob-operator:test")

@@ -702,7 +702,7 @@ def test_the_cache_keeps_the_boost_wakes_on_a_new_workload_only_and_never_goes_b
 
 def test_the_finder_reads_the_newest_complete_checkpoint_and_progress_of_a_local_volume(tmp_path):
     from rljob_contract.manifest import write_manifest
-    from rljob_operator.reconcile.lookup import CheckpointFinder
+    from rljob_operator.reconcile.lookup.finder import CheckpointFinder
 
     folder = tmp_path / "run" / "global_step_20"
     (folder / "actor").mkdir(parents=True)

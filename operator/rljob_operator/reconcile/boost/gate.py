@@ -69,7 +69,8 @@ def closed_by(
 
 
 class FolderReader(Protocol):
-    """Reads the job's checkpoint folder for the boost (reconcile.lookup.CheckpointFinder)."""
+    """Reads the job's checkpoint folder for the boost
+    (reconcile.lookup.finder.CheckpointFinder)."""
 
     def saved(self, spec: JobSpec) -> Saved | None: ...
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ..api.reasons import ConditionType, EventType, Phase, Reason
-from ..api.status import CheckpointLookup, find_condition
-from ..api.timestamps import iso, parse_iso
-from .plan import Pass
+from ...api.reasons import ConditionType, EventType, Phase, Reason
+from ...api.status import CheckpointLookup, find_condition
+from ...api.timestamps import iso, parse_iso
+from ..plan import Pass
 
 LOOKUP_BACKOFF_SECONDS = 5
 MAX_LOOKUP_BACKOFF_SECONDS = 300

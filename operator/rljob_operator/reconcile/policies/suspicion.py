@@ -6,9 +6,9 @@ kept) and resumes from an older one.
 
 from __future__ import annotations
 
-from ..api.reasons import EndKind
-from ..api.status import BadCheckpoint, JobStatus
-from .plan import LookupResult
+from ...api.reasons import EndKind
+from ...api.status import BadCheckpoint, JobStatus
+from ..plan import LookupResult
 
 
 def suspect_checkpoint(status: JobStatus, lookup: LookupResult) -> BadCheckpoint | None:

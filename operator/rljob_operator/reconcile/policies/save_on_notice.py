@@ -25,12 +25,12 @@ the condition stays True, with the reason SaveOnNoticeLate and what comes later.
 
 from __future__ import annotations
 
-from ..api.reasons import ConditionType, EventType, Reason
-from ..api.spec import JobSpec
-from ..api.status import find_condition
-from ..frameworks import framework
-from ..launcher.torchrun import child_launcher, python_program
-from .plan import LookupResult, Pass
+from ...api.reasons import ConditionType, EventType, Reason
+from ...api.spec import JobSpec
+from ...api.status import find_condition
+from ...frameworks import framework
+from ...launcher.torchrun import child_launcher, python_program
+from ..plan import LookupResult, Pass
 
 # What the command alone says: mended once the command changes.
 COMMAND_REASONS = (

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ..api.reasons import TERMINAL_PHASES, ConditionType, Phase
-from ..api.status import JobStatus, find_condition
-from ..api.timestamps import iso_precise, parse_iso
+from ...api.reasons import TERMINAL_PHASES, ConditionType, Phase
+from ...api.status import JobStatus, find_condition
+from ...api.timestamps import iso_precise, parse_iso
 
 WAITING, POD_START, FRAMEWORK_START = "waiting", "podStart", "frameworkStart"
 TRAINING, STOPPING = "training", "stopping"

@@ -1,19 +1,19 @@
 """An attempt under way: its phase, its recovery's first running pod, its first finished
 step, the early warning of a node going away, and pods stuck before they run
-(reconcile.stuck)."""
+(reconcile.policies.stuck)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from ..api.reasons import EventType, Phase, Reason
-from ..api.spec import JobSpec
-from ..api.status import Recovery
-from ..api.timestamps import iso, iso_precise, parse_iso
-from ..frameworks import framework
-from ..preemption.classify import Outcome
-from .observe import Observed
-from .plan import Pass
+from ...api.reasons import EventType, Phase, Reason
+from ...api.spec import JobSpec
+from ...api.status import Recovery
+from ...api.timestamps import iso, iso_precise, parse_iso
+from ...frameworks import framework
+from ...preemption.classify import Outcome
+from ..plan import Pass
+from ..pod_facts import Observed
 from .recovery import record_first_running, record_first_step
 from .stuck import report_stuck
 
@@ -86,7 +86,7 @@ def request_checkpoint(p: Pass, seen: Observed) -> None:
     is killed, which the SIGTERM does not (a trainer counts its own grace period from it).
 
     A pod asked before by a later time, or by none, is asked again when that time moves
-    earlier (observe.asked_for_later): its trainer takes the earliest deadline it reads. A pod
+    earlier (pod_facts.asked_for_later): its trainer takes the earliest deadline it reads. A pod
     being deleted is not: its kubelet no longer refreshes its volumes. Nor is its deletion
     shortened to the deadline, which a DELETE with a smaller grace period would do: that tells
     its trainer nothing (it counts its grace from its own SIGTERM) and only kills it sooner,

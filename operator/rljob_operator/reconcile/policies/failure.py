@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ..api.reasons import BUDGET_EXHAUSTED, EndKind, EventType, Phase, Reason
-from ..api.spec import JobSpec
-from ..api.status import AttemptEnd
-from ..api.timestamps import iso
-from .observe import Observed
-from .plan import Pass
+from ...api.reasons import BUDGET_EXHAUSTED, EndKind, EventType, Phase, Reason
+from ...api.spec import JobSpec
+from ...api.status import AttemptEnd
+from ...api.timestamps import iso
+from ..plan import Pass
+from ..pod_facts import Observed
 from .recovery import record_detection
 
 

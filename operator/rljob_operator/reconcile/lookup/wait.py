@@ -1,6 +1,6 @@
 """A look through an inspector pod that has not reported: while the pod cannot be scheduled
 or started, the job says why, in the conditions and Events that the gang's stuck pods give
-(reconcile.stuck, naming the inspector), and in status.checkpointLookup.waiting. The
+(reconcile.policies.stuck, naming the inspector), and in status.checkpointLookup.waiting. The
 inspector's activeDeadlineSeconds counts only once it has started, so a pod that the
 scheduler cannot place (a claim that is not there) would otherwise wait in silence for good.
 """
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..api.reasons import Phase
-from ..api.status import CheckpointLookup
-from ..launcher.inspector import inspector_name
-from .observe import Stuck
-from .plan import LookupPending, Pass
-from .stuck import inspector, report_stuck
+from ...api.reasons import Phase
+from ...api.status import CheckpointLookup
+from ...launcher.inspector import inspector_name
+from ..plan import LookupPending, Pass
+from ..pod_facts import Stuck
+from ..policies.stuck import inspector, report_stuck
 
 
 def lookup_pending(p: Pass, pending: LookupPending) -> None:
@@ -29,7 +29,7 @@ def lookup_pending(p: Pass, pending: LookupPending) -> None:
 
 def lookup_answered(p: Pass) -> None:
     """The inspector that was stuck has reported, or ended: the conditions it set turn
-    False (reconcile.lookup_backoff keeps or drops the record)."""
+    False (reconcile.lookup.backoff keeps or drops the record)."""
     record = p.status.checkpoint_lookup
     if record and record.waiting:
         report_stuck(p, Stuck(), inspector(inspector_name(p.ref.name, p.status.attempt)))

@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..api.reasons import ConditionType, EventType, Reason
-from ..api.status import find_condition
-from .observe import Stuck
+from ...api.reasons import ConditionType, EventType, Reason
+from ...api.status import find_condition
+from ..pod_facts import Stuck
 
 if TYPE_CHECKING:
-    from .plan import Pass
+    from ..plan import Pass
 
 
 @dataclass(frozen=True)

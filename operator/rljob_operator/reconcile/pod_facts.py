@@ -124,7 +124,7 @@ def has_stopped(pod: dict[str, Any]) -> bool:
     return bool(meta.get("deletionTimestamp")) and meta.get("deletionGracePeriodSeconds") == 0
 
 
-def observe(
+def sort_pods(
     spec: JobSpec,
     status: JobStatus,
     pods: list[dict[str, Any]],

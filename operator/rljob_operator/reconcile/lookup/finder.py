@@ -19,18 +19,18 @@ from typing import Any
 
 from rljob_contract import untrusted
 
-from .. import constants as c
-from ..api.spec import JobSpec
-from ..checkpoints.errors import CheckpointInputError
-from ..checkpoints.latest import find_latest, verify_folder
-from ..checkpoints.progress import read_progress
-from ..launcher.identity import JobRef
-from ..launcher.inspector import desired_inspector, inspector_name
-from ..launcher.pods import ResumeTarget
-from .boost.pricing import Saved
-from .goodput import TrainedSpan
-from .plan import LookupResult
-from .startup import explicit_resume
+from ... import constants as c
+from ...api.spec import JobSpec
+from ...checkpoints.errors import CheckpointInputError
+from ...checkpoints.latest import find_latest, verify_folder
+from ...checkpoints.progress import read_progress
+from ...launcher.identity import JobRef
+from ...launcher.inspector import desired_inspector, inspector_name
+from ...launcher.pods import ResumeTarget
+from ..boost.pricing import Saved
+from ..plan import LookupResult
+from ..policies.goodput import TrainedSpan
+from ..policies.startup import explicit_resume
 
 VOLUMES_ENV = "RLJOB_CHECKPOINT_VOLUMES"
 INSPECTOR_IMAGE_ENV = "RLJOB_INSPECTOR_IMAGE"

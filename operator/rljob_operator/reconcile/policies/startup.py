@@ -11,14 +11,14 @@ not reported yet says why, where the pod is stuck.
 
 from __future__ import annotations
 
-from ..api.reasons import EventType, Phase, Reason
-from ..api.spec import JobSpec, SpecError
-from ..api.status import LatestCheckpoint, ResumeFrom
-from ..api.timestamps import iso, parse_iso
-from ..frameworks import framework
-from ..launcher import gang, ray
-from ..launcher.identity import attempt_name
-from ..launcher.pods import (
+from ...api.reasons import EventType, Phase, Reason
+from ...api.spec import JobSpec, SpecError
+from ...api.status import LatestCheckpoint, ResumeFrom
+from ...api.timestamps import iso, parse_iso
+from ...frameworks import framework
+from ...launcher import gang, ray
+from ...launcher.identity import attempt_name
+from ...launcher.pods import (
     Placement,
     ResumeTarget,
     desired_launcher_config_map,
@@ -27,13 +27,13 @@ from ..launcher.pods import (
     desired_secret,
     desired_service,
 )
+from ..lookup.backoff import lookup_backing_off, lookup_failed, lookup_succeeded
+from ..lookup.wait import lookup_answered, lookup_pending
+from ..plan import LookupPending, LookupResult, Pass
 from .goodput import retimed_at_recovery
-from .lookup_backoff import lookup_backing_off, lookup_failed, lookup_succeeded
-from .lookup_wait import lookup_answered, lookup_pending
-from .plan import LookupPending, LookupResult, Pass
-from .progress import waiting_for_the_gang
 from .recovery import record_gang_creation
 from .suspicion import suspect_checkpoint
+from .under_way import waiting_for_the_gang
 
 
 def explicit_resume(spec: JobSpec, attempt: int) -> str | None:

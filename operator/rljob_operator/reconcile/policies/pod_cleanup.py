@@ -11,12 +11,12 @@ from typing import Any
 from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION
 from rljob_contract.request import parse_request
 
-from .. import constants as c
-from ..api.reasons import TERMINAL_PHASES, Phase
-from ..api.status import JobStatus
-from ..preemption.nodes import NodeState
-from .observe import has_stopped
-from .plan import Pass, Plan
+from ... import constants as c
+from ...api.reasons import TERMINAL_PHASES, Phase
+from ...api.status import JobStatus
+from ...preemption.nodes import NodeState
+from ..plan import Pass, Plan
+from ..pod_facts import has_stopped
 
 
 def meet_the_pods(p: Pass) -> None:
@@ -52,7 +52,7 @@ def ends_recorded(status: JobStatus, pods: list[dict[str, Any]]) -> list[str]:
 
 def release_once_stopped(p: Pass, pods: list[dict[str, Any]]) -> None:
     """Keep the finalizer of a pod whose end is recorded until a pass sees it stopped
-    (observe.has_stopped), or at rest and not deleted; and while an old pod still runs, keep
+    (pod_facts.has_stopped), or at rest and not deleted; and while an old pod still runs, keep
     them all, for the pass that creates the next gang.
 
     A release sent beside the pod's delete could be applied first and return the pod not yet

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from ..api.status import AttemptEnd, Recovery
-from ..api.timestamps import iso_precise
-from ..launcher.pods import ResumeTarget
-from .plan import LookupResult
+from ...api.status import AttemptEnd, Recovery
+from ...api.timestamps import iso_precise
+from ...launcher.pods import ResumeTarget
+from ..plan import LookupResult
 
 MAX_RECOVERIES = 20
 

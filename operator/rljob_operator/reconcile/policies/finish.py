@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from .. import constants as c
-from ..api.reasons import EventType, Phase, Reason
-from ..api.spec import JobSpec
-from ..api.timestamps import parse_iso
-from .plan import Pass
+from ... import constants as c
+from ...api.reasons import EventType, Phase, Reason
+from ...api.spec import JobSpec
+from ...api.timestamps import parse_iso
+from ..plan import Pass
 
 
 def not_deleting(pods: list[dict[str, Any]]) -> list[str]:
