@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import ENV_TRAINED_MARKER
+from . import ENV_TRAINED_MARKER, untrusted
 from .manifest import write_atomically
 
 PROGRESS_FILE_NAME = "progress.json"  # rljob's own trainer
@@ -86,6 +86,13 @@ class StepClock:
 _TRAINED_LINE = "rljob: trained from {first:.3f} to {last:.3f}"
 _TRAINED = re.compile(r"^rljob: trained from ([0-9]+(?:\.[0-9]+)?) to ([0-9]+(?:\.[0-9]+)?)$",
                       re.MULTILINE)  # fmt: skip
+
+
+def trained_span(first: object, last: object) -> tuple[float, float] | None:
+    """(first, last) where both are positive numbers in order, as a record or report read from
+    a volume or a pod may hold them; else None."""
+    first, last = untrusted.positive_number(first), untrusted.positive_number(last)
+    return (first, last) if first and last and first <= last else None
 
 
 def trained_line(first: float, last: float) -> str:

@@ -255,9 +255,9 @@ def bridge_report(checkpoint_dir: str | None, attempt: str | None) -> BridgeRepo
         for key in (progress.STEP_SECONDS, progress.SAVE_SECONDS, progress.UNIX_TIME)
     )
     why = why if isinstance(why, str) and why else None
-    first = positive_number(record.get(progress.FIRST_STEP_UNIX_TIME))
-    last = positive_number(record.get(progress.LAST_STEP_UNIX_TIME))
-    trained = (first, last) if first and last and first <= last else None
+    trained = progress.trained_span(
+        record.get(progress.FIRST_STEP_UNIX_TIME), record.get(progress.LAST_STEP_UNIX_TIME)
+    )
     return BridgeReport(status, step, why, step_seconds, save_seconds, finished_at, trained)
 
 

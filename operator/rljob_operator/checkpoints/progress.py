@@ -56,8 +56,6 @@ def read_progress(directory: str | os.PathLike[str]) -> Progress:
     if not isinstance(data, dict):
         return Progress()
     step, seconds = data.get(progress.STEP), data.get(progress.STEP_SECONDS)
-    first = untrusted.positive_number(data.get(progress.FIRST_STEP_UNIX_TIME))
-    last = untrusted.positive_number(data.get(progress.LAST_STEP_UNIX_TIME))
     return Progress(
         _count(step),
         untrusted.positive_number(seconds),
@@ -65,7 +63,9 @@ def read_progress(directory: str | os.PathLike[str]) -> Progress:
         _words(data.get(progress.SAVE_ON_NOTICE_UNAVAILABLE)),
         _words(data.get(progress.SAVE_ON_NOTICE_LATE)),
         _count(data.get(progress.ATTEMPT)),
-        (first, last) if first and last and first <= last else None,
+        progress.trained_span(
+            data.get(progress.FIRST_STEP_UNIX_TIME), data.get(progress.LAST_STEP_UNIX_TIME)
+        ),
     )
 
 

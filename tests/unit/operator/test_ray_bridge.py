@@ -421,6 +421,12 @@ def test_the_driver_run_through_the_bridge_stops_after_rlinfs_save_with_75(
         pytest.approx(first, abs=1e-3), pytest.approx(last, abs=1e-3),
     )  # fmt: skip
     assert ray_node.trained_message(ray_node.bridge_report(str(tmp_path / "ckpt"), "3")) is None
+    # A record without the times (an older bridge, one whose framework's names it did not
+    # find): the head says nothing more, and the driver's end is as it was.
+    for key in (progress.FIRST_STEP_UNIX_TIME, progress.LAST_STEP_UNIX_TIME):
+        written.pop(key)
+    (tmp_path / "ckpt" / progress.FRAMEWORK_PROGRESS_FILE_NAME).write_text(json.dumps(written))
+    assert ray_node.trained_message(ray_node.bridge_report(str(tmp_path / "ckpt"), "2")) is None
 
 
 # --------------------------------------------------------------------------- the head

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from rljob_contract import untrusted
+from rljob_contract.progress import trained_span
 
 from ... import constants as c
 from ...api.spec import JobSpec
@@ -69,8 +69,7 @@ def _trained(report: dict[str, Any]) -> TrainedSpan | None:
         return None
     if not isinstance(span, list) or len(span) != 2:
         return None
-    first, last = (untrusted.positive_number(t) for t in span)
-    return TrainedSpan.of(attempt, (first, last)) if first and last and first <= last else None
+    return TrainedSpan.of(attempt, trained_span(*span))
 
 
 def result_from_report(spec: JobSpec, report: dict[str, Any]) -> LookupResult:
