@@ -210,6 +210,16 @@ class Kube:
                                                         _preload_content=False))  # fmt: skip
         return None
 
+    def patch_pod_metadata(
+        self, namespace: str, name: str, metadata: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge `metadata` (labels, annotations; None removes a key) into the pod's; the pod
+        as stored, None if it is gone."""
+        with _calling(f"patch pod {namespace}/{name}", gone_ok=True):
+            return _data(self.core.patch_namespaced_pod(name, namespace, {"metadata": metadata},
+                                                        _preload_content=False))  # fmt: skip
+        return None
+
     def annotate_kueue_workload(
         self, namespace: str, name: str, annotations: dict[str, str]
     ) -> dict[str, Any] | None:

@@ -24,7 +24,6 @@ signal reaches the command, and the container ends exactly as the command does.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shlex
@@ -38,6 +37,8 @@ from pathlib import Path
 from types import FrameType
 
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
+from rljob_contract.in_place import RunWord as Word
+from rljob_contract.in_place import end_line, parse_word
 
 POLL_SECONDS = 0.2
 DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
@@ -55,15 +56,6 @@ class UsageError(ValueError):
 
 
 # --------------------------------------------------------------------------- the logic
-@dataclass(frozen=True)
-class Word:
-    """What the run file says: stop what runs (args None), or run `attempt` with `args`."""
-
-    attempt: int
-    args: tuple[str, ...] | None = None
-    env: Mapping[str, str | None] = field(default_factory=dict)  # None: remove the variable
-
-
 @dataclass(frozen=True)
 class Run:
     """One run of the command: its attempt, its arguments (None: the pod's own) and env."""
@@ -93,31 +85,6 @@ def parse_attempt(text: str | None) -> int | None:
     except ValueError:
         return None
     return attempt if attempt >= 0 else None
-
-
-def parse_word(text: str) -> Word | None:
-    """The run file's word; None where it says nothing readable (empty, not JSON, or a field of
-    the wrong kind): the operator writes it again, and until then nothing changes."""
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(value, dict):
-        return None
-    attempt, args, env = value.get("attempt"), value.get("args"), value.get("env")
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 0:
-        return None
-    if args is not None and not (
-        isinstance(args, list) and all(isinstance(arg, str) for arg in args)
-    ):
-        return None
-    env = {} if env is None else env
-    if not isinstance(env, dict) or not all(
-        isinstance(name, str) and name and (v is None or isinstance(v, str))
-        for name, v in env.items()
-    ):
-        return None
-    return Word(attempt, None if args is None else tuple(args), env)
 
 
 def waits_after(started: int | None, pod_attempt: int, word: Word | None) -> int | None:
@@ -367,7 +334,7 @@ def supervise(child: subprocess.Popen, run: Run, run_file: RunFile, signals: For
     if signals.received is not None or code == 0:
         return code
     end_group(child)
-    append_to_termination_log(contract.IN_PLACE_END_LINE.format(attempt=run.attempt, code=code))
+    append_to_termination_log(end_line(run.attempt, code))
     return contract.EXIT_RESTART_IN_PLACE
 
 
@@ -403,7 +370,7 @@ def run_in_place(count: int, words: list[str], signals: Forwarder) -> int:
         child = signals.start(argv, env)
     except OSError as exc:  # as a run that ended at once, as a shell's "command not found"
         say(f"cannot run {argv[0]!r}: {exc}")
-        append_to_termination_log(contract.IN_PLACE_END_LINE.format(attempt=run.attempt, code=127))
+        append_to_termination_log(end_line(run.attempt, 127))
         return contract.EXIT_RESTART_IN_PLACE
     return supervise(child, run, run_file, signals)
 

@@ -49,6 +49,11 @@ class ConditionType(StrEnum):
     # while the operator allows none, the API server refuses the writes, the attempt's
     # Workload is not the job's pods', or the operator cannot list the priority classes.
     PRIORITY_BOOST = "PriorityBoost"
+    # Jobs with spec.restartPolicy.inPlace, from their first recovery: True where the last
+    # one kept the pods that were not lost and restarted their trainers in them, False where
+    # it recreated the whole gang, with why (the launcher, a PodGroup or a Kueue queue per
+    # attempt, a kubelet without container restart rules, no pod left to keep).
+    IN_PLACE_RESTART = "InPlaceRestart"
 
 
 CONDITION_FOR_PHASE = {
@@ -109,6 +114,8 @@ class Reason(StrEnum):
     BOOST_WORKLOAD_NOT_OWNED = "BoostWorkloadNotOwned"  # the Workload is not the attempt's pods'
     BOOST_POLICY_RAISED = "BoostPolicyRaised"  # a field below the operator's floor: raised to it
     BOOST_CEILING_UNKNOWN = "BoostCeilingUnknown"  # the classes cannot be listed: held at 0
+    PODS_KEPT = "PodsKept"  # the pods that were not lost stay, their trainers restarted in them
+    GANG_RECREATED = "GangRecreated"  # in place was asked for, and could not be
     # Events only.
     FRESH_START = "FreshStart"
     RUNNING = "Running"

@@ -57,6 +57,9 @@ class RestartPolicy:
     failure_backoff_seconds: int = 10
     max_failure_backoff_seconds: int = 300
     node_not_ready_tolerance_seconds: int = 60
+    # When a pod of a running gang is lost, keep the others and restart their trainers in
+    # their pods (launcher.in_place); torchrun gangs on kubelets with container restart rules.
+    in_place: bool = False
 
     def failure_backoff(self, failures: int) -> int:
         """Seconds to wait after the `failures`-th failure: doubling, capped."""
@@ -253,6 +256,7 @@ def parse_restart_policy(data: dict[str, Any]) -> RestartPolicy:
         failure_backoff_seconds=_int(data, "failureBackoffSeconds", path, 10),
         max_failure_backoff_seconds=_int(data, "maxFailureBackoffSeconds", path, 300),
         node_not_ready_tolerance_seconds=_int(data, "nodeNotReadyToleranceSeconds", path, 60),
+        in_place=_bool(data, "inPlace", path, False),
     )
 
 

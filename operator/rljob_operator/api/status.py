@@ -113,6 +113,7 @@ class Recovery(Record):
     lost_seconds: float | None = None
     first_running_at: str | None = None
     first_step_at: str | None = None  # the new gang's first finished step (its pod turned Ready)
+    restarted_in_place: int | None = None  # pods of the gang that stayed (launcher.in_place)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", EndKind(self.kind))

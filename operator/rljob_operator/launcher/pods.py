@@ -16,7 +16,7 @@ import rljob_contract as contract
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError
 from ..frameworks import framework, resume_overrides
-from . import readiness, template
+from . import in_place, readiness, template
 from .identity import (
     JobRef,
     attempt_name,
@@ -126,6 +126,8 @@ def _volumes(
             },
         },
     ]
+    if spec.restart_policy.in_place and launcher_of(spec).RESTARTS_IN_PLACE:
+        volumes[1]["downwardAPI"]["items"].append(in_place.RUN_FILE_ITEM)
     mounts = [
         {"name": c.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
         {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
@@ -176,6 +178,7 @@ def desired_pod(
         "volumeMounts": mounts,
         "terminationMessagePath": contract.DEFAULT_TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        **launcher.container_fields(spec),
     }
     stepped = readiness.marks_steps(spec, rank)
     marker = readiness.marker(job, attempt, rank)
@@ -213,6 +216,21 @@ def desired_pod(
         "metadata": template.merge_metadata(spec.template_metadata, metadata),
         "spec": template.merge_pod_spec(spec.template_spec, pod_spec),
     }
+
+
+def run_in_place(
+    spec: JobSpec, job: JobRef, attempt: int, rank: int, resume: ResumeTarget | None,
+    restarts_now: int,
+) -> dict[str, Any]:  # fmt: skip
+    """The metadata patch that makes a pod kept from an ended gang rank `rank` of attempt
+    `attempt`: the labels that pod would have, and the run (the arguments and the resume
+    variables, which the pod's spec holds for its own attempt) that its wrapper starts."""
+    args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
+    env: dict[str, str | None] = dict.fromkeys(RESUME_ENV)
+    if resume is not None:
+        env.update({contract.ENV_RESUME_DIR: resume.path.rstrip("/"),
+                    contract.ENV_RESUME_STEP: str(resume.step)})  # fmt: skip
+    return in_place.run_patch(attempt, args, env, restarts_now, labels(job.name, attempt, rank))
 
 
 def check_template(spec: JobSpec, job: JobRef) -> None:

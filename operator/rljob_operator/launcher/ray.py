@@ -28,6 +28,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
 NOTICE_FILE = f"{TEMP_DIR}/{rljob_contract.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
 DRIVER_ON_HEAD = True  # only the head runs the driver; the job ends when the driver does
+RESTARTS_IN_PLACE = False  # not yet: a Ray gang is recreated whole (launcher.in_place)
 # Ray's token authentication (Ray 2.52 and later; older Rays ignore these variables): every
 # Ray process of the job reads the job's token from this file, and so must any client.
 TOKEN_VOLUME = "rljob-ray-token"
@@ -133,6 +134,10 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         values["RAY_ADDRESS"] = head_address(spec, master)  # the driver's ray.init() joins it
         values[rljob_contract.ENV_RAY_DRIVER_MARKER] = DRIVER_MARKER
     return values
+
+
+def container_fields(spec: JobSpec) -> dict[str, Any]:
+    return {}
 
 
 def readiness_probe(rank: int) -> dict[str, Any] | None:

@@ -11,11 +11,12 @@ from typing import Any
 
 from ..api.spec import JobSpec
 from ..frameworks import framework
-from . import podside
+from . import in_place, podside
 from .identity import JobRef
 from .network import gang_network_policy
 
 DRIVER_ON_HEAD = False  # every pod runs the trainer; the job ends when all of them do
+RESTARTS_IN_PLACE = True  # launcher.in_place: a kept pod's torchrun rejoins the rendezvous
 GUEST = "rljob_guest.py"  # what every bridge imports (rljob_podside)
 
 
@@ -28,11 +29,17 @@ CHILD_LAUNCHERS = frozenset({
 
 
 def bridge_programs(spec: JobSpec) -> podside.Programs:
-    """The pod-side programs the job's pods need: its framework's bridge, if it has one and
-    the command is a Python program the bridge can run."""
+    """The framework's bridge into the trainer's loop, if it has one and the command is a
+    Python program the bridge can run (the bridge first)."""
     bridge = framework(spec.framework).torchrun_bridge
     program = python_program(spec.entry_command)
     return (bridge, GUEST) if bridge and program and not child_launcher(program) else ()
+
+
+def podside_programs(spec: JobSpec) -> podside.Programs:
+    """The pod-side programs the job's pods need: the bridge's, and the in-place wrapper
+    where the job restarts in place."""
+    return bridge_programs(spec) + ((in_place.WRAPPER,) if spec.restart_policy.in_place else ())
 
 
 def child_launcher(program: list[str]) -> str | None:
@@ -51,7 +58,8 @@ def python_program(entry: tuple[str, ...]) -> list[str] | None:
 
 def command(spec: JobSpec, rank: int) -> list[str]:
     programs = bridge_programs(spec)
-    return torchrun_command(spec.entry_command, programs[0] if programs else None)
+    wrapped = torchrun_command(spec.entry_command, programs[0] if programs else None)
+    return in_place.wrapped(wrapped) if spec.restart_policy.in_place else wrapped
 
 
 def torchrun_command(entry: tuple[str, ...], bridge: str | None = None) -> list[str]:
@@ -77,7 +85,7 @@ def torchrun_shutdown_timeout(grace: int) -> int:
 
 
 def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
-    return {
+    return (in_place.env() if spec.restart_policy.in_place else {}) | {
         # Read by recent torchrun (its --shutdown-timeout; torch 2.15 has it, 2.7 has not).
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(torchrun_shutdown_timeout(spec.grace_seconds)),
         "MASTER_ADDR": master,
@@ -93,6 +101,12 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     }
 
 
+def container_fields(spec: JobSpec) -> dict[str, Any]:
+    """The trainer container's fields besides its command, env and volumes: the restart rule
+    of an in-place restart."""
+    return in_place.container_fields() if spec.restart_policy.in_place else {}
+
+
 def container_ports(spec: JobSpec, rank: int) -> list[dict[str, Any]]:
     return []
 
@@ -104,11 +118,14 @@ def readiness_probe(rank: int) -> dict[str, Any] | None:
 def volumes(
     spec: JobSpec, job: JobRef, secret: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    programs = bridge_programs(spec)
+    programs = podside_programs(spec)
     if not programs:
         return [], []
     volume, mount = podside.volume_and_mount(job.name, programs)
-    return [volume], [mount]
+    if not spec.restart_policy.in_place:
+        return [volume], [mount]
+    state, state_mount = in_place.state_volume_and_mount()
+    return [volume, state], [mount, state_mount]
 
 
 def service_ports(spec: JobSpec) -> dict[str, int]:
@@ -118,7 +135,7 @@ def service_ports(spec: JobSpec) -> dict[str, int]:
 def config_map(
     spec: JobSpec, job: str, namespace: str, metadata: dict[str, Any]
 ) -> dict[str, Any] | None:
-    programs = bridge_programs(spec)
+    programs = podside_programs(spec)
     return podside.config_map(job, namespace, metadata, programs) if programs else None
 
 

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import rljob_contract as contract
+from rljob_contract.in_place import parse_end, parse_word
+
 from .. import constants as c
 from ..api.timestamps import parse_iso
 from ..queueing import Admission, queue_wait
@@ -80,12 +83,50 @@ class PodFacts:
     short_grace: ShortGrace | None = None  # deleted with less than its own grace period
 
 
-def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """How the trainer container ended: the one named `trainer`, or the pod's only one."""
+def trainer_status(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The trainer container's status: the one named `trainer`, or the pod's only one."""
     statuses = pod.get("status", {}).get("containerStatuses") or []
     named = [s for s in statuses if s.get("name") == c.TRAINER_CONTAINER]
     trainer = named or (statuses if len(statuses) == 1 else [])
-    return (trainer[0].get("state") or {}).get("terminated") if trainer else None
+    return trainer[0] if trainer else None
+
+
+def restarts(pod: dict[str, Any]) -> int:
+    """How often the kubelet has restarted the trainer container in its pod."""
+    return int((trainer_status(pod) or {}).get("restartCount") or 0)
+
+
+def run_restarts(pod: dict[str, Any]) -> int:
+    """The trainer container's restart count when its pod was given the run it has now:
+    0 for the run it was created with, else what the run annotation notes
+    (launcher.in_place)."""
+    annotations = pod.get("metadata", {}).get("annotations") or {}
+    run = parse_word(annotations.get(contract.RUN_ANNOTATION))
+    return run.restarts if run else 0
+
+
+def run_ended(pod: dict[str, Any]) -> bool:
+    """Whether the run the pod was given has ended: its container has, or the kubelet has
+    restarted it in place since (its wrapper then waits for its next run)."""
+    return _trainer_termination(pod) is not None
+
+
+def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """How the trainer's run ended: its container's end, or the end the kubelet recorded
+    before it restarted the container in place (launcher.in_place), with the trainer's own
+    exit code and message where rljob's wrapper passed them on."""
+    trainer = trainer_status(pod)
+    if trainer is None:
+        return None
+    ended = (trainer.get("state") or {}).get("terminated")
+    if ended is None and restarts(pod) > run_restarts(pod):
+        ended = (trainer.get("lastState") or {}).get("terminated")
+    if ended and ended.get("exitCode") == contract.EXIT_RESTART_IN_PLACE:
+        passed_on = parse_end(ended.get("message") or "")
+        if passed_on:
+            _, code, message = passed_on
+            return {**ended, "exitCode": code, "message": message}
+    return ended
 
 
 def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:

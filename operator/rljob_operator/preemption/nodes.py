@@ -81,12 +81,22 @@ def not_ready_seconds(node: dict[str, Any], now: datetime) -> float | None:
     return (now - parse_iso(since)).total_seconds() if since else 0.0
 
 
+# A kubelet declares it (node.status.declaredFeatures) from Kubernetes 1.36; it needs
+# ContainerRestartRules on, which is all an in-place restart uses (launcher.in_place).
+RESTART_RULES_FEATURE = "RestartAllContainersOnContainerExits"
+
+
 @dataclass(frozen=True)
 class NodeState:
     """What a pass reads of one node that exists, read from it once."""
 
     not_ready_seconds: float | None  # how long it has not been Ready; None while it is
     termination: NodeTermination | None  # it says it is going away
+    restarts_in_place: bool = False  # its kubelet restarts a container on a restart rule
+
+
+def restarts_in_place(node: dict[str, Any]) -> bool:
+    return RESTART_RULES_FEATURE in ((node.get("status") or {}).get("declaredFeatures") or [])
 
 
 def node_states(
@@ -95,6 +105,7 @@ def node_states(
     """Each node's state by name; None for a node that no longer exists."""
     return {
         name: None if node is None
-        else NodeState(not_ready_seconds(node, now), node_termination(node, now))
+        else NodeState(not_ready_seconds(node, now), node_termination(node, now),
+                       restarts_in_place(node))
         for name, node in nodes.items()
     }  # fmt: skip

@@ -66,10 +66,10 @@ def apply(
     revision = meta.get("resourceVersion")
     patch = status_patch(job.get("status") or {}, plan.status)
     acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
-            or plan.delete_pod_groups)  # fmt: skip
+            or plan.delete_pod_groups or plan.stop_in_place or plan.run_in_place)  # fmt: skip
     if not patch and plan.asks_for_nothing():
         return  # the pass of a job at rest: most passes
-    fence = plan.create or (acts and not patch)
+    fence = plan.create or plan.run_in_place or (acts and not patch)
     children = [obj for obj in plan.create if obj["kind"] != "Pod"]
     pods = [obj for obj in plan.create if obj["kind"] == "Pod"]
     first = plan.release if plan.release_first else []
@@ -83,7 +83,10 @@ def apply(
         *([partial(_create_children, kube, cache, job, children)] if children else []),
     ])  # fmt: skip
     released = answers[: len(first)]
-    for created in at_once(partial(kube.create, pod) for pod in pods):
+    # A kept pod joins the new gang beside its new pods (reconcile.policies.in_place).
+    joins = [partial(kube.patch_pod_metadata, namespace, pod, metadata)
+             for pod, metadata in plan.run_in_place.items()]  # fmt: skip
+    for created in at_once([*(partial(kube.create, pod) for pod in pods), *joins]):
         if created:
             # The next pass must see the new gang, though its watch events have not come:
             # a pod missing from the cache would look deleted.
@@ -98,16 +101,20 @@ def apply(
         *(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
           for pod in plan.request_checkpoint),
         *(partial(kube.delete_pod_group, namespace, group) for group in plan.delete_pod_groups),
+        *(partial(kube.patch_pod_metadata, namespace, pod, metadata)
+          for pod, metadata in plan.stop_in_place.items()),
     ])  # fmt: skip
     # None of the released pods is one that this pass deletes: decide sees to it.
     released += answers[: len(later)]
     deleted = answers[len(later) : len(later) + len(plan.delete) + len(plan.force_delete)]
     done = len(later) + len(deleted)
     asked = answers[done : done + len(plan.request_checkpoint)]
+    stopping = answers[len(answers) - len(plan.stop_in_place) :] if plan.stop_in_place else []
     # The next pass must not release, delete or ask a pod again before the watch brings this,
     # nor delete a pod asked before its request lands. A deleted pod without our finalizer may
     # be gone already, and is left to the watch.
-    for pod in [*released, *(p for p in deleted if p and holds_our_finalizer(p)), *asked]:
+    for pod in [*released, *(p for p in deleted if p and holds_our_finalizer(p)), *asked,
+                *stopping]:  # fmt: skip
         if pod:
             cache.on_pod(None, pod)
     if plan.annotate_workload:

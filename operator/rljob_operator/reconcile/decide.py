@@ -32,6 +32,7 @@ from .pod_facts import ray_status, sort_pods
 from .policies.failure import attempt_ended
 from .policies.finish import finished, suspend
 from .policies.goodput import TrainedSpan, retimed_at_the_end
+from .policies.in_place import drop_kept
 from .policies.pod_cleanup import meet_the_pods
 from .policies.save_on_notice import report_save_on_notice
 from .policies.startup import start_attempt
@@ -98,11 +99,12 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
     if ended:
         return
     p.plan.delete = list(seen.stale)
-    if seen.stale_unended:  # the old gang may still run (a trainer saving on SIGTERM)
+    dropped = drop_kept(p, spec, seen)
+    if seen.stale_unended or dropped:  # the old gang may still run (a trainer saving on SIGTERM)
         p.old_gang_runs = True
         p.requeue(1)
     elif not p.status.attempt_creation_time:
-        start_attempt(p, spec, lookup)  # the old pods that are left have ended
+        start_attempt(p, spec, lookup, seen)  # the old pods that are left have ended
     else:
         progress(p, spec, seen)
 

@@ -60,6 +60,11 @@ class Plan:
     release: list[str] = field(default_factory=list)  # pods whose end is recorded: drop finalizer
     release_first: bool = False  # their end was recorded by an earlier pass: before the creates
     delete_pod_groups: list[str] = field(default_factory=list)  # of attempts that are over
+    # In-place restarts (reconcile.policies.in_place): pod name -> the metadata patch that
+    # tells a kept pod to stop and wait (after the status write, as deletes are), or that
+    # makes it one of the new gang (beside the new gang's pods).
+    stop_in_place: dict[str, dict[str, Any]] = field(default_factory=dict)
+    run_in_place: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The attempt's Kueue Workload, the priority-boost annotations to merge into it, and what
     # the boost was computed from: for status.priorityBoost once the API server took the write.
     annotate_workload: tuple[str, dict[str, str], BoostBasis] | None = None

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION, progress
+from rljob_contract import CHECKPOINT_REQUEST_ANNOTATION, RUN_ANNOTATION, progress
+from rljob_contract.in_place import parse_word
 from rljob_contract.request import parse_request
 
 from .. import constants as c
@@ -16,10 +17,11 @@ from ..api.reasons import Reason
 from ..api.spec import JobSpec
 from ..api.status import JobStatus, RayStatus
 from ..api.timestamps import parse_iso
+from ..launcher.in_place import has_restart_rule
 from ..launcher.launchers import launcher_of
 from ..preemption.classify import Outcome, PodEnd, classify_facts
-from ..preemption.facts import PodFacts, facts
-from ..preemption.nodes import NodeState
+from ..preemption.facts import PodFacts, facts, restarts, run_ended, run_restarts
+from ..preemption.nodes import RESTART_RULES_FEATURE, NodeState
 from ..queueing import Admission
 
 
@@ -45,6 +47,59 @@ def stuck(pods: list[PodFacts]) -> Stuck:
 def inspector_stuck(pod: dict[str, Any], now: datetime) -> Stuck:
     """Why an inspector pod that has not reported has not started, where it says."""
     return stuck([facts(pod, None, now)])
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A pod of an ended gang kept to run the next attempt in place (launcher.in_place)."""
+
+    name: str
+    rank: int
+    run_ended: bool  # its run of the ended attempt is over: its wrapper waits for the next
+    restarts: int  # its trainer container's restart count now
+    unfit: str | None  # why it can no longer run the next attempt (None: it can)
+
+
+def stays(pod: dict[str, Any], node: NodeState | None) -> str | None:
+    """Why a pod cannot stay for the next attempt, restarted in place; None where it can: it
+    runs, is not going, keeps rljob's restart rule, and its node is Ready, stays, and has a
+    kubelet that restarts containers on such a rule."""
+    meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    going = {x.get("type") for x in conditions if x.get("status") == "True"}
+    if meta.get("deletionTimestamp"):
+        return "it is being deleted"
+    if phase != "Running":
+        return f"it is {phase}"
+    if going & {"DisruptionTarget", c.KUEUE_STOP_CONDITION}:
+        return "it is to be stopped (its DisruptionTarget or Kueue's stop condition)"
+    if not has_restart_rule(pod):
+        return "the API server dropped its container restart rule (ContainerRestartRules off)"
+    if node is None:
+        return "its node is gone"
+    if node.not_ready_seconds is not None or node.termination is not None:
+        return "its node is not Ready or is going away"
+    if not node.restarts_in_place:
+        where = pod["spec"].get("nodeName")
+        return f"its node {where} does not declare {RESTART_RULES_FEATURE} (a kubelet before 1.36)"
+    return None
+
+
+@dataclass(frozen=True)
+class Staying:
+    """Whether a pod of the current attempt could stay for the next (launcher.in_place)."""
+
+    name: str
+    why_not: str | None  # None: it can
+    run_restarts: int  # its container's restart count when it was given its run
+
+
+def kept_for(pod: dict[str, Any], attempt: int) -> bool:
+    """A pod of an ended gang that its run annotation keeps for `attempt`."""
+    meta = pod["metadata"]
+    run = parse_word((meta.get("annotations") or {}).get(RUN_ANNOTATION))
+    return (run is not None and run.attempt == attempt
+            and meta.get("labels", {}).get(c.LABEL_ATTEMPT) != str(attempt))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -76,6 +131,9 @@ class Observed:
     # When rank 0's trainer finished its attempt's first and last step, as it timed them and
     # said in its termination message when it finished (Unix time).
     trained: tuple[float, float] | None = None
+    # Pods of the current attempt that could stay for the next one, by rank.
+    stay: dict[int, Staying] = field(default_factory=dict)
+    kept: tuple[Kept, ...] = ()  # pods of an ended gang kept for the current attempt
 
     @cached_property
     def disruptions(self) -> list[PodEnd]:
@@ -145,19 +203,30 @@ def sort_pods(
     ready: set[int] = set()
     head: PodFacts | None = None  # rank 0's pod: the trainer's on every launcher
     active: list[PodFacts] = []
+    stay: dict[int, Staying] = {}
+    kept: list[Kept] = []
     for pod in pods:
         meta = pod["metadata"]
         labels = meta.get("labels", {})
+        node_name = pod.get("spec", {}).get("nodeName")
+        node = nodes.get(node_name) if node_name else None
         if labels.get(c.LABEL_ATTEMPT) != str(attempt):
+            ended = run_ended(pod)
+            if kept_for(pod, attempt) and not meta.get("deletionTimestamp"):
+                rank = int(labels[c.LABEL_NODE_RANK])
+                kept.append(Kept(meta["name"], rank, ended, restarts(pod), stays(pod, node)))
+                if not ended:
+                    stale_unended.append(meta["name"])
+                continue
             stale.append(meta["name"])
             if not has_stopped(pod):
                 stale_unended.append(meta["name"])
             continue
-        node_name = pod.get("spec", {}).get("nodeName")
-        pod_facts = facts(pod, nodes.get(node_name) if node_name else None, now, admission)
+        pod_facts = facts(pod, node, now, admission)
         end = classify_facts(pod_facts, spec.restart_policy)
         rank = int(labels[c.LABEL_NODE_RANK])
         current[rank] = end
+        stay[rank] = Staying(meta["name"], stays(pod, node), run_restarts(pod))
         if pod_facts.ready:
             ready.add(rank)
         if rank == 0:  # the trainer's pod on every launcher: a Ray gang's head has the probe
@@ -198,6 +267,7 @@ def sort_pods(
         stuck=stuck(active),
         stale_unended=tuple(sorted(stale_unended)),
         asked_for_later=asked_for_later(asked_by, deadline),
+        stay=stay, kept=tuple(sorted(kept, key=lambda k: k.rank)),
     )  # fmt: skip
 
 

@@ -5,6 +5,10 @@ is drained with `kubectl drain` between two periodic saves: the Eviction API, SI
 grace period, as a spot reclaim or a maintenance drain. rljob saves on that notice,
 recreates the gang and resumes from the newest complete checkpoint; the job is judged by its
 status and by its final weights, bitwise equal to an uninterrupted run.
+
+The same gang with spec.restartPolicy.inPlace, one pod evicted: the other pod stays (its uid,
+node and IP), its trainer restarted in it by the kubelet's container restart rule, and only
+the evicted pod is replaced.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from e2e_steps import (
     SAVE_INTERVAL,
     assert_same_run_as_reference,
     create_job,
+    evict,
     experiment_path,
     one_pod_per_node,
     rljob_job,
@@ -30,7 +35,7 @@ from kube_steps import wait_for
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import EndKind, Phase
 from rljob_testenv import images, kind
-from rljob_testenv.scenario import read_progress
+from rljob_testenv.scenario import read_progress, trainer_pods
 from rljob_trainer.faults import ENV_TEST_SLOW_ROLLOUT_FROM_STEP, ENV_TEST_SLOW_ROLLOUT_TOKEN
 
 IMAGE_CONFIG = "/app/configs/grpo_tiny.yaml"  # where the trainer image keeps its configs
@@ -105,6 +110,51 @@ def test_a_drained_worker_saves_on_notice_and_the_gang_resumes_bit_exact(
     assert_same_run_as_reference(checkpoints, reference)
     REPORTS.append(
         f"kind, 2 pods on 2 workers, {victim} drained after step {at}: {recovery['reason']}, "
+        f"resumed from step {recovery['resumedFromStep']}, lost {recovery['lostSteps']}; "
+        "final weights bitwise equal to the uninterrupted run"
+    )
+
+
+@pytest.mark.timeout(900)
+def test_an_evicted_pod_is_replaced_and_the_other_restarts_in_place_bit_exact(
+    stack, cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim, reference, rng
+):
+    name = "in-place"
+    checkpoints = shared_claim / experiment_path(name) / "checkpoints"
+    at = rng.choice([17, 21])
+    body = kind_job(name, slow_from_step=at + 1)
+    body["spec"]["restartPolicy"]["inPlace"] = True
+    create_job(cluster_api, jobs_namespace, body)
+    gang = running_gang(cluster_core, jobs_namespace, 0, 2, timeout=300)
+    wait_step(cluster_api, jobs_namespace, name, checkpoints, at)
+    victim = rng.choice(gang)
+    (survivor,) = [pod for pod in gang if pod.metadata.name != victim.metadata.name]
+    print(f"evicting {victim.metadata.name} after step {at}; {survivor.metadata.name} stays")
+    evict(cluster_core, jobs_namespace, victim.metadata.name)
+
+    new_gang = running_gang(cluster_core, jobs_namespace, 1, 2, timeout=300)
+    kept = next(pod for pod in new_gang if pod.metadata.name == survivor.metadata.name)
+    assert (kept.metadata.uid, kept.spec.node_name, kept.status.pod_ip) == (
+        survivor.metadata.uid, survivor.spec.node_name, survivor.status.pod_ip)  # fmt: skip
+    assert kept.status.container_statuses[0].restart_count == 1
+    job = wait_succeeded(cluster_api, jobs_namespace, name, timeout=600)
+
+    st = job["status"]
+    (recovery,) = st["recoveries"]
+    assert recovery["reason"] == "EvictionByEvictionAPI", recovery
+    assert recovery["restartedInPlace"] == 1, recovery
+    assert at <= recovery["resumedFromStep"] <= at + 2, recovery
+    assert recovery["lostSteps"] == 0, recovery
+    assert (st["preemptions"], st["failures"], st["attempt"]) == (1, 0, 1), st
+    in_place = next(x for x in st["conditions"] if x["type"] == "InPlaceRestart")
+    assert (in_place["status"], in_place["reason"]) == ("True", "PodsKept"), in_place
+    # Attempt 1 is the kept pod and one new pod, nothing else.
+    names = {pod.metadata.name for pod in trainer_pods(cluster_core, jobs_namespace, 1)}
+    assert survivor.metadata.name in names and len(names) == 2, names
+    assert_same_run_as_reference(checkpoints, reference)
+    REPORTS.append(
+        f"kind, 2 pods on 2 workers, {victim.metadata.name} evicted after step {at}: "
+        f"{survivor.metadata.name} restarted in place (same uid, node, IP), the other replaced, "
         f"resumed from step {recovery['resumedFromStep']}, lost {recovery['lostSteps']}; "
         "final weights bitwise equal to the uninterrupted run"
     )

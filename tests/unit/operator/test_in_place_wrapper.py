@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import rljob_contract as contract
 from kube_steps import stays, wait_for
+from rljob_contract.in_place import end_line
 from rljob_podside import rljob_in_place as in_place
 
 REPO = Path(__file__).resolve().parents[3]
@@ -128,10 +129,6 @@ def ended(process: subprocess.Popen, timeout: float = 10) -> tuple[int, str]:
     finally:
         process.kill()
     return process.returncode, err
-
-
-def end_line(attempt: int, code: int) -> str:
-    return contract.IN_PLACE_END_LINE.format(attempt=attempt, code=code)
 
 
 def stopped_line(attempt: int) -> str:

@@ -16,6 +16,7 @@ from ...api.status import AttemptEnd
 from ...api.timestamps import iso
 from ..plan import Pass
 from ..pod_facts import Observed
+from .in_place import keep_survivors
 from .recovery import record_detection
 
 
@@ -51,9 +52,11 @@ def attempt_ended(p: Pass, spec: JobSpec, seen: Observed) -> None:
         p.update(failures=count)
         budget_left = count <= policy.max_failures
         p.event(EventType.WARNING, Reason.TRAINER_FAILED, f"attempt {attempt} failed: {what}")
+    kept = keep_survivors(p, spec, seen) if disruptive and budget_left else []
     p.plan.delete = [
-        e.pod for rank, e in seen.current.items() if rank not in seen.missing and e.pod
-    ]
+        e.pod for rank, e in seen.current.items()
+        if rank not in seen.missing and e.pod and e.pod not in kept
+    ]  # fmt: skip
     p.plan.delete += list(seen.stale)
     kind = end.kind.lower()
     if not budget_left:

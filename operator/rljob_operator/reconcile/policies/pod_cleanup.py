@@ -16,13 +16,14 @@ from ...api.reasons import TERMINAL_PHASES, Phase
 from ...api.status import JobStatus
 from ...preemption.nodes import NodeState
 from ..plan import Pass, Plan
-from ..pod_facts import has_stopped
+from ..pod_facts import has_stopped, kept_for
 
 
 def meet_the_pods(p: Pass) -> None:
     """Shape the pass's deletions and releases to the job's pods as they are."""
     pods, nodes = list(p.snap.trainers), p.snap.nodes
-    p.plan.release = ends_recorded(p.status, pods)
+    # A pod kept for the next attempt is not released: it joins that attempt's gang.
+    p.plan.release = [n for n in ends_recorded(p.status, pods) if n not in p.plan.stop_in_place]
     no_grace_for_lost_nodes(p.plan, pods, nodes, p.not_ready_tolerance)
     wake_when_tolerance_ends(p, pods, nodes)
     skip_pods_already_going(p.plan, pods)
@@ -47,6 +48,7 @@ def ends_recorded(status: JobStatus, pods: list[dict[str, Any]]) -> list[str]:
         for pod in pods
         if holds_our_finalizer(pod)
         and (at_rest or pod["metadata"].get("labels", {}).get(c.LABEL_ATTEMPT) != attempt)
+        and (at_rest or not kept_for(pod, status.attempt))  # it stays for this attempt
     ]
 
 

@@ -35,15 +35,18 @@ def record_gang_creation(
     resume: ResumeTarget | None,
     lookup: LookupResult | None,
     now: datetime,
+    restarted_in_place: int = 0,
 ) -> tuple[Recoveries, tuple[int, float | None] | None]:
-    """Complete the entry of `attempt`: when its gang came back, from where, what was lost.
+    """Complete the entry of `attempt`: when its gang came back, from where, what was lost,
+    how many of its pods stayed and were restarted in place.
 
     Also returns the steps lost and what they cost to train again (None where the trainer's
     step time is unknown), if the lost steps are known.
     """
     if not records or records[-1].attempt != attempt:
         return records, None
-    last = replace(records[-1], gang_created_at=iso_precise(now))
+    last = replace(records[-1], gang_created_at=iso_precise(now),
+                   restarted_in_place=restarted_in_place or None)  # fmt: skip
     if resume:
         last = replace(last, resumed_from_step=resume.step)
     lost: tuple[int, float | None] | None = None

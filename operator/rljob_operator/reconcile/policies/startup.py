@@ -30,7 +30,9 @@ from ...launcher.pods import (
 from ..lookup.backoff import lookup_backing_off, lookup_failed, lookup_succeeded
 from ..lookup.wait import lookup_answered, lookup_pending
 from ..plan import LookupPending, LookupResult, Pass
+from ..pod_facts import Observed
 from .goodput import retimed_at_recovery
+from .in_place import restart_kept
 from .recovery import record_gang_creation
 from .suspicion import suspect_checkpoint
 from .under_way import waiting_for_the_gang
@@ -43,7 +45,9 @@ def explicit_resume(spec: JobSpec, attempt: int) -> str | None:
     return wanted if attempt == 0 and wanted not in ("auto", "never") else None
 
 
-def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | LookupPending | None) -> None:
+def start_attempt(
+    p: Pass, spec: JobSpec, lookup: LookupResult | LookupPending | None, seen: Observed
+) -> None:
     restart_after = p.status.restart_after
     if restart_after and p.now < parse_iso(restart_after):
         p.requeue((parse_iso(restart_after) - p.now).total_seconds())
@@ -71,7 +75,7 @@ def start_attempt(p: Pass, spec: JobSpec, lookup: LookupResult | LookupPending |
         if not _resume_target_accepted(p, spec, lookup):
             return
         resume = lookup.target
-    _create_gang(p, spec, resume, lookup)
+    _create_gang(p, spec, resume, lookup, seen)
 
 
 def _make_gang_secret(p: Pass, spec: JobSpec) -> bool:
@@ -111,8 +115,9 @@ def _resume_target_accepted(p: Pass, spec: JobSpec, lookup: LookupResult) -> boo
 
 
 def _create_gang(
-    p: Pass, spec: JobSpec, resume: ResumeTarget | None, lookup: LookupResult | None
-) -> None:
+    p: Pass, spec: JobSpec, resume: ResumeTarget | None, lookup: LookupResult | None,
+    seen: Observed,
+) -> None:  # fmt: skip
     status, attempt = p.status, p.status.attempt
     group = attempt_name(p.ref.name, attempt) if gang.wanted(spec, p.snap.workload_api) else None
     secret_name = status.ray_token_secret
@@ -126,6 +131,10 @@ def _create_gang(
         p.fail(Reason.INVALID_RESUME_TARGET,
                f"cannot resume from {resume.path if resume else '-'}: {exc}")  # fmt: skip
         return
+    kept = restart_kept(p, spec, seen, resume)
+    # A rank with a pod already (kept, or made by a pass whose status write failed) gets none.
+    taken = {k.rank for k in kept} | set(seen.current)
+    pods = [pod for rank, pod in enumerate(pods) if rank not in taken]
     scheduling = gang.desired_objects(spec, p.ref, attempt) if group else []
     launcher_files = desired_launcher_config_map(spec, p.ref)
     policy = desired_network_policy(spec, p.ref)
@@ -162,14 +171,15 @@ def _create_gang(
     if lookup and resume:
         latest = LatestCheckpoint(resume.step, resume.path, spec.checkpoint.layout, iso(p.now))
         p.update(latest_checkpoint=latest)
-    recoveries, p.lost = record_gang_creation(status.recoveries, attempt, resume, lookup, p.now)
+    recoveries, p.lost = record_gang_creation(status.recoveries, attempt, resume, lookup, p.now,
+                                              len(kept))  # fmt: skip
     if lookup and framework(spec.framework).reports_steps:  # its framework start was counted
         p.retiming = retimed_at_recovery(p.snap.status, lookup.trained, p.now)
     p.update(recoveries=recoveries)
     if p.lost and p.lost[0] and lookup and lookup.last_finished_step is not None:
         where += (f"; lost steps: {p.lost[0]} (the last finished step was "
                   f"{lookup.last_finished_step}: the trainer did not save on notice)")  # fmt: skip
-    p.event(EventType.NORMAL, Reason.GANG_CREATED,
-            f"attempt {attempt}: created {spec.nnodes} pods, {where}")  # fmt: skip
+    made = f"created {len(pods)} pods" + (f", restarted {len(kept)} in place" if kept else "")
+    p.event(EventType.NORMAL, Reason.GANG_CREATED, f"attempt {attempt}: {made}, {where}")
     waiting_for_the_gang(p, spec)
     p.requeue(1)

@@ -93,8 +93,9 @@ def request_checkpoint(p: Pass, seen: Observed) -> None:
     overriding the grace its template or an admin's drain gave it. Where a peer is told it needs
     neither: rljob's trainer decides with all its ranks at once, so the peers bring it along."""
     going = set() if seen.deadline else set(p.plan.delete)
+    going |= set(p.plan.stop_in_place)  # told to stop by their run annotation instead
     asked = [pod for pod in seen.unrequested if pod not in going]
-    again = list(seen.asked_for_later)
+    again = [pod for pod in seen.asked_for_later if pod not in p.plan.stop_in_place]
     if not asked and not again:
         return
     p.plan.request_checkpoint = asked + again

@@ -1,0 +1,81 @@
+"""The words of an in-place restart, as the operator writes them and the pod-side wrapper
+(rljob_podside/rljob_in_place.py) reads them: the run annotation's value, and the line the
+wrapper adds to the trainer's termination message (names in rljob_contract)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from . import IN_PLACE_END_LINE
+
+
+@dataclass(frozen=True)
+class RunWord:
+    """What a pod is to run: `attempt`, with `args` replacing the pod's own arguments and
+    `env` set (None: removed); without `args`, stop what runs and wait. `restarts` is the
+    operator's own note: the trainer container's restart count when the run was given, so
+    that a higher count says the run has ended."""
+
+    attempt: int
+    args: tuple[str, ...] | None = None
+    env: dict[str, str | None] = field(default_factory=dict)
+    restarts: int = 0
+
+    @property
+    def runs(self) -> bool:
+        return self.args is not None
+
+
+def format_word(run: RunWord) -> str:
+    body: dict[str, object] = {"attempt": run.attempt, "restarts": run.restarts}
+    if run.args is not None:
+        body.update(args=list(run.args), env=run.env)
+    return json.dumps(body, sort_keys=True)
+
+
+def parse_word(text: str | None) -> RunWord | None:
+    """The run a value names; None for an empty, unreadable or malformed one."""
+    try:
+        body = json.loads(text or "")
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict):
+        return None
+    attempt, restarts = body.get("attempt"), body.get("restarts", 0)
+    args, env = body.get("args"), body.get("env") or {}
+    if not _count(attempt) or not _count(restarts):
+        return None
+    if args is not None and not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
+        return None
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and k and (v is None or isinstance(v, str)) for k, v in env.items()
+    ):
+        return None
+    return RunWord(attempt, tuple(args) if args is not None else None, dict(env), restarts)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+_END = re.compile(
+    re.escape(IN_PLACE_END_LINE)
+    .replace(re.escape("{attempt}"), r"(\d+)")
+    .replace(re.escape("{code}"), r"(\d+)")
+)
+
+
+def end_line(attempt: int, code: int) -> str:
+    return IN_PLACE_END_LINE.format(attempt=attempt, code=code)
+
+
+def parse_end(message: str) -> tuple[int, int, str] | None:
+    """(attempt, the trainer's exit code, the message before the wrapper's line) where the
+    termination message ends with the wrapper's end line; None where it does not."""
+    before, _, last = message.rstrip().rpartition("\n")
+    found = _END.fullmatch(last.strip())
+    if found is None:
+        return None
+    return int(found.group(1)), int(found.group(2)), before

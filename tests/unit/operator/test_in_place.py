@@ -1,0 +1,259 @@
+"""In-place restart (spec.restartPolicy.inPlace): the pods a torchrun gang keeps when one of
+its pods is lost, from the attempt's end to the next gang, as passes over plain objects."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import timedelta
+
+from builders import NOW, make_job, make_node, make_pod
+from passes import decide, with_status
+from rljob_contract import (
+    CHECKPOINT_REQUEST_ANNOTATION,
+    ENV_RESUME_DIR,
+    ENV_RESUME_STEP,
+    EXIT_RESTART_IN_PLACE,
+    RUN_ANNOTATION,
+)
+from rljob_contract.in_place import end_line, parse_word
+from rljob_operator import constants as c
+from rljob_operator.api.reasons import ConditionType, Phase
+from rljob_operator.api.spec import parse_spec
+from rljob_operator.api.timestamps import iso
+from rljob_operator.launcher import in_place
+from rljob_operator.launcher.pods import ResumeTarget, desired_launcher_config_map, desired_pod
+from rljob_operator.preemption.nodes import RESTART_RULES_FEATURE
+from rljob_operator.reconcile.plan import LookupResult
+from rljob_operator.reconcile.snapshot import job_ref
+
+IN_PLACE = {"inPlace": True}
+LOOKUP = LookupResult(ResumeTarget("/ckpt/global_step_7", 7), last_finished_step=7)
+
+
+def restarting_node(name: str) -> dict:
+    node = make_node(name)
+    node["status"]["declaredFeatures"] = [RESTART_RULES_FEATURE]
+    return node
+
+
+NODES = {n: restarting_node(n) for n in ("gpu-node-0", "gpu-node-1")}
+
+
+def running(job, attempt=0):
+    return with_status(job, {"attempt": attempt, "attemptCreationTime": "2026-11-29T11:00:00Z",
+                             "phase": Phase.RUNNING})  # fmt: skip
+
+
+def gang(job, attempt=0):
+    return [make_pod(job, attempt, rank, node=f"gpu-node-{rank}") for rank in range(2)]
+
+
+def lose_rank_1(job):
+    """The gang of attempt 0 with its rank 1 pod being deleted (its node is not the
+    survivor's)."""
+    pods = gang(job)
+    pods[1]["metadata"]["deletionTimestamp"] = "2026-11-29T11:59:00Z"
+    return pods
+
+
+def restarted_after(pod, code: int, message: str = "rljob: checkpointed on request") -> dict:
+    """The pod after its wrapper ended the run with `code` and the kubelet restarted the
+    trainer container in place (its lastState keeps the wrapper's end)."""
+    pod = copy.deepcopy(pod)
+    ended = {"exitCode": EXIT_RESTART_IN_PLACE, "reason": "Error",
+             "message": f"{message}\n{end_line(0, code)}\n"}  # fmt: skip
+    pod["status"]["containerStatuses"] = [{
+        "name": c.TRAINER_CONTAINER, "restartCount": 1,
+        "state": {"running": {"startedAt": "2026-11-29T11:59:30Z"}},
+        "lastState": {"terminated": ended},
+    }]  # fmt: skip
+    return pod
+
+
+def applied(pod, patch: dict) -> dict:
+    """The pod after a metadata merge patch."""
+    pod = copy.deepcopy(pod)
+    for kind, values in patch.items():
+        for key, value in values.items():
+            if value is None:
+                pod["metadata"].get(kind, {}).pop(key, None)
+            else:
+                pod["metadata"].setdefault(kind, {})[key] = value
+    return pod
+
+
+def condition(status, cond_type):
+    return next((x for x in status.conditions if x["type"] == cond_type), None)
+
+
+def test_an_in_place_job_runs_its_trainer_under_the_wrapper_with_rljobs_restart_rule():
+    spec = parse_spec(make_job(restartPolicy=IN_PLACE)["spec"])
+    ref = job_ref(make_job())
+
+    pod = desired_pod(spec, ref, 0, 1, None)
+    plain = desired_pod(parse_spec(make_job()["spec"]), ref, 0, 1, None)
+
+    (trainer,) = pod["spec"]["containers"]
+    (plain_trainer,) = plain["spec"]["containers"]
+    assert trainer["command"] == in_place.wrapped(plain_trainer["command"])
+    assert trainer["command"][2] == str(len(plain_trainer["command"]))
+    assert trainer["restartPolicy"] == "Never"
+    assert trainer["restartPolicyRules"] == [{"action": "Restart", "exitCodes": {
+        "operator": "In", "values": [EXIT_RESTART_IN_PLACE]}}]  # fmt: skip
+    assert {"name": in_place.STATE_VOLUME, "emptyDir": {}} in pod["spec"]["volumes"]
+    podinfo = next(v for v in pod["spec"]["volumes"] if v["name"] == c.PODINFO_VOLUME)
+    assert in_place.RUN_FILE_ITEM in podinfo["downwardAPI"]["items"]
+    assert "restartPolicyRules" not in plain_trainer
+    files = desired_launcher_config_map(spec, ref)["data"]
+    assert in_place.WRAPPER in files
+
+
+def test_a_ray_job_asking_for_it_is_rendered_as_without_it():
+    job = make_job(restartPolicy=IN_PLACE, launcher="ray", framework="verl",
+                   command=["python", "-m", "verl.trainer.main_ppo"])  # fmt: skip
+    pod = desired_pod(parse_spec(job["spec"]), job_ref(job), 0, 0, None)
+
+    assert "restartPolicyRules" not in pod["spec"]["containers"][0]
+
+
+def test_a_lost_pod_ends_the_attempt_and_the_survivor_is_told_to_stop_and_wait_not_deleted():
+    job = running(make_job(restartPolicy=IN_PLACE))
+    pods = lose_rank_1(job)
+
+    plan = decide(job, pods, NODES, NOW)
+
+    assert plan.status.attempt == 1 and plan.status.preemptions == 1
+    assert plan.delete == []  # the lost pod is going already; the survivor stays
+    assert list(plan.stop_in_place) == ["grpo-a0-n0"]
+    word = parse_word(plan.stop_in_place["grpo-a0-n0"]["annotations"][RUN_ANNOTATION])
+    assert (word.attempt, word.runs, word.restarts) == (1, False, 0)
+    assert "grpo-a0-n0" not in plan.request_checkpoint  # its stop is its notice
+    assert "grpo-a0-n0" not in plan.release  # it keeps rljob's finalizer
+
+
+def test_without_the_field_or_on_a_kubelet_without_restart_rules_the_gang_is_recreated():
+    asked = running(make_job(restartPolicy=IN_PLACE))
+    plain = running(make_job())
+    old_kubelets = {n: make_node(n) for n in NODES}
+
+    on_old = decide(asked, lose_rank_1(asked), old_kubelets, NOW)
+    off = decide(plain, lose_rank_1(plain), NODES, NOW)
+
+    assert on_old.delete == ["grpo-a0-n0"] and not on_old.stop_in_place
+    recreated = condition(on_old.status, ConditionType.IN_PLACE_RESTART)
+    assert recreated["status"] == "False" and recreated["reason"] == "GangRecreated"
+    assert RESTART_RULES_FEATURE in recreated["message"]
+    assert off.delete == ["grpo-a0-n0"] and not off.stop_in_place
+    assert condition(off.status, ConditionType.IN_PLACE_RESTART) is None
+
+
+def test_a_gang_where_no_pod_was_lost_is_recreated_whole():
+    job = running(make_job(restartPolicy=IN_PLACE))
+    pods = gang(job)
+    for pod in pods:  # both trainers crashed on their own: a failure, not a loss
+        pod["status"] = {"phase": "Failed", "containerStatuses": [
+            {"name": c.TRAINER_CONTAINER, "state": {"terminated": {"exitCode": 1}}}]}  # fmt: skip
+
+    plan = decide(job, pods, NODES, NOW)
+
+    assert plan.status.failures == 1 and not plan.stop_in_place
+    assert sorted(plan.delete) == ["grpo-a0-n0", "grpo-a0-n1"]
+
+
+def ended_with_survivor(job):
+    """The job after the pass that ended attempt 0, and its survivor as that pass left it."""
+    plan = decide(job, lose_rank_1(job), NODES, NOW)
+    survivor = applied(gang(job)[0], plan.stop_in_place["grpo-a0-n0"])
+    return with_status(job, plan.status), survivor
+
+
+def test_the_next_gang_waits_for_the_survivors_run_to_end():
+    ended, survivor = ended_with_survivor(running(make_job(restartPolicy=IN_PLACE)))
+
+    plan = decide(ended, [survivor], NODES, NOW + timedelta(seconds=5))
+
+    assert not plan.create and not plan.needs_checkpoint_lookup
+    assert plan.delete == [] and plan.release == []  # kept: neither deleted nor released
+    assert plan.requeue_after is not None
+
+
+def test_once_the_survivors_run_ended_only_the_lost_rank_is_made_and_the_survivor_joins():
+    ended, survivor = ended_with_survivor(running(make_job(restartPolicy=IN_PLACE)))
+    survivor = restarted_after(survivor, 75)
+    survivor["metadata"]["annotations"][CHECKPOINT_REQUEST_ANNOTATION] = "2026-11-29T11:59:01Z"
+    later = NOW + timedelta(seconds=8)
+
+    look = decide(ended, [survivor], NODES, later)
+    plan = decide(ended, [survivor], NODES, later, LOOKUP)
+
+    assert look.needs_checkpoint_lookup
+    assert [p["metadata"]["name"] for p in plan.create if p["kind"] == "Pod"] == ["grpo-a1-n1"]
+    patch = plan.run_in_place["grpo-a0-n0"]
+    assert patch["labels"][c.LABEL_ATTEMPT] == "1" and patch["labels"][c.LABEL_NODE_RANK] == "0"
+    assert patch["annotations"][CHECKPOINT_REQUEST_ANNOTATION] is None
+    word = parse_word(patch["annotations"][RUN_ANNOTATION])
+    new_pod = next(p for p in plan.create if p["kind"] == "Pod")
+    assert list(word.args) == new_pod["spec"]["containers"][0]["args"]  # the same resume switch
+    assert word.env == {ENV_RESUME_DIR: "/ckpt/global_step_7", ENV_RESUME_STEP: "7"}
+    assert (word.attempt, word.restarts) == (1, 1)
+    (recovery,) = plan.status.recoveries
+    assert (recovery.restarted_in_place, recovery.resumed_from_step) == (1, 7)
+    assert condition(plan.status, ConditionType.IN_PLACE_RESTART)["reason"] == "PodsKept"
+    assert any("created 1 pods, restarted 1 in place" in e.message for e in plan.events)
+
+
+def test_the_joined_gang_runs_and_a_second_creation_makes_no_twin_of_a_kept_rank():
+    ended, survivor = ended_with_survivor(running(make_job(restartPolicy=IN_PLACE)))
+    survivor = restarted_after(survivor, 75)
+    later = NOW + timedelta(seconds=8)
+    made = decide(ended, [survivor], NODES, later, LOOKUP)
+    joined = applied(survivor, made.run_in_place["grpo-a0-n0"])
+    new_pod = {**next(p for p in made.create if p["kind"] == "Pod"),
+               "status": {"phase": "Running"}}  # fmt: skip
+    new_pod["spec"]["nodeName"] = "gpu-node-1"
+
+    steady = decide(with_status(ended, made.status), [joined, new_pod], NODES, later)
+    # The patch landed, the status write that recorded the gang did not: no twin of rank 0.
+    again = decide(ended, [joined], NODES, later, LOOKUP)
+
+    assert steady.status.phase == Phase.RUNNING and not steady.delete
+    assert not steady.stop_in_place and not steady.run_in_place
+    assert [p["metadata"]["name"] for p in again.create if p["kind"] == "Pod"] == ["grpo-a1-n1"]
+
+
+def test_a_survivor_whose_run_does_not_end_in_time_or_whose_node_goes_is_replaced():
+    ended, survivor = ended_with_survivor(running(make_job(restartPolicy=IN_PLACE)))
+    grace = parse_spec(ended["spec"]).grace_seconds
+    late = NOW + timedelta(seconds=grace + 16)
+    gone_node = {"gpu-node-1": NODES["gpu-node-1"], "gpu-node-0": make_node("gpu-node-0",
+                 ready=False, since=iso(NOW))}  # fmt: skip
+
+    too_late = decide(ended, [survivor], NODES, late)
+    unfit = decide(ended, [restarted_after(survivor, 75)], gone_node, NOW + timedelta(seconds=5))
+
+    assert too_late.delete == ["grpo-a0-n0"] and not too_late.create
+    assert unfit.delete == ["grpo-a0-n0"] and not unfit.create
+
+
+def test_a_run_that_ended_in_place_is_classified_by_the_trainers_own_code():
+    job = running(make_job(restartPolicy=IN_PLACE))
+    crashed = [restarted_after(pod, 1, "Traceback: boom") for pod in gang(job)]
+    saved = [restarted_after(pod, 75) for pod in gang(job)]
+
+    failure = decide(job, crashed, NODES, NOW)
+    notice = decide(job, saved, NODES, NOW)
+
+    assert failure.status.failures == 1
+    assert failure.status.last_end.message == "the trainer exited with code 1: Traceback: boom"
+    assert notice.status.preemptions == 1
+    assert notice.status.last_end.reason == "CheckpointedOnRequest"
+
+
+def test_the_word_round_trips_and_a_malformed_one_is_no_word():
+    patch = in_place.run_patch(3, ["--a"], {"X": None}, 2, {"k": "v"})
+    word = parse_word(patch["annotations"][RUN_ANNOTATION])
+
+    assert (word.attempt, word.args, word.env, word.restarts) == (3, ("--a",), {"X": None}, 2)
+    assert parse_word(json.dumps({"attempt": 3, "restarts": -1})) is None
+    assert parse_word("{") is None
