@@ -64,21 +64,20 @@ STOPPED_ON_NOTICE_MESSAGE = "rljob: stopped on notice"
 ENV_TERMINATION_LOG = "RLJOB_TERMINATION_LOG"  # where to write it; default below
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
-# In-place restart (spec.restartPolicy.inPlace, torchrun gangs): the trainer container runs
-# under rljob's pod-side wrapper (rljob_podside/rljob_in_place.py). When the run it was given
-# ends other than with 0, or the operator tells it to stop, the wrapper exits
-# EXIT_RESTART_IN_PLACE; the container's restart rule (KEP-5307, action Restart) has the kubelet
-# start it again in the same pod, where it waits for its next run. The operator names that run
-# in the pod annotation RUN_ANNOTATION, which a downward-API volume projects into RUN_FILE_NAME
-# beside the checkpoint request: JSON {"attempt": N} (stop what runs and wait) or
-# {"attempt": N, "args": [...], "env": {NAME: value or null}} (run attempt N with these
-# arguments, and these variables set, or unset where null). The wrapper appends the line
-# IN_PLACE_END_LINE to the trainer's termination message before it exits, so the kubelet's
-# record of the restarted container still says how the trainer ended.
+# In-place restart (spec.restartPolicy.inPlace): the trainer container runs under rljob's
+# pod-side wrapper (rljob_podside/rljob_in_place.py). The operator names the run a pod is to
+# make in the pod annotation RUN_ANNOTATION, which a downward-API volume projects into
+# RUN_FILE_NAME beside the checkpoint request: JSON {"attempt": N} (stop what runs and wait)
+# or {"attempt": N, "args": [...], "env": {NAME: value or null}} (run attempt N with these
+# arguments, and these variables set, or unset where null): rljob_contract.in_place. Told of
+# a newer attempt, the wrapper stops its run and exits EXIT_RESTART_IN_PLACE; the container's
+# restart rule (KEP-5532, action RestartAllContainers) has the kubelet start the pod's
+# containers again in the same pod, where the wrapper waits for its next run. A run that ends
+# by itself other than with 0 waits up to ENV_IN_PLACE_WAIT seconds for that word, and else
+# ends the container as it would have ended without the wrapper.
 EXIT_RESTART_IN_PLACE = 117
 RUN_ANNOTATION = "rljob.io/run"
 RUN_FILE_NAME = "run"
 ENV_RUN_FILE = "RLJOB_RUN_FILE"
 ENV_IN_PLACE_STATE_DIR = "RLJOB_IN_PLACE_STATE_DIR"  # a pod-local emptyDir: outlives the container
-IN_PLACE_END_LINE = "rljob: the run of attempt {attempt} ended with exit code {code}"
-IN_PLACE_STOPPED_LINE = "rljob: stopped for attempt {attempt}"
+ENV_IN_PLACE_WAIT = "RLJOB_IN_PLACE_WAIT_SECONDS"

@@ -1,14 +1,11 @@
-"""The words of an in-place restart, as the operator writes them and the pod-side wrapper
-(rljob_podside/rljob_in_place.py) reads them: the run annotation's value, and the line the
-wrapper adds to the trainer's termination message (names in rljob_contract)."""
+"""The word of an in-place restart, as the operator writes it and the pod-side wrapper
+(rljob_podside/rljob_in_place.py) reads it: the run annotation's value (names in
+rljob_contract)."""
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
-
-from . import IN_PLACE_END_LINE
 
 
 @dataclass(frozen=True)
@@ -58,24 +55,3 @@ def parse_word(text: str | None) -> RunWord | None:
 
 def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-_END = re.compile(
-    re.escape(IN_PLACE_END_LINE)
-    .replace(re.escape("{attempt}"), r"(\d+)")
-    .replace(re.escape("{code}"), r"(\d+)")
-)
-
-
-def end_line(attempt: int, code: int) -> str:
-    return IN_PLACE_END_LINE.format(attempt=attempt, code=code)
-
-
-def parse_end(message: str) -> tuple[int, int, str] | None:
-    """(attempt, the trainer's exit code, the message before the wrapper's line) where the
-    termination message ends with the wrapper's end line; None where it does not."""
-    before, _, last = message.rstrip().rpartition("\n")
-    found = _END.fullmatch(last.strip())
-    if found is None:
-        return None
-    return int(found.group(1)), int(found.group(2)), before

@@ -415,6 +415,15 @@ def run_worker(flags: list[str], notice: Notice) -> int:
     return returncode(raylet)
 
 
+def forget_an_earlier_run(notice: Notice) -> None:
+    """A container restarted in its pod (rljob's in-place restart) finds the notice file and
+    the driver marker of the run before in the pod's emptyDir: they are not this run's, and
+    would have the new run save and stop at once, or the head taken for Ready."""
+    for path in (notice.file, os.environ.get(contract.ENV_RAY_DRIVER_MARKER)):
+        if path:
+            Path(path).unlink(missing_ok=True)
+
+
 def listen_for_notice(notice: Notice) -> None:
     """From now on SIGTERM is a notice; before, there is nothing to save and it ends the pod."""
     signal.signal(signal.SIGTERM, lambda *_: notice.give("SIGTERM"))
@@ -466,6 +475,7 @@ def main(argv: list[str]) -> int:
         if role == "driver":
             return run_driver(command)
         notice = _notice_from_env()
+        forget_an_earlier_run(notice)
         bridge_environment(os.environ, str(Path(__file__).absolute().parent), notice.file)
         signal.signal(signal.SIGTERM, _stop)
         if role == "head":

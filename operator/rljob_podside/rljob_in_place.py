@@ -1,20 +1,24 @@
-"""Run a torchrun gang's trainer so that rljob can restart it in place, in the same pod.
+"""Run a gang's trainer container so that rljob can restart it in place, in the same pod.
 
 The trainer container's first process when the job asks for in-place restarts
-(spec.restartPolicy.inPlace). The operator mounts this file beside the rljob_contract package
-at /etc/rljob/launcher and runs it by path:
+(spec.restartPolicy.inPlace), in front of torchrun or of the Ray node program (ray_node.py).
+The operator mounts this file beside the rljob_contract package at /etc/rljob/launcher and
+runs it by path:
 
     python3 /etc/rljob/launcher/rljob_in_place.py N WORD...
 
-The first N words are the launcher's command (`torchrun ... train.py`), the rest the pod's
-arguments, which a run the operator names replaces. It uses the standard library only.
+The first N words are the launcher's command (`torchrun ... train.py`, or `python3
+ray_node.py head ... -- DRIVER`), the rest the pod's arguments, which a run the operator names
+replaces. It uses the standard library only.
 
-The pod's first container runs the command as given, as attempt RLJOB_ATTEMPT. A run that ends
-other than with 0, or one the operator stops by naming a newer attempt in the run file, ends
-the container with EXIT_RESTART_IN_PLACE; the container's restart rule has the kubelet start
-it again in the same pod, and this program, finding in the pod-local state dir that it has
-run before, waits there for the operator to name the next run. The end is appended to the
-trainer's termination message (the kubelet keeps its tail), so its own message stays first.
+The pod's first container runs the command as given, as attempt RLJOB_ATTEMPT. A run the
+operator stops by naming a newer attempt in the run file ends the container with
+EXIT_RESTART_IN_PLACE; the container's restart rule has the kubelet start the pod's containers
+again in the same pod (RestartAllContainers: no back-off, a fresh process tree), and this
+program, finding in the pod-local state dir that it has run before, waits there for the
+operator to name the next run. A run that ends by itself other than with 0 waits a few seconds
+for that word (a peer was lost: the operator keeps this pod); without it the container ends
+as the run did, its exit code and termination message the trainer's.
 
 A guest never breaks the program it runs: without the run file or a writable state dir it runs
 the command as given and ends as the command ends. When the pod is told to go (SIGTERM), the
@@ -38,13 +42,14 @@ from types import FrameType
 
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
 from rljob_contract.in_place import RunWord as Word
-from rljob_contract.in_place import end_line, parse_word
+from rljob_contract.in_place import parse_word
 
 POLL_SECONDS = 0.2
 DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 # What a stopped run's SIGTERM leaves of the grace period: the container still has to end and
 # say why before the kubelet would have killed a pod that went meanwhile.
 STOP_MARGIN_SECONDS = 3.0
+DEFAULT_WORD_WAIT_SECONDS = 10.0
 STATE_FILE_NAME = "started"  # in the state dir: the attempt this pod last started
 # The signals the kubelet or a person sends PID 1 to end it; torchrun ends its workers on each.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -136,12 +141,6 @@ def stop_wait(grace: float) -> float:
 def exit_code(returncode: int) -> int:
     """A container's exit code for the process's end: 128+S where signal S killed it."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def appended(last: str, line: str) -> str:
-    """What to append so that `line` stands on a line of its own after text that ends with
-    `last` (its last character; "" where it is empty)."""
-    return ("\n" if last not in ("", "\n") else "") + line + "\n"
 
 
 # --------------------------------------------------------------------------- the edges
@@ -258,20 +257,13 @@ class State:
         os.replace(part, self.file)
 
 
-def append_to_termination_log(line: str) -> None:
-    """Add `line` after what the trainer wrote there; the log line alone where it cannot."""
-    say(line.removeprefix("rljob: "))
-    path = Path(os.environ.get(contract.ENV_TERMINATION_LOG) or contract.DEFAULT_TERMINATION_LOG)
+def word_wait_seconds() -> float:
+    """How long a run that ended by itself waits for the operator's word (ENV_IN_PLACE_WAIT)."""
     try:
-        with path.open("a+b") as log:  # appends, whatever the position
-            size = log.seek(0, os.SEEK_END)
-            last = b""
-            if size:
-                log.seek(size - 1)
-                last = log.read(1)
-            log.write(appended(last.decode("latin-1"), line).encode("utf-8"))
-    except OSError:
-        pass
+        wait = float(os.environ.get(contract.ENV_IN_PLACE_WAIT) or DEFAULT_WORD_WAIT_SECONDS)
+    except ValueError:
+        return DEFAULT_WORD_WAIT_SECONDS
+    return wait if math.isfinite(wait) and wait >= 0 else DEFAULT_WORD_WAIT_SECONDS
 
 
 def grace_seconds() -> float:
@@ -329,13 +321,25 @@ def supervise(child: subprocess.Popen, run: Run, run_file: RunFile, signals: For
             code = stop(child, stop_wait(grace_seconds()))
             if signals.received is not None:
                 return code
-            append_to_termination_log(contract.IN_PLACE_STOPPED_LINE.format(attempt=newer))
             return contract.EXIT_RESTART_IN_PLACE
     if signals.received is not None or code == 0:
         return code
     end_group(child)
-    append_to_termination_log(end_line(run.attempt, code))
-    return contract.EXIT_RESTART_IN_PLACE
+    return after_its_end(run, code, run_file, signals)
+
+
+def after_its_end(run: Run, code: int, run_file: RunFile, signals: Forwarder) -> int:
+    """A run that ended by itself, other than with 0: restart in place if the operator names
+    a newer attempt within the wait (a peer was lost, and this pod stays), else end as the
+    run did (the pod's end is then the trainer's, its termination message as it wrote it)."""
+    wait = word_wait_seconds()
+    say(f"the run of attempt {run.attempt} ended with {code}; waiting {wait:g} s for a newer one")
+    deadline = time.monotonic() + wait
+    while signals.received is None and time.monotonic() < deadline:
+        if newer_attempt(run_file.read(), run.attempt) is not None:
+            return contract.EXIT_RESTART_IN_PLACE
+        time.sleep(POLL_SECONDS)
+    return code
 
 
 def run_in_place(count: int, words: list[str], signals: Forwarder) -> int:
@@ -370,8 +374,7 @@ def run_in_place(count: int, words: list[str], signals: Forwarder) -> int:
         child = signals.start(argv, env)
     except OSError as exc:  # as a run that ended at once, as a shell's "command not found"
         say(f"cannot run {argv[0]!r}: {exc}")
-        append_to_termination_log(end_line(run.attempt, 127))
-        return contract.EXIT_RESTART_IN_PLACE
+        return after_its_end(run, 127, run_file, signals)
     return supervise(child, run, run_file, signals)
 
 

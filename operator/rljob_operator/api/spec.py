@@ -58,7 +58,7 @@ class RestartPolicy:
     max_failure_backoff_seconds: int = 300
     node_not_ready_tolerance_seconds: int = 60
     # When a pod of a running gang is lost, keep the others and restart their trainers in
-    # their pods (launcher.in_place); torchrun gangs on kubelets with container restart rules.
+    # their pods (launcher.in_place), on kubelets with container restart rules.
     in_place: bool = False
 
     def failure_backoff(self, failures: int) -> int:

@@ -15,8 +15,6 @@ class Launcher(Protocol):
     # Whether only the head (rank 0) runs the driver, which places the rest through its own
     # cluster, and the job ends with it; otherwise every pod runs the trainer.
     DRIVER_ON_HEAD: bool
-    # Whether a pod kept from a lost gang can run the next attempt in place (launcher.in_place).
-    RESTARTS_IN_PLACE: bool
 
     def command(self, spec: JobSpec, rank: int) -> list[str]:
         """The container's command; the trainer's arguments follow where it runs the trainer."""
@@ -27,11 +25,6 @@ class Launcher(Protocol):
         ...
 
     def container_ports(self, spec: JobSpec, rank: int) -> list[dict[str, Any]]: ...
-
-    def container_fields(self, spec: JobSpec) -> dict[str, Any]:
-        """The trainer container's other fields of the launcher's (an in-place restart rule)."""
-        ...
-
     def readiness_probe(self, rank: int) -> dict[str, Any] | None: ...
 
     def volumes(

@@ -16,7 +16,7 @@ import rljob_contract as contract
 from .. import constants as c
 from ..api.spec import JobSpec, SpecError
 from ..frameworks import framework, resume_overrides
-from . import in_place, readiness, template
+from . import in_place, podside, readiness, template
 from .identity import (
     JobRef,
     attempt_name,
@@ -69,6 +69,8 @@ def _own_env(
         contract.ENV_GRACE_SECONDS: str(spec.grace_seconds),
     }
     values.update(framework(spec.framework).pod_env(spec, rank))
+    if spec.restart_policy.in_place:
+        values.update(in_place.env())
     if readiness.marks_steps(spec, rank):
         values.update(readiness.env(readiness.marker(job, attempt, rank)))
     if spec.checkpoint.save_interval is not None:
@@ -126,13 +128,19 @@ def _volumes(
             },
         },
     ]
-    if spec.restart_policy.in_place and launcher_of(spec).RESTARTS_IN_PLACE:
+    if spec.restart_policy.in_place:
         volumes[1]["downwardAPI"]["items"].append(in_place.RUN_FILE_ITEM)
     mounts = [
         {"name": c.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
         {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
     ]
     launcher_volumes, launcher_mounts = launcher_of(spec).volumes(spec, job, secret)
+    if spec.restart_policy.in_place:
+        state, state_mount = in_place.state_volume_and_mount()
+        launcher_volumes, launcher_mounts = (
+            [*launcher_volumes, state],
+            [*launcher_mounts, state_mount],
+        )
     return volumes + launcher_volumes, mounts + launcher_mounts
 
 
@@ -167,18 +175,21 @@ def desired_pod(
     runs_trainer = not launcher.DRIVER_ON_HEAD or rank == 0
     args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
     ports = [{"name": "rendezvous", "containerPort": spec.rendezvous_port}]
+    command = launcher.command(spec, rank)
+    if spec.restart_policy.in_place:  # under rljob's wrapper, with its restart rule
+        command = in_place.wrapped(command, podside.interpreter(spec.entry_command))
     container: dict[str, Any] = {
         "name": c.TRAINER_CONTAINER,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "command": launcher.command(spec, rank),
+        "command": command,
         "args": args if runs_trainer else [],
         "env": _env(spec, job, attempt, rank, resume),
         "ports": ports + launcher.container_ports(spec, rank),
         "volumeMounts": mounts,
         "terminationMessagePath": contract.DEFAULT_TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        **launcher.container_fields(spec),
+        **(in_place.container_fields() if spec.restart_policy.in_place else {}),
     }
     stepped = readiness.marks_steps(spec, rank)
     marker = readiness.marker(job, attempt, rank)
@@ -225,7 +236,9 @@ def run_in_place(
     """The metadata patch that makes a pod kept from an ended gang rank `rank` of attempt
     `attempt`: the labels that pod would have, and the run (the arguments and the resume
     variables, which the pod's spec holds for its own attempt) that its wrapper starts."""
+    runs_trainer = not launcher_of(spec).DRIVER_ON_HEAD or rank == 0
     args = list(spec.args) + (resume_arguments(spec, resume) if resume else [])
+    args = args if runs_trainer else []  # a Ray worker: the driver runs on the head
     env: dict[str, str | None] = dict.fromkeys(RESUME_ENV)
     if resume is not None:
         env.update({contract.ENV_RESUME_DIR: resume.path.rstrip("/"),

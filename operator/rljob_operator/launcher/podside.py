@@ -31,6 +31,12 @@ def launcher_files(programs: Programs) -> dict[str, str]:
     return {path: source.read_text(encoding="utf-8") for path, source in sources.items()}
 
 
+def interpreter(entry: tuple[str, ...]) -> str:
+    """The Python that runs a pod-side program: the trainer's own where its command names
+    one, else python3."""
+    return entry[0] if entry and Path(entry[0]).name.startswith("python") else "python3"
+
+
 def config_map_key(path: str) -> str:
     return path.replace("/", ".")  # a ConfigMap key has no slash
 

@@ -10,13 +10,12 @@ job's launcher ConfigMap (launcher.podside).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import rljob_contract
 
 from ..api.spec import JobSpec
-from . import podside
+from . import in_place, podside
 from .identity import JobRef
 from .network import gang_network_policy
 from .podside import LAUNCHER_DIR
@@ -28,7 +27,6 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
 NOTICE_FILE = f"{TEMP_DIR}/{rljob_contract.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
 DRIVER_ON_HEAD = True  # only the head runs the driver; the job ends when the driver does
-RESTARTS_IN_PLACE = False  # not yet: a Ray gang is recreated whole (launcher.in_place)
 # Ray's token authentication (Ray 2.52 and later; older Rays ignore these variables): every
 # Ray process of the job reads the job's token from this file, and so must any client.
 TOKEN_VOLUME = "rljob-ray-token"
@@ -41,7 +39,7 @@ NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
 def config_map(
     spec: JobSpec, job: str, namespace: str, metadata: dict[str, Any]
 ) -> dict[str, Any] | None:
-    return podside.config_map(job, namespace, metadata, POD_PROGRAMS)
+    return podside.config_map(job, namespace, metadata, in_place.shipped(spec, POD_PROGRAMS))
 
 
 def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
@@ -77,11 +75,6 @@ def secret(
     }
 
 
-def interpreter(entry: tuple[str, ...]) -> str:
-    """The driver's own Python when its command names one, else python3."""
-    return entry[0] if entry and Path(entry[0]).name.startswith("python") else "python3"
-
-
 def gpus_per_node(spec: JobSpec) -> str | None:
     """The pod's GPU count, which Ray would otherwise detect (wrongly where drivers hide GPUs)."""
     for kind in ("limits", "requests"):
@@ -105,7 +98,7 @@ def start_flags(spec: JobSpec, rank: int) -> list[str]:
 
 def command(spec: JobSpec, rank: int) -> list[str]:
     """The container command of rank `rank`; the head's ends with the driver."""
-    launch = [interpreter(spec.entry_command), NODE_PROGRAM]
+    launch = [podside.interpreter(spec.entry_command), NODE_PROGRAM]
     if rank == 0:
         return [*launch, "head", *start_flags(spec, rank), "--", *spec.entry_command]
     return [*launch, "worker", *start_flags(spec, rank)]
@@ -136,10 +129,6 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     return values
 
 
-def container_fields(spec: JobSpec) -> dict[str, Any]:
-    return {}
-
-
 def readiness_probe(rank: int) -> dict[str, Any] | None:
     """The head is Ready once every Ray node has joined and the driver runs."""
     if rank != 0:
@@ -167,7 +156,8 @@ def volumes(
     """`secret`: the token's Secret as the job's status records it. Without one (a render
     that makes no gang: check_template, tests) its name is left empty, which the API server
     refuses: a pod never mounts a Secret whose name anyone could know ahead."""
-    launcher, launcher_mount = podside.volume_and_mount(job.name, POD_PROGRAMS)
+    programs = in_place.shipped(spec, POD_PROGRAMS)
+    launcher, launcher_mount = podside.volume_and_mount(job.name, programs)
     volumes = [
         {"name": TEMP_VOLUME, "emptyDir": {}},
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},

@@ -16,7 +16,6 @@ from .identity import JobRef
 from .network import gang_network_policy
 
 DRIVER_ON_HEAD = False  # every pod runs the trainer; the job ends when all of them do
-RESTARTS_IN_PLACE = True  # launcher.in_place: a kept pod's torchrun rejoins the rendezvous
 GUEST = "rljob_guest.py"  # what every bridge imports (rljob_podside)
 
 
@@ -39,7 +38,7 @@ def bridge_programs(spec: JobSpec) -> podside.Programs:
 def podside_programs(spec: JobSpec) -> podside.Programs:
     """The pod-side programs the job's pods need: the bridge's, and the in-place wrapper
     where the job restarts in place."""
-    return bridge_programs(spec) + ((in_place.WRAPPER,) if spec.restart_policy.in_place else ())
+    return in_place.shipped(spec, bridge_programs(spec))
 
 
 def child_launcher(program: list[str]) -> str | None:
@@ -58,8 +57,7 @@ def python_program(entry: tuple[str, ...]) -> list[str] | None:
 
 def command(spec: JobSpec, rank: int) -> list[str]:
     programs = bridge_programs(spec)
-    wrapped = torchrun_command(spec.entry_command, programs[0] if programs else None)
-    return in_place.wrapped(wrapped) if spec.restart_policy.in_place else wrapped
+    return torchrun_command(spec.entry_command, programs[0] if programs else None)
 
 
 def torchrun_command(entry: tuple[str, ...], bridge: str | None = None) -> list[str]:
@@ -85,7 +83,7 @@ def torchrun_shutdown_timeout(grace: int) -> int:
 
 
 def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
-    return (in_place.env() if spec.restart_policy.in_place else {}) | {
+    return {
         # Read by recent torchrun (its --shutdown-timeout; torch 2.15 has it, 2.7 has not).
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(torchrun_shutdown_timeout(spec.grace_seconds)),
         "MASTER_ADDR": master,
@@ -99,12 +97,6 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         "PET_NODE_RANK": str(rank),
         "PET_NPROC_PER_NODE": str(spec.nproc_per_node),
     }
-
-
-def container_fields(spec: JobSpec) -> dict[str, Any]:
-    """The trainer container's fields besides its command, env and volumes: the restart rule
-    of an in-place restart."""
-    return in_place.container_fields() if spec.restart_policy.in_place else {}
 
 
 def container_ports(spec: JobSpec, rank: int) -> list[dict[str, Any]]:
@@ -122,10 +114,7 @@ def volumes(
     if not programs:
         return [], []
     volume, mount = podside.volume_and_mount(job.name, programs)
-    if not spec.restart_policy.in_place:
-        return [volume], [mount]
-    state, state_mount = in_place.state_volume_and_mount()
-    return [volume, state], [mount, state_mount]
+    return [volume], [mount]
 
 
 def service_ports(spec: JobSpec) -> dict[str, int]:

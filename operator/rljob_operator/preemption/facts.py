@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import rljob_contract as contract
-from rljob_contract.in_place import parse_end, parse_word
+from rljob_contract.in_place import parse_word
 
 from .. import constants as c
 from ..api.timestamps import parse_iso
@@ -108,25 +108,12 @@ def run_restarts(pod: dict[str, Any]) -> int:
 def run_ended(pod: dict[str, Any]) -> bool:
     """Whether the run the pod was given has ended: its container has, or the kubelet has
     restarted it in place since (its wrapper then waits for its next run)."""
-    return _trainer_termination(pod) is not None
+    return _trainer_termination(pod) is not None or restarts(pod) > run_restarts(pod)
 
 
 def _trainer_termination(pod: dict[str, Any]) -> dict[str, Any] | None:
-    """How the trainer's run ended: its container's end, or the end the kubelet recorded
-    before it restarted the container in place (launcher.in_place), with the trainer's own
-    exit code and message where rljob's wrapper passed them on."""
-    trainer = trainer_status(pod)
-    if trainer is None:
-        return None
-    ended = (trainer.get("state") or {}).get("terminated")
-    if ended is None and restarts(pod) > run_restarts(pod):
-        ended = (trainer.get("lastState") or {}).get("terminated")
-    if ended and ended.get("exitCode") == contract.EXIT_RESTART_IN_PLACE:
-        passed_on = parse_end(ended.get("message") or "")
-        if passed_on:
-            _, code, message = passed_on
-            return {**ended, "exitCode": code, "message": message}
-    return ended
+    """How the trainer container ended, where it has."""
+    return ((trainer_status(pod) or {}).get("state") or {}).get("terminated")
 
 
 def _not_starting(status: dict[str, Any]) -> tuple[str, str] | None:

@@ -74,7 +74,10 @@ def stays(pod: dict[str, Any], node: NodeState | None) -> str | None:
     if going & {"DisruptionTarget", c.KUEUE_STOP_CONDITION}:
         return "it is to be stopped (its DisruptionTarget or Kueue's stop condition)"
     if not has_restart_rule(pod):
-        return "the API server dropped its container restart rule (ContainerRestartRules off)"
+        return (
+            "it has no restart rule of rljob's (its gang was made before inPlace was set, "
+            "or the API server dropped the rule: ContainerRestartRules off)"
+        )
     if node is None:
         return "its node is gone"
     if node.not_ready_seconds is not None or node.termination is not None:

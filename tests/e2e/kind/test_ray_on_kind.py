@@ -1,5 +1,7 @@
 """On kind: a verl-shaped Ray job of 2 pods on 2 kind workers, its worker preempted by the
-scheduler, saves on notice through verl's own step end and resumes bit-exactly.
+scheduler, saves on notice through verl's own step end and resumes bit-exactly, its head kept
+and restarted in place (spec.restartPolicy.inPlace; a Ray gang recreated whole is the node
+agents' test, tests/e2e/test_ray_recovery.py).
 
 The pods run the Ray driver image (rljob_testenv.images.ray_driver_image: the trainer image plus
 Ray and verl at this environment's versions, and tests/e2e/ray_trainer.py, whose docstring says
@@ -7,8 +9,8 @@ what that driver fakes). rljob's Ray launcher starts the head and the worker wit
 their own pods and runs the driver on the head, which places one actor on each pod's Ray node.
 A pod of higher priority then asks for all the GPUs of the worker's node: the scheduler
 preempts the worker's pod (a graceful delete), rljob asks the gang to save, verl's V1 trainer
-saves the step it finishes (the bridge), and the gang comes back with verl's resume switch on
-the driver. Judged by the job's status, the head's logs and every rank's final weights,
+saves the step it finishes (the bridge), the head's container is restarted in its pod (it stays
+the head) beside a new worker pod, and its driver runs with verl's resume switch. Judged by the job's status, the head's logs and every rank's final weights,
 optimizer and RNG state, bitwise equal to an uninterrupted run of the same driver.
 """
 
@@ -48,6 +50,8 @@ from ray_steps import (
     reported,
     run_reference,
 )
+from rljob_contract import RUN_ANNOTATION
+from rljob_contract.in_place import parse_word
 from rljob_operator.frameworks import resume_overrides
 from rljob_testenv import binaries, images
 from rljob_testenv.scenario import preemptor_pod
@@ -64,6 +68,7 @@ def kind_ray_job(name: str, priority_class: str) -> dict[str, Any]:
     body = ray_job(name, "verl", "unused", RENDEZVOUS_PORT, priority_class, grace=GRACE_SECONDS)
     spec = body["spec"]
     spec["image"] = images.ray_driver_image().tag
+    spec["restartPolicy"]["inPlace"] = True
     spec["command"] = ["python", DRIVER, "verl"]
     spec["ray"] = {
         "joinTimeoutSeconds": 300,
@@ -139,6 +144,10 @@ def test_a_verl_shaped_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
                  == "Running", 240, "the preemptor to run")  # fmt: skip
         cluster_core.delete_namespaced_pod("urgent", jobs_namespace, grace_period_seconds=0)
     head_after, worker_after = running_gang(cluster_core, jobs_namespace, 1, 2, timeout=300)
+    head = gang[HEAD]
+    assert (head_after.metadata.uid, head_after.spec.node_name) == (
+        head.metadata.uid, head.spec.node_name), "the head stays, restarted in its pod"  # fmt: skip
+    assert head_after.status.container_statuses[0].restart_count == 1
     with following(stack, jobs_namespace, head_after.metadata.name, tmp_path / "head-1.log"):
         job = wait_succeeded(cluster_api, jobs_namespace, JOB, timeout=600)
 
@@ -161,12 +170,15 @@ def test_a_verl_shaped_ray_job_preempted_by_the_scheduler_resumes_bit_exactly(
     after = (tmp_path / "head-1.log").read_text(errors="replace")
     assert RESUMED.search(after).groups() == (folder, str(newest)), after[-3000:]
     switch = resume_overrides("verl", folder)
-    assert argv(head_after)[-len(switch) :] == switch  # the framework's switch, on the driver
+    run = parse_word(head_after.metadata.annotations[RUN_ANNOTATION])
+    assert list(run.args[-len(switch) :]) == switch  # the framework's switch, on the driver
     assert not set(switch) & set(argv(worker_after))  # and on the driver only
+    assert recovery["restartedInPlace"] == 1, recovery
     assert_same_state(final_state("verl", checkpoints), want)
     REPORTS.append(
         f"kind, verl-shaped Ray job, 2 pods on 2 workers, the worker preempted by the "
-        f"scheduler after step {at}: saved step {newest} on notice, resumed from it through "
+        f"scheduler after step {at}: saved step {newest} on notice, the head restarted in "
+        f"place (same uid and node), resumed from it through "
         f"{switch[0].split('=')[0]}, lost 0 steps; every rank's final state equal to an "
         "uninterrupted run"
     )

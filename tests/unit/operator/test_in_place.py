@@ -16,13 +16,18 @@ from rljob_contract import (
     EXIT_RESTART_IN_PLACE,
     RUN_ANNOTATION,
 )
-from rljob_contract.in_place import end_line, parse_word
+from rljob_contract.in_place import parse_word
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import ConditionType, Phase
 from rljob_operator.api.spec import parse_spec
 from rljob_operator.api.timestamps import iso
 from rljob_operator.launcher import in_place
-from rljob_operator.launcher.pods import ResumeTarget, desired_launcher_config_map, desired_pod
+from rljob_operator.launcher.pods import (
+    ResumeTarget,
+    desired_launcher_config_map,
+    desired_pod,
+    run_in_place,
+)
 from rljob_operator.preemption.nodes import RESTART_RULES_FEATURE
 from rljob_operator.reconcile.plan import LookupResult
 from rljob_operator.reconcile.snapshot import job_ref
@@ -57,12 +62,15 @@ def lose_rank_1(job):
     return pods
 
 
-def restarted_after(pod, code: int, message: str = "rljob: checkpointed on request") -> dict:
-    """The pod after its wrapper ended the run with `code` and the kubelet restarted the
-    trainer container in place (its lastState keeps the wrapper's end)."""
+def restarted_in_place(pod) -> dict:
+    """The pod after its wrapper stopped the run and the kubelet restarted its containers in
+    place (RestartAllContainers: its lastState is the kubelet's, not the trainer's)."""
     pod = copy.deepcopy(pod)
-    ended = {"exitCode": EXIT_RESTART_IN_PLACE, "reason": "Error",
-             "message": f"{message}\n{end_line(0, code)}\n"}  # fmt: skip
+    ended = {
+        "exitCode": 137,
+        "reason": "RestartingAllContainers",
+        "message": "The container is removed because RestartAllContainers in place",
+    }
     pod["status"]["containerStatuses"] = [{
         "name": c.TRAINER_CONTAINER, "restartCount": 1,
         "state": {"running": {"startedAt": "2026-11-29T11:59:30Z"}},
@@ -96,10 +104,11 @@ def test_an_in_place_job_runs_its_trainer_under_the_wrapper_with_rljobs_restart_
 
     (trainer,) = pod["spec"]["containers"]
     (plain_trainer,) = plain["spec"]["containers"]
-    assert trainer["command"] == in_place.wrapped(plain_trainer["command"])
+    # The trainer's own Python runs the wrapper.
+    assert trainer["command"] == in_place.wrapped(plain_trainer["command"], "python")
     assert trainer["command"][2] == str(len(plain_trainer["command"]))
     assert trainer["restartPolicy"] == "Never"
-    assert trainer["restartPolicyRules"] == [{"action": "Restart", "exitCodes": {
+    assert trainer["restartPolicyRules"] == [{"action": "RestartAllContainers", "exitCodes": {
         "operator": "In", "values": [EXIT_RESTART_IN_PLACE]}}]  # fmt: skip
     assert {"name": in_place.STATE_VOLUME, "emptyDir": {}} in pod["spec"]["volumes"]
     podinfo = next(v for v in pod["spec"]["volumes"] if v["name"] == c.PODINFO_VOLUME)
@@ -109,12 +118,25 @@ def test_an_in_place_job_runs_its_trainer_under_the_wrapper_with_rljobs_restart_
     assert in_place.WRAPPER in files
 
 
-def test_a_ray_job_asking_for_it_is_rendered_as_without_it():
-    job = make_job(restartPolicy=IN_PLACE, launcher="ray", framework="verl",
+def test_a_ray_gang_runs_its_node_program_under_the_wrapper_and_only_its_head_gets_the_driver():
+    job = make_job(restartPolicy=IN_PLACE, launcher="ray", framework="verl", args=["x=1"],
                    command=["python", "-m", "verl.trainer.main_ppo"])  # fmt: skip
-    pod = desired_pod(parse_spec(job["spec"]), job_ref(job), 0, 0, None)
+    spec, ref = parse_spec(job["spec"]), job_ref(job)
+    plain = parse_spec(make_job(launcher="ray", framework="verl",
+                                command=["python", "-m", "verl.trainer.main_ppo"])["spec"])  # fmt: skip
 
-    assert "restartPolicyRules" not in pod["spec"]["containers"][0]
+    for rank in (0, 1):
+        (trainer,) = desired_pod(spec, ref, 0, rank, None)["spec"]["containers"]
+        (before,) = desired_pod(plain, ref, 0, rank, None)["spec"]["containers"]
+        assert trainer["command"] == in_place.wrapped(before["command"], "python")
+        assert trainer["restartPolicyRules"] == in_place.RESTART_RULES
+    files = desired_launcher_config_map(spec, ref)["data"]
+    assert {in_place.WRAPPER, "ray_node.py"} <= set(files)
+    resume = ResumeTarget("/ckpt/global_step_3", 3)
+    head = parse_word(run_in_place(spec, ref, 1, 0, resume, 1)["annotations"][RUN_ANNOTATION])
+    worker = parse_word(run_in_place(spec, ref, 1, 1, resume, 1)["annotations"][RUN_ANNOTATION])
+    assert head.args[0] == "x=1" and "trainer.resume_mode=resume_path" in head.args
+    assert worker.args == ()  # the driver runs on the head
 
 
 def test_a_lost_pod_ends_the_attempt_and_the_survivor_is_told_to_stop_and_wait_not_deleted():
@@ -180,7 +202,7 @@ def test_the_next_gang_waits_for_the_survivors_run_to_end():
 
 def test_once_the_survivors_run_ended_only_the_lost_rank_is_made_and_the_survivor_joins():
     ended, survivor = ended_with_survivor(running(make_job(restartPolicy=IN_PLACE)))
-    survivor = restarted_after(survivor, 75)
+    survivor = restarted_in_place(survivor)
     survivor["metadata"]["annotations"][CHECKPOINT_REQUEST_ANNOTATION] = "2026-11-29T11:59:01Z"
     later = NOW + timedelta(seconds=8)
 
@@ -205,7 +227,7 @@ def test_once_the_survivors_run_ended_only_the_lost_rank_is_made_and_the_survivo
 
 def test_the_joined_gang_runs_and_a_second_creation_makes_no_twin_of_a_kept_rank():
     ended, survivor = ended_with_survivor(running(make_job(restartPolicy=IN_PLACE)))
-    survivor = restarted_after(survivor, 75)
+    survivor = restarted_in_place(survivor)
     later = NOW + timedelta(seconds=8)
     made = decide(ended, [survivor], NODES, later, LOOKUP)
     joined = applied(survivor, made.run_in_place["grpo-a0-n0"])
@@ -230,24 +252,20 @@ def test_a_survivor_whose_run_does_not_end_in_time_or_whose_node_goes_is_replace
                  ready=False, since=iso(NOW))}  # fmt: skip
 
     too_late = decide(ended, [survivor], NODES, late)
-    unfit = decide(ended, [restarted_after(survivor, 75)], gone_node, NOW + timedelta(seconds=5))
+    unfit = decide(ended, [restarted_in_place(survivor)], gone_node, NOW + timedelta(seconds=5))
 
     assert too_late.delete == ["grpo-a0-n0"] and not too_late.create
     assert unfit.delete == ["grpo-a0-n0"] and not unfit.create
 
 
-def test_a_run_that_ended_in_place_is_classified_by_the_trainers_own_code():
-    job = running(make_job(restartPolicy=IN_PLACE))
-    crashed = [restarted_after(pod, 1, "Traceback: boom") for pod in gang(job)]
-    saved = [restarted_after(pod, 75) for pod in gang(job)]
+def test_a_kept_pod_whose_container_ended_for_good_is_replaced():
+    ended, survivor = ended_with_survivor(running(make_job(restartPolicy=IN_PLACE)))
+    survivor["status"] = {"phase": "Failed", "containerStatuses": [  # no restart: an old kubelet
+        {"name": c.TRAINER_CONTAINER, "state": {"terminated": {"exitCode": 117}}}]}  # fmt: skip
 
-    failure = decide(job, crashed, NODES, NOW)
-    notice = decide(job, saved, NODES, NOW)
+    plan = decide(ended, [survivor], NODES, NOW + timedelta(seconds=5))
 
-    assert failure.status.failures == 1
-    assert failure.status.last_end.message == "the trainer exited with code 1: Traceback: boom"
-    assert notice.status.preemptions == 1
-    assert notice.status.last_end.reason == "CheckpointedOnRequest"
+    assert plan.delete == ["grpo-a0-n0"] and not plan.create and not plan.run_in_place
 
 
 def test_the_word_round_trips_and_a_malformed_one_is_no_word():

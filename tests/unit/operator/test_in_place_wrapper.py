@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import rljob_contract as contract
 from kube_steps import stays, wait_for
-from rljob_contract.in_place import end_line
 from rljob_podside import rljob_in_place as in_place
 
 REPO = Path(__file__).resolve().parents[3]
@@ -78,6 +77,7 @@ class Pod:
             contract.ENV_IN_PLACE_STATE_DIR: str(self.state_dir),
             contract.ENV_ATTEMPT: str(attempt),
             contract.ENV_GRACE_SECONDS: "2",
+            contract.ENV_IN_PLACE_WAIT: "1",
             contract.ENV_TERMINATION_LOG: str(self.log),
         }
         for name, value in changes.items():
@@ -131,10 +131,6 @@ def ended(process: subprocess.Popen, timeout: float = 10) -> tuple[int, str]:
     return process.returncode, err
 
 
-def stopped_line(attempt: int) -> str:
-    return contract.IN_PLACE_STOPPED_LINE.format(attempt=attempt)
-
-
 # --------------------------------------------------------------------------- the runs
 def test_the_first_container_runs_the_pods_args_as_its_attempt_and_succeeds_as_the_run_does(pod):
     code, err = ended(pod.start("--exit", "0", "--lr", "0.1", env=pod.env(attempt=2)))
@@ -148,11 +144,24 @@ def test_the_first_container_runs_the_pods_args_as_its_attempt_and_succeeds_as_t
     assert "running attempt 2" in err
 
 
-def test_a_failed_run_keeps_the_trainers_message_adds_its_end_and_asks_for_a_restart_in_place(pod):
-    code, _ = ended(pod.start("--message", MESSAGE, "--exit", "75"))
+def test_a_run_that_ends_by_itself_ends_the_container_as_it_did_when_no_word_comes(pod):
+    started = time.monotonic()
+    code, err = ended(pod.start("--message", MESSAGE, "--exit", "75"))
+
+    assert code == 75 and pod.message() == MESSAGE  # the trainer's end, as it wrote it
+    assert time.monotonic() - started >= 1.0  # RLJOB_IN_PLACE_WAIT_SECONDS for the word
+    assert "waiting 1 s for a newer one" in err
+
+
+def test_a_run_that_ends_by_itself_restarts_in_place_when_a_newer_attempt_is_named_meanwhile(pod):
+    process = pod.start("--message", MESSAGE, "--exit", "75",
+                        env=pod.env(**{contract.ENV_IN_PLACE_WAIT: "30"}))  # fmt: skip
+    wait_for(lambda: pod.ran(1), 10, "the run", interval=0.05)
+    pod.say({"attempt": 2})  # a peer was lost: the operator keeps this pod
+    code, _ = ended(process)
 
     assert code == contract.EXIT_RESTART_IN_PLACE == 117
-    assert pod.message() == f"{MESSAGE}\n{end_line(1, 75)}\n"
+    assert pod.message() == MESSAGE
 
 
 def test_a_restarted_container_waits_for_a_newer_run_then_runs_its_args_and_env(pod):
@@ -233,7 +242,7 @@ def test_a_newer_attempt_stops_the_run_with_sigterm_and_asks_for_a_restart_in_pl
 
     assert code == contract.EXIT_RESTART_IN_PLACE
     assert (pod.out / f"got-{signal.SIGTERM.value}-1").exists()
-    assert pod.message() == f"{stopped_line(2)}\n"
+    assert pod.message() == ""
     assert pod.runs() == ["ran-1.json"] and pod.started() == "1"
     assert "stopping the run of attempt 1" in err
 
@@ -250,12 +259,11 @@ def test_a_run_that_ignores_sigterm_is_killed_once_the_grace_period_is_spent(pod
     assert in_place.stop_wait(2) == 1.0
     assert 1.0 <= took < 4.0
     assert code == contract.EXIT_RESTART_IN_PLACE
-    assert pod.message() == f"{stopped_line(2)}\n"
 
 
 def test_nothing_of_a_failed_run_outlives_it(pod):
     code, _ = ended(pod.start("--spawn", "--exit", "3"))
-    assert code == contract.EXIT_RESTART_IN_PLACE
+    assert code == 3
     sleeper = int((pod.out / "grandchild").read_text())
 
     def gone() -> bool:
@@ -418,11 +426,6 @@ def test_a_runs_command_and_environment():
 @pytest.mark.parametrize(("grace", "wait"), [(30, 27), (4, 1), (2, 1), (0.5, 1)])
 def test_a_stopped_run_gets_the_grace_period_less_a_margin_and_at_least_a_second(grace, wait):
     assert in_place.stop_wait(grace) == wait
-
-
-@pytest.mark.parametrize(("last", "added"), [("", "L\n"), ("\n", "L\n"), ("x", "\nL\n")])
-def test_a_line_appended_to_the_termination_message_stands_on_its_own(last, added):
-    assert in_place.appended(last, "L") == added
 
 
 @pytest.mark.parametrize("argv", [[], ["1"], ["x", "a"], ["0", "a"], ["3", "a", "b"]])

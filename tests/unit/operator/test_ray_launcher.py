@@ -388,3 +388,18 @@ def test_save_on_notice_must_be_a_boolean():
 def test_an_rlinf_pod_also_gets_the_node_rank_under_rlinfs_own_name():
     pods = render(nnodes=2, framework="rlinf", args=["runner.save_interval=5"])
     assert [env_of(pod)["RLINF_NODE_RANK"] for pod in pods] == ["0", "1"]
+
+
+def test_a_node_restarted_in_its_pod_forgets_the_notice_and_driver_marker_of_the_run_before(
+    tmp_path, monkeypatch
+):
+    notice_file, marker, other = tmp_path / "notice", tmp_path / "driver", tmp_path / "session"
+    for path in (notice_file, marker, other):
+        path.write_text("from the run before\n")
+    monkeypatch.setenv(contract.ENV_NOTICE_FILE, str(notice_file))
+    monkeypatch.setenv(contract.ENV_RAY_DRIVER_MARKER, str(marker))
+
+    ray_node.forget_an_earlier_run(ray_node._notice_from_env())
+
+    assert not notice_file.exists() and not marker.exists()
+    assert other.exists()  # Ray's own files are Ray's

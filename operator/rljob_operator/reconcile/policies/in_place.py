@@ -23,7 +23,6 @@ from ...api.spec import JobSpec
 from ...api.timestamps import parse_iso
 from ...launcher import gang
 from ...launcher.in_place import stop_patch
-from ...launcher.launchers import launcher_of
 from ...launcher.pods import ResumeTarget, run_in_place
 from ..plan import Pass
 from ..pod_facts import Kept, Observed
@@ -35,8 +34,6 @@ KEPT_RUN_MARGIN_SECONDS = 15
 
 def why_not_in_place(p: Pass, spec: JobSpec) -> str | None:
     """Why this job's gangs cannot be restarted in place at all; None where they can."""
-    if not launcher_of(spec).RESTARTS_IN_PLACE:
-        return f"spec.launcher {spec.launcher} recreates the whole gang (not yet in place)"
     if gang.wanted(spec, p.snap.workload_api):
         return "a PodGroup places each attempt's gang as a whole"
     if p.snap.queue:
