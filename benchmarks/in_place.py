@@ -32,18 +32,18 @@ import json
 import random
 import statistics
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))  # the demo's job: what `make demo-kind` applies
+sys.path.insert(0, str(REPO / "tests"))
 
 import yaml  # noqa: E402
 from demo_frameworks import RljobDemo, Setting  # noqa: E402
+from kube_steps import wait_for  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from rljob_operator import constants as c  # noqa: E402
 from rljob_testenv import scenario  # noqa: E402
@@ -59,16 +59,6 @@ PHASES = ("gang created", "first pod running", "first step")
 
 def say(message: str) -> None:
     print(f"[{datetime.now():%H:%M:%S}] {message}", flush=True)
-
-
-def wait_for(done: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = done()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"gave up waiting {timeout:.0f} s for {what}")
 
 
 def seconds(a: str, b: str) -> float:

@@ -62,6 +62,15 @@ def kind_job(name: str, slow_from_step: int) -> dict[str, Any]:
     return body
 
 
+def trained_gang(api, core, namespace: str, body: dict[str, Any], checkpoints: Path, step: int):
+    """Create the job; its gang of attempt 0, one pod per worker, once it has finished `step`."""
+    create_job(api, namespace, body)
+    gang = running_gang(core, namespace, 0, 2, timeout=300)
+    assert len({pod.spec.node_name for pod in gang}) == 2, "one pod per worker"
+    wait_step(api, namespace, body["metadata"]["name"], checkpoints, step)
+    return gang
+
+
 def wait_step(api, namespace: str, name: str, checkpoints: Path, step: int) -> None:
     """Until attempt 0 has finished `step`; a job that failed meanwhile fails the test at once."""
 
@@ -85,10 +94,8 @@ def test_a_drained_worker_saves_on_notice_and_the_gang_resumes_bit_exact(
     # periodic saves: the save on notice is then the only save it can resume from.
     at = rng.choice([17, 21])
     assert (at + 1) % SAVE_INTERVAL and (at + 2) % SAVE_INTERVAL
-    create_job(cluster_api, jobs_namespace, kind_job(name, slow_from_step=at + 1))
-    gang = running_gang(cluster_core, jobs_namespace, 0, 2, timeout=300)
-    assert len({pod.spec.node_name for pod in gang}) == 2, "one pod per worker"
-    wait_step(cluster_api, jobs_namespace, name, checkpoints, at)
+    body = kind_job(name, slow_from_step=at + 1)
+    gang = trained_gang(cluster_api, cluster_core, jobs_namespace, body, checkpoints, at)
     victim = rng.choice(gang).spec.node_name
     print(f"draining {victim} after step {at}")
     kind.kubectl(stack.name, "drain", victim, f"--pod-selector={c.LABEL_JOB}={name}",
@@ -124,9 +131,7 @@ def test_an_evicted_pod_is_replaced_and_the_other_restarts_in_place_bit_exact(
     at = rng.choice([17, 21])
     body = kind_job(name, slow_from_step=at + 1)
     body["spec"]["restartPolicy"]["inPlace"] = True
-    create_job(cluster_api, jobs_namespace, body)
-    gang = running_gang(cluster_core, jobs_namespace, 0, 2, timeout=300)
-    wait_step(cluster_api, jobs_namespace, name, checkpoints, at)
+    gang = trained_gang(cluster_api, cluster_core, jobs_namespace, body, checkpoints, at)
     victim = rng.choice(gang)
     (survivor,) = [pod for pod in gang if pod.metadata.name != victim.metadata.name]
     print(f"evicting {victim.metadata.name} after step {at}; {survivor.metadata.name} stays")
