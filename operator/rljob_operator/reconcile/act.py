@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -43,6 +45,53 @@ def status_patch(old: dict[str, Any], new: JobStatus) -> dict[str, Any]:
     return patch
 
 
+@dataclass(frozen=True)
+class Write:
+    """One request of a pass (`send`), and where its answer goes (`keep`): into the cache, so
+    that the next pass sees what this one wrote before the watch brings it. A write keeps its
+    own answer as soon as it has it, whatever becomes of the writes sent beside it."""
+
+    send: Callable[[], Any]
+    keep: Callable[[ClusterCache, Any], None]
+
+
+def _pod(cache: ClusterCache, pod: dict[str, Any] | None) -> None:
+    """A pod as stored (None: gone)."""
+    if pod:
+        cache.on_pod(None, pod)
+
+
+def _deleted_pod(cache: ClusterCache, pod: dict[str, Any] | None) -> None:
+    """A pod being deleted, as the API server returned it: one without our finalizer may be
+    gone already, and is left to the watch."""
+    if pod and holds_our_finalizer(pod):
+        cache.on_pod(None, pod)
+
+
+def _job(cache: ClusterCache, job: dict[str, Any]) -> None:
+    cache.on_job(None, job)
+
+
+def _children(cache: ClusterCache, created: list[tuple[str, dict[str, Any]]]) -> None:
+    """The shared children made, by kind."""
+    for kind, obj in created:
+        cache.on_shared(kind, None, obj)
+
+
+def _nothing(cache: ClusterCache, answer: None) -> None:
+    """A write whose answer the cache does not keep (a PodGroup's deletion)."""
+
+
+def _send(cache: ClusterCache, writes: list[Write]) -> None:
+    """Send writes that need none of each other together (`at_once`), each keeping its
+    answer; the first error in their order is raised once all have returned."""
+    at_once(partial(_write, cache, write) for write in writes)
+
+
+def _write(cache: ClusterCache, write: Write) -> None:
+    write.keep(cache, write.send())
+
+
 def apply(
     kube: Kube, cache: ClusterCache, memory: BoostMemory, job: dict[str, Any], plan: Plan,
     tell: PostEvent,
@@ -55,81 +104,77 @@ def apply(
     the end is counted exactly once. Finalizers of pods whose end an earlier pass recorded
     (`plan.release_first`) go out beside the fence, before the new gang: the scheduler counts
     a pod's resources until the pod is gone, and would find no room for the new pods while
-    the old ones wait for their release. Requests that need none of each other go out
-    together (`at_once`): the gang's pods, once what they name exists; the releases, requests
-    and deletes. The pods and the job as the API server returns them go into the cache, so
-    that the next pass sees them before the watch brings them; what became of a boost write
-    goes into the boost's `memory`.
+    the old ones wait for their release. A kept pod joins the new gang beside its new pods,
+    and is told to stop with the later writes (reconcile.policies.in_place). Requests that
+    need none of each other go out together (`at_once`): the gang's pods, once what they name
+    exists; the releases, requests, deletes and stops. Each write's answer (the pods and the
+    job as the API server returns them) goes into the cache (`Write.keep`), so that the next
+    pass sees them before the watch brings them; what became of a boost write goes into the
+    boost's `memory`.
     """
-    meta = job["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    revision = meta.get("resourceVersion")
     patch = status_patch(job.get("status") or {}, plan.status)
-    acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
-            or plan.delete_pod_groups or plan.stop_in_place or plan.run_in_place)  # fmt: skip
     if not patch and plan.asks_for_nothing():
         return  # the pass of a job at rest: most passes
-    fence = plan.create or plan.run_in_place or (acts and not patch)
-    children = [obj for obj in plan.create if obj["kind"] != "Pod"]
-    pods = [obj for obj in plan.create if obj["kind"] == "Pod"]
-    first = plan.release if plan.release_first else []
-    later = [] if plan.release_first else plan.release
-    # What the pods name (their Service, PodGroup, ...) is made beside the fence: none of it
-    # runs anything, so a stale pass leaves at most an unused PodGroup of an attempt that is
-    # not recorded, which that attempt takes over if it comes, and the job's deletion removes.
-    answers = at_once([
-        *(partial(kube.release_pod, namespace, pod) for pod in first),
-        *([partial(_fence, kube, cache, job)] if fence else []),
-        *([partial(_create_children, kube, cache, job, children)] if children else []),
-    ])  # fmt: skip
-    released = answers[: len(first)]
-    # A kept pod joins the new gang beside its new pods (reconcile.policies.in_place).
-    joins = [partial(kube.patch_pod_metadata, namespace, pod, metadata)
-             for pod, metadata in plan.run_in_place.items()]  # fmt: skip
-    for created in at_once([*(partial(kube.create, pod) for pod in pods), *joins]):
-        if created:
-            # The next pass must see the new gang, though its watch events have not come:
-            # a pod missing from the cache would look deleted.
-            cache.on_pod(None, created)
-    if patch:
-        cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
-    request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
-    answers = at_once([
-        *(partial(kube.release_pod, namespace, pod) for pod in later),
-        *(partial(kube.delete_pod, namespace, pod) for pod in plan.delete),
-        *(partial(kube.delete_pod, namespace, pod, grace_seconds=0) for pod in plan.force_delete),
-        *(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
-          for pod in plan.request_checkpoint),
-        *(partial(kube.delete_pod_group, namespace, group) for group in plan.delete_pod_groups),
-        *(partial(kube.patch_pod_metadata, namespace, pod, metadata)
-          for pod, metadata in plan.stop_in_place.items()),
-    ])  # fmt: skip
-    # None of the released pods is one that this pass deletes: decide sees to it.
-    released += answers[: len(later)]
-    deleted = answers[len(later) : len(later) + len(plan.delete) + len(plan.force_delete)]
-    done = len(later) + len(deleted)
-    asked = answers[done : done + len(plan.request_checkpoint)]
-    stopping = answers[len(answers) - len(plan.stop_in_place) :] if plan.stop_in_place else []
-    # The next pass must not release, delete or ask a pod again before the watch brings this,
-    # nor delete a pod asked before its request lands. A deleted pod without our finalizer may
-    # be gone already, and is left to the watch.
-    for pod in [*released, *(p for p in deleted if p and holds_our_finalizer(p)), *asked,
-                *stopping]:  # fmt: skip
-        if pod:
-            cache.on_pod(None, pod)
+    for batch in _batches(kube, job, plan, patch):
+        _send(cache, batch)
     if plan.annotate_workload:
         _annotate_workload(kube, cache, memory, job_ref(job), *plan.annotate_workload)
     for event in plan.events:
         tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
-        kube.delete_job(namespace, name)
+        kube.delete_job(job["metadata"]["namespace"], job["metadata"]["name"])
 
 
-def _fence(kube: Kube, cache: ClusterCache, job: dict[str, Any]) -> None:
-    """An empty status write that fails if the job changed since the pass read it."""
+def _batches(
+    kube: Kube, job: dict[str, Any], plan: Plan, patch: dict[str, Any]
+) -> Iterator[list[Write]]:
+    """The plan's writes to the pods and the job, in `apply`'s order: each batch goes out
+    together, and once the one before it is answered (a batch is made only then)."""
     meta = job["metadata"]
-    cache.on_job(None, kube.patch_status(meta["namespace"], meta["name"], {},
-                                         meta.get("resourceVersion")))  # fmt: skip
+    namespace, name = meta["namespace"], meta["name"]
+    revision = meta.get("resourceVersion")
+    acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
+            or plan.delete_pod_groups or plan.stop_in_place or plan.run_in_place)  # fmt: skip
+    fence = plan.create or plan.run_in_place or (acts and not patch)
+    children = [obj for obj in plan.create if obj["kind"] != "Pod"]
+    first, later = (plan.release, []) if plan.release_first else ([], plan.release)
+    # What the pods name (their Service, PodGroup, ...) is made beside the fence (an empty
+    # status write that fails if the job changed since the pass read it): none of it runs
+    # anything, so a stale pass leaves at most an unused PodGroup of an attempt that is not
+    # recorded, which that attempt takes over if it comes, and the job's deletion removes.
+    yield [
+        *(Write(partial(kube.release_pod, namespace, pod), _pod) for pod in first),
+        *([Write(partial(kube.patch_status, namespace, name, {}, revision), _job)] if fence
+          else []),
+        *([Write(partial(_create_children, kube, job, children), _children)] if children
+          else []),
+    ]  # fmt: skip
+    # The next pass must see the new gang, though its watch events have not come: a pod
+    # missing from the cache would look deleted.
+    yield [
+        *(Write(partial(kube.create, obj), _pod) for obj in plan.create if obj["kind"] == "Pod"),
+        *(Write(partial(kube.patch_pod_metadata, namespace, pod, metadata), _pod)
+          for pod, metadata in plan.run_in_place.items()),
+    ]  # fmt: skip
+    if patch:
+        yield [Write(partial(kube.patch_status, namespace, name, patch, revision), _job)]
+    request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
+    # None of the released pods is one that this pass deletes: decide sees to it. The next
+    # pass must not release, delete or ask a pod again before the watch brings this, nor
+    # delete a pod asked before its request lands.
+    yield [
+        *(Write(partial(kube.release_pod, namespace, pod), _pod) for pod in later),
+        *(Write(partial(kube.delete_pod, namespace, pod), _deleted_pod) for pod in plan.delete),
+        *(Write(partial(kube.delete_pod, namespace, pod, grace_seconds=0), _deleted_pod)
+          for pod in plan.force_delete),
+        *(Write(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION,
+                        request), _pod)
+          for pod in plan.request_checkpoint),
+        *(Write(partial(kube.delete_pod_group, namespace, group), _nothing)
+          for group in plan.delete_pod_groups),
+        *(Write(partial(kube.patch_pod_metadata, namespace, pod, metadata), _pod)
+          for pod, metadata in plan.stop_in_place.items()),
+    ]  # fmt: skip
 
 
 class ForeignChild(Exception):
@@ -161,10 +206,11 @@ def with_fresh_secrets(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _create_children(
-    kube: Kube, cache: ClusterCache, job: dict[str, Any], children: list[dict[str, Any]]
-) -> None:
-    """Create what a gang's pods name, in the plan's order; raise ForeignChild, before any pod
-    mounts it, for what is not the job's own:
+    kube: Kube, job: dict[str, Any], children: list[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """Create what a gang's pods name, in the plan's order; the shared children (c.SHARED_KINDS)
+    as stored, by kind. Raise ForeignChild, before any pod mounts it, for what is not the job's
+    own:
 
     - the launcher's ConfigMap, whose code every pod runs, is read on every gang (whatever the
       cache holds: anyone may have written it) and must be the job's, rljob's files, immutable;
@@ -173,6 +219,7 @@ def _create_children(
       creation, so one found under a name not yet recorded was made by someone who knows it.
     """
     recorded = (job.get("status") or {}).get("rayTokenSecret")
+    shared = []
     for obj in children:
         meta = obj["metadata"]
         if obj["kind"] == "ConfigMap":
@@ -185,7 +232,8 @@ def _create_children(
                                "may know the token in it. rljob will not mount it into the "
                                "job's pods. Delete the job and create it again")  # fmt: skip
         if created and obj["kind"] in c.SHARED_KINDS:
-            cache.on_shared(obj["kind"], None, created)
+            shared.append((obj["kind"], created))
+    return shared
 
 
 def _checked_config_map(kube: Kube, wanted: dict[str, Any]) -> dict[str, Any]:
