@@ -48,8 +48,7 @@ def status_patch(old: dict[str, Any], new: JobStatus) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Write:
     """One request of a pass (`send`), and where its answer goes (`keep`): into the cache, so
-    that the next pass sees what this one wrote before the watch brings it. A write keeps its
-    own answer as soon as it has it, whatever becomes of the writes sent beside it."""
+    that the next pass sees what this one wrote before the watch brings it."""
 
     send: Callable[[], Any]
     keep: Callable[[ClusterCache, Any], None]
@@ -69,27 +68,22 @@ def _deleted_pod(cache: ClusterCache, pod: dict[str, Any] | None) -> None:
 
 
 def _job(cache: ClusterCache, job: dict[str, Any]) -> None:
+    """The job as stored after its status write."""
     cache.on_job(None, job)
 
 
-def _children(cache: ClusterCache, created: list[tuple[str, dict[str, Any]]]) -> None:
-    """The shared children made, by kind."""
-    for kind, obj in created:
-        cache.on_shared(kind, None, obj)
-
-
-def _nothing(cache: ClusterCache, answer: None) -> None:
-    """A write whose answer the cache does not keep (a PodGroup's deletion)."""
+def _nothing(cache: ClusterCache, answer: Any) -> None:
+    """A write whose answer tells the cache nothing new: a PodGroup's deletion; the fence,
+    which changed nothing where it went through; the children, which keep each one as it is
+    made (_create_children)."""
 
 
 def _send(cache: ClusterCache, writes: list[Write]) -> None:
-    """Send writes that need none of each other together (`at_once`), each keeping its
-    answer; the first error in their order is raised once all have returned."""
-    at_once(partial(_write, cache, write) for write in writes)
-
-
-def _write(cache: ClusterCache, write: Write) -> None:
-    write.keep(cache, write.send())
+    """Send writes that need none of each other together (`at_once`), then keep each answer
+    as its write says; where one fails, the first error in their order is raised once all
+    have returned, and none is kept (the watch brings them)."""
+    for write, answer in zip(writes, at_once([write.send for write in writes]), strict=True):
+        write.keep(cache, answer)
 
 
 def apply(
@@ -115,7 +109,7 @@ def apply(
     patch = status_patch(job.get("status") or {}, plan.status)
     if not patch and plan.asks_for_nothing():
         return  # the pass of a job at rest: most passes
-    for batch in _batches(kube, job, plan, patch):
+    for batch in _batches(kube, cache, job, plan, patch):
         _send(cache, batch)
     if plan.annotate_workload:
         _annotate_workload(kube, cache, memory, job_ref(job), *plan.annotate_workload)
@@ -126,7 +120,7 @@ def apply(
 
 
 def _batches(
-    kube: Kube, job: dict[str, Any], plan: Plan, patch: dict[str, Any]
+    kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan, patch: dict[str, Any]
 ) -> Iterator[list[Write]]:
     """The plan's writes to the pods and the job, in `apply`'s order: each batch goes out
     together, and once the one before it is answered (a batch is made only then)."""
@@ -144,9 +138,9 @@ def _batches(
     # recorded, which that attempt takes over if it comes, and the job's deletion removes.
     yield [
         *(Write(partial(kube.release_pod, namespace, pod), _pod) for pod in first),
-        *([Write(partial(kube.patch_status, namespace, name, {}, revision), _job)] if fence
+        *([Write(partial(kube.patch_status, namespace, name, {}, revision), _nothing)] if fence
           else []),
-        *([Write(partial(_create_children, kube, job, children), _children)] if children
+        *([Write(partial(_create_children, kube, cache, job, children), _nothing)] if children
           else []),
     ]  # fmt: skip
     # The next pass must see the new gang, though its watch events have not come: a pod
@@ -206,11 +200,11 @@ def with_fresh_secrets(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _create_children(
-    kube: Kube, job: dict[str, Any], children: list[dict[str, Any]]
-) -> list[tuple[str, dict[str, Any]]]:
-    """Create what a gang's pods name, in the plan's order; the shared children (c.SHARED_KINDS)
-    as stored, by kind. Raise ForeignChild, before any pod mounts it, for what is not the job's
-    own:
+    kube: Kube, cache: ClusterCache, job: dict[str, Any], children: list[dict[str, Any]]
+) -> None:
+    """Create what a gang's pods name, in the plan's order, each shared child (c.SHARED_KINDS)
+    into the cache as it is made: a later one that fails leaves the earlier ones known. Raise
+    ForeignChild, before any pod mounts it, for what is not the job's own:
 
     - the launcher's ConfigMap, whose code every pod runs, is read on every gang (whatever the
       cache holds: anyone may have written it) and must be the job's, rljob's files, immutable;
@@ -219,7 +213,6 @@ def _create_children(
       creation, so one found under a name not yet recorded was made by someone who knows it.
     """
     recorded = (job.get("status") or {}).get("rayTokenSecret")
-    shared = []
     for obj in children:
         meta = obj["metadata"]
         if obj["kind"] == "ConfigMap":
@@ -232,8 +225,7 @@ def _create_children(
                                "may know the token in it. rljob will not mount it into the "
                                "job's pods. Delete the job and create it again")  # fmt: skip
         if created and obj["kind"] in c.SHARED_KINDS:
-            shared.append((obj["kind"], created))
-    return shared
+            cache.on_shared(obj["kind"], None, created)
 
 
 def _checked_config_map(kube: Kube, wanted: dict[str, Any]) -> dict[str, Any]:
