@@ -59,7 +59,7 @@ class Controller:
         self.cache = ClusterCache()
         self.queue = WorkQueue()
         self.events = EventSink(kube.post_event)
-        self.reconcile = Reconciler(kube, self.cache, finder, self.events, settings)
+        self.reconciler = Reconciler(kube, self.cache, finder, self.events, settings)
         self.workers = workers
         self.resync_seconds, self.relist_seconds = resync_seconds, relist_seconds
         self.stopping = threading.Event()
@@ -220,7 +220,7 @@ class Controller:
         log.debug("pass %s/%s", namespace, name)
         try:
             PASSES.inc()
-            passed = self.reconcile(namespace, name)
+            passed = self.reconciler.reconcile(namespace, name)
         except KubeError as exc:
             self._after_error(key, exc)
             return

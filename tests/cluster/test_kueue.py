@@ -496,7 +496,6 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     """The operator without RBAC for Workloads (a ServiceAccount with no role): the real API
     server refuses the first write (403); twenty passes in a row then send no request, and the
     job's PriorityBoost condition carries the API server's words."""
-    from dataclasses import replace
 
     from chart_helpers import service_account_kubeconfig
     from kubernetes import config
@@ -505,13 +504,13 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     from rljob_operator.kube import API_REQUESTS, CountingApiClient, Kube
     from rljob_operator.reconcile import act
     from rljob_operator.reconcile.boost.decide import decide_boost
-    from rljob_operator.reconcile.boost.gate import observe_boost
+    from rljob_operator.reconcile.boost.gate import BoostReads
     from rljob_operator.reconcile.boost.memory import BoostMemory
     from rljob_operator.reconcile.boost.pricing import Saved
     from rljob_operator.reconcile.plan import Plan
     from rljob_operator.reconcile.settings import Settings
-    from rljob_operator.reconcile.snapshot import job_ref, take_snapshot
-    from rljob_operator.runtime.cache import ClusterCache
+    from rljob_operator.reconcile.snapshot import Setup, job_ref, take_snapshot
+    from rljob_operator.runtime.cache import ClusterCache, JobView
 
     core.create_namespaced_service_account(
         namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="no-rights"))
@@ -547,10 +546,11 @@ def test_a_refused_boost_write_costs_one_request_per_back_off_and_the_job_says_w
     before = patches._value.get()
     plans = []
     for _ in range(21):
-        snap = take_snapshot(
-            job, [pod], {}, datetime.now(UTC), settings=Settings(max_priority_boost=50)
-        )
-        snap = replace(snap, boost=observe_boost(cache, memory, Folder(), snap))
+        reads = BoostReads(memory, Folder())
+        view = JobView(job, [pod], frozenset(), {}, cache.kueue(namespace, "grpo-a0"))
+        snap = take_snapshot(view, datetime.now(UTC), Setup(Settings(max_priority_boost=50),
+                                                            boost=reads))  # fmt: skip
+        reads.keep(snap.ref, snap.boost)
         plan = Plan(status=JobStatus.from_dict(json_copy(job["status"])))
         decide_boost(plan, snap)
         job["status"] = json_copy(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -43,6 +45,47 @@ def status_patch(old: dict[str, Any], new: JobStatus) -> dict[str, Any]:
     return patch
 
 
+@dataclass(frozen=True)
+class Write:
+    """One request of a pass (`send`), and where its answer goes (`keep`): into the cache, so
+    that the next pass sees what this one wrote before the watch brings it."""
+
+    send: Callable[[], Any]
+    keep: Callable[[ClusterCache, Any], None]
+
+
+def _pod(cache: ClusterCache, pod: dict[str, Any] | None) -> None:
+    """A pod as stored (None: gone)."""
+    if pod:
+        cache.on_pod(None, pod)
+
+
+def _deleted_pod(cache: ClusterCache, pod: dict[str, Any] | None) -> None:
+    """A pod being deleted, as the API server returned it: one without our finalizer may be
+    gone already, and is left to the watch."""
+    if pod and holds_our_finalizer(pod):
+        cache.on_pod(None, pod)
+
+
+def _job(cache: ClusterCache, job: dict[str, Any]) -> None:
+    """The job as stored after its status write."""
+    cache.on_job(None, job)
+
+
+def _nothing(cache: ClusterCache, answer: Any) -> None:
+    """A write whose answer tells the cache nothing new: a PodGroup's deletion; the fence,
+    which changed nothing where it went through; the children, which keep each one as it is
+    made (_create_children)."""
+
+
+def _send(cache: ClusterCache, writes: list[Write]) -> None:
+    """Send writes that need none of each other together (`at_once`), then keep each answer
+    as its write says; where one fails, the first error in their order is raised once all
+    have returned, and none is kept (the watch brings them)."""
+    for write, answer in zip(writes, at_once([write.send for write in writes]), strict=True):
+        write.keep(cache, answer)
+
+
 def apply(
     kube: Kube, cache: ClusterCache, memory: BoostMemory, job: dict[str, Any], plan: Plan,
     tell: PostEvent,
@@ -55,81 +98,77 @@ def apply(
     the end is counted exactly once. Finalizers of pods whose end an earlier pass recorded
     (`plan.release_first`) go out beside the fence, before the new gang: the scheduler counts
     a pod's resources until the pod is gone, and would find no room for the new pods while
-    the old ones wait for their release. Requests that need none of each other go out
-    together (`at_once`): the gang's pods, once what they name exists; the releases, requests
-    and deletes. The pods and the job as the API server returns them go into the cache, so
-    that the next pass sees them before the watch brings them; what became of a boost write
-    goes into the boost's `memory`.
+    the old ones wait for their release. A kept pod joins the new gang beside its new pods,
+    and is told to stop with the later writes (reconcile.policies.in_place). Requests that
+    need none of each other go out together (`at_once`): the gang's pods, once what they name
+    exists; the releases, requests, deletes and stops. Each write's answer (the pods and the
+    job as the API server returns them) goes into the cache (`Write.keep`), so that the next
+    pass sees them before the watch brings them; what became of a boost write goes into the
+    boost's `memory`.
     """
-    meta = job["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    revision = meta.get("resourceVersion")
     patch = status_patch(job.get("status") or {}, plan.status)
-    acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
-            or plan.delete_pod_groups or plan.stop_in_place or plan.run_in_place)  # fmt: skip
     if not patch and plan.asks_for_nothing():
         return  # the pass of a job at rest: most passes
-    fence = plan.create or plan.run_in_place or (acts and not patch)
-    children = [obj for obj in plan.create if obj["kind"] != "Pod"]
-    pods = [obj for obj in plan.create if obj["kind"] == "Pod"]
-    first = plan.release if plan.release_first else []
-    later = [] if plan.release_first else plan.release
-    # What the pods name (their Service, PodGroup, ...) is made beside the fence: none of it
-    # runs anything, so a stale pass leaves at most an unused PodGroup of an attempt that is
-    # not recorded, which that attempt takes over if it comes, and the job's deletion removes.
-    answers = at_once([
-        *(partial(kube.release_pod, namespace, pod) for pod in first),
-        *([partial(_fence, kube, cache, job)] if fence else []),
-        *([partial(_create_children, kube, cache, job, children)] if children else []),
-    ])  # fmt: skip
-    released = answers[: len(first)]
-    # A kept pod joins the new gang beside its new pods (reconcile.policies.in_place).
-    joins = [partial(kube.patch_pod_metadata, namespace, pod, metadata)
-             for pod, metadata in plan.run_in_place.items()]  # fmt: skip
-    for created in at_once([*(partial(kube.create, pod) for pod in pods), *joins]):
-        if created:
-            # The next pass must see the new gang, though its watch events have not come:
-            # a pod missing from the cache would look deleted.
-            cache.on_pod(None, created)
-    if patch:
-        cache.on_job(None, kube.patch_status(namespace, name, patch, revision))
-    request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
-    answers = at_once([
-        *(partial(kube.release_pod, namespace, pod) for pod in later),
-        *(partial(kube.delete_pod, namespace, pod) for pod in plan.delete),
-        *(partial(kube.delete_pod, namespace, pod, grace_seconds=0) for pod in plan.force_delete),
-        *(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION, request)
-          for pod in plan.request_checkpoint),
-        *(partial(kube.delete_pod_group, namespace, group) for group in plan.delete_pod_groups),
-        *(partial(kube.patch_pod_metadata, namespace, pod, metadata)
-          for pod, metadata in plan.stop_in_place.items()),
-    ])  # fmt: skip
-    # None of the released pods is one that this pass deletes: decide sees to it.
-    released += answers[: len(later)]
-    deleted = answers[len(later) : len(later) + len(plan.delete) + len(plan.force_delete)]
-    done = len(later) + len(deleted)
-    asked = answers[done : done + len(plan.request_checkpoint)]
-    stopping = answers[len(answers) - len(plan.stop_in_place) :] if plan.stop_in_place else []
-    # The next pass must not release, delete or ask a pod again before the watch brings this,
-    # nor delete a pod asked before its request lands. A deleted pod without our finalizer may
-    # be gone already, and is left to the watch.
-    for pod in [*released, *(p for p in deleted if p and holds_our_finalizer(p)), *asked,
-                *stopping]:  # fmt: skip
-        if pod:
-            cache.on_pod(None, pod)
+    for batch in _batches(kube, cache, job, plan, patch):
+        _send(cache, batch)
     if plan.annotate_workload:
         _annotate_workload(kube, cache, memory, job_ref(job), *plan.annotate_workload)
     for event in plan.events:
         tell(job, event.type, event.reason, event.message)
     if plan.delete_job:
-        kube.delete_job(namespace, name)
+        kube.delete_job(job["metadata"]["namespace"], job["metadata"]["name"])
 
 
-def _fence(kube: Kube, cache: ClusterCache, job: dict[str, Any]) -> None:
-    """An empty status write that fails if the job changed since the pass read it."""
+def _batches(
+    kube: Kube, cache: ClusterCache, job: dict[str, Any], plan: Plan, patch: dict[str, Any]
+) -> Iterator[list[Write]]:
+    """The plan's writes to the pods and the job, in `apply`'s order: each batch goes out
+    together, and once the one before it is answered (a batch is made only then)."""
     meta = job["metadata"]
-    cache.on_job(None, kube.patch_status(meta["namespace"], meta["name"], {},
-                                         meta.get("resourceVersion")))  # fmt: skip
+    namespace, name = meta["namespace"], meta["name"]
+    revision = meta.get("resourceVersion")
+    acts = (plan.create or plan.request_checkpoint or plan.delete or plan.force_delete
+            or plan.delete_pod_groups or plan.stop_in_place or plan.run_in_place)  # fmt: skip
+    fence = plan.create or plan.run_in_place or (acts and not patch)
+    children = [obj for obj in plan.create if obj["kind"] != "Pod"]
+    first, later = (plan.release, []) if plan.release_first else ([], plan.release)
+    # What the pods name (their Service, PodGroup, ...) is made beside the fence (an empty
+    # status write that fails if the job changed since the pass read it): none of it runs
+    # anything, so a stale pass leaves at most an unused PodGroup of an attempt that is not
+    # recorded, which that attempt takes over if it comes, and the job's deletion removes.
+    yield [
+        *(Write(partial(kube.release_pod, namespace, pod), _pod) for pod in first),
+        *([Write(partial(kube.patch_status, namespace, name, {}, revision), _nothing)] if fence
+          else []),
+        *([Write(partial(_create_children, kube, cache, job, children), _nothing)] if children
+          else []),
+    ]  # fmt: skip
+    # The next pass must see the new gang, though its watch events have not come: a pod
+    # missing from the cache would look deleted.
+    yield [
+        *(Write(partial(kube.create, obj), _pod) for obj in plan.create if obj["kind"] == "Pod"),
+        *(Write(partial(kube.patch_pod_metadata, namespace, pod, metadata), _pod)
+          for pod, metadata in plan.run_in_place.items()),
+    ]  # fmt: skip
+    if patch:
+        yield [Write(partial(kube.patch_status, namespace, name, patch, revision), _job)]
+    request = format_request(datetime.now(UTC), plan.checkpoint_deadline)
+    # None of the released pods is one that this pass deletes: decide sees to it. The next
+    # pass must not release, delete or ask a pod again before the watch brings this, nor
+    # delete a pod asked before its request lands.
+    yield [
+        *(Write(partial(kube.release_pod, namespace, pod), _pod) for pod in later),
+        *(Write(partial(kube.delete_pod, namespace, pod), _deleted_pod) for pod in plan.delete),
+        *(Write(partial(kube.delete_pod, namespace, pod, grace_seconds=0), _deleted_pod)
+          for pod in plan.force_delete),
+        *(Write(partial(kube.annotate_pod, namespace, pod, CHECKPOINT_REQUEST_ANNOTATION,
+                        request), _pod)
+          for pod in plan.request_checkpoint),
+        *(Write(partial(kube.delete_pod_group, namespace, group), _nothing)
+          for group in plan.delete_pod_groups),
+        *(Write(partial(kube.patch_pod_metadata, namespace, pod, metadata), _pod)
+          for pod, metadata in plan.stop_in_place.items()),
+    ]  # fmt: skip
 
 
 class ForeignChild(Exception):
@@ -163,8 +202,9 @@ def with_fresh_secrets(obj: dict[str, Any]) -> dict[str, Any]:
 def _create_children(
     kube: Kube, cache: ClusterCache, job: dict[str, Any], children: list[dict[str, Any]]
 ) -> None:
-    """Create what a gang's pods name, in the plan's order; raise ForeignChild, before any pod
-    mounts it, for what is not the job's own:
+    """Create what a gang's pods name, in the plan's order, each shared child (c.SHARED_KINDS)
+    into the cache as it is made: a later one that fails leaves the earlier ones known. Raise
+    ForeignChild, before any pod mounts it, for what is not the job's own:
 
     - the launcher's ConfigMap, whose code every pod runs, is read on every gang (whatever the
       cache holds: anyone may have written it) and must be the job's, rljob's files, immutable;

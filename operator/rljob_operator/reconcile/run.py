@@ -4,9 +4,11 @@
 spec (parsed and checked once per metadata.generation), its pods by role, their nodes (from
 the watch cache; one the cache lacks is read, never taken for gone), what the job owns,
 Kueue's admission and what the priority boost reads (the checkpoint folder at most once per
-policy interval and attempt). `decide` (reconcile.decide) is pure. The one other read is the
-checkpoint lookup a decision asks for (reconcile.lookup), after which the pass decides again,
-a bounded number of times. `act` (reconcile.act.apply) alone writes.
+policy interval and attempt). Taking it writes nothing: what the pass read for the passes
+after it (the nodes the cache lacked, the folder's read) `Reconciler.keep` keeps once it is
+taken. `decide` (reconcile.decide) is pure. The one other read is the checkpoint lookup a
+decision asks for (reconcile.lookup), after which the pass decides again, a bounded number of
+times. `act` (reconcile.act.apply) alone writes to the cluster.
 
 As controller-runtime's Reconcile(ctx, Request) reads one cache, the pass reads the cache the
 watches fill (runtime.cache) and calls the API server only to act. What passes keep for the
@@ -27,12 +29,11 @@ from ..api.reasons import Reason
 from ..api.spec import JobSpec, SpecError
 from ..api.status import JobStatus
 from ..kube import Kube, KubeError, at_once
-from ..launcher.identity import attempt_name
 from ..launcher.inspector import inspector_name
 from ..runtime.cache import ClusterCache, JobView, Key
 from ..runtime.events import PostEvent
 from .act import ForeignChild, apply
-from .boost.gate import observe_boost
+from .boost.gate import BoostReads
 from .boost.memory import BoostMemory
 from .decide import decide, fail
 from .lookup.finder import CheckpointFinder, Inspection, LookupFailed, inspector_ended
@@ -40,7 +41,7 @@ from .plan import LookupPending, LookupResult, Plan
 from .pod_facts import inspector_stuck
 from .policies.pod_cleanup import holds_our_finalizer
 from .settings import DEFAULT_SETTINGS, Settings
-from .snapshot import Snapshot, checked_spec, job_ref, take_snapshot
+from .snapshot import Setup, Snapshot, checked_spec, job_ref, take_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,14 @@ class Reconciler:
         # Each job's checked spec, with the uid and generation it was checked at.
         self._specs: dict[Key, tuple[str, int, JobSpec | SpecError]] = {}
         self.boost_memory = BoostMemory()
+        self.boost_reads = BoostReads(self.boost_memory, finder)
 
-    def __call__(
+    def reconcile(
         self, namespace: str, name: str, now: datetime | None = None
     ) -> tuple[JobStatus, Plan] | None:
-        """One pass; its Events go to `tell`. The job's status as the pass found it, and the
-        plan it carried out (whose status is now stored); None for a job that is gone."""
+        """One pass, named as controller-runtime names it; its Events go to `tell`. The job's
+        status as the pass found it, and the plan it carried out (whose status is now
+        stored); None for a job that is gone."""
         view = self.cache.view(namespace, name)
         job = view.job
         if job is None or job["metadata"].get("deletionTimestamp"):
@@ -73,25 +76,29 @@ class Reconciler:
             self.boost_memory.forget(namespace, name)
             self._release(namespace, view.pods)
             return None
-        snap = self.observe(view, now or datetime.now(UTC))
+        read = self.kube.get_nodes(missing) if (missing := _missing(view.nodes)) else {}
+        snap = self.observe(replace(view, nodes={**view.nodes, **read}), now or datetime.now(UTC))
+        self.keep(snap, read)
         plan = plan_pass(snap, self.finder)
         self.act(snap, plan)
         return snap.status, plan
 
     def observe(self, view: JobView, now: datetime) -> Snapshot:
-        """The snapshot of a view whose job exists."""
-        job = view.job
-        assert job is not None
-        meta = job["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        snap = take_snapshot(job, view.pods, self._read_missing(view.nodes), now,
-                             self.kube.serves_workload_api, settings=self.settings,
-                             shared=view.shared, spec=self.checked_spec(job))  # fmt: skip
-        return replace(
-            snap,
-            admission=self.cache.admission(namespace, attempt_name(name, snap.status.attempt)),
-            boost=observe_boost(self.cache, self.boost_memory, self.finder, snap),
-        )
+        """The snapshot of a view whose job exists, its trainers' nodes all read (None: gone).
+        Taking it writes nothing: the pass's writes are `act`'s, and what it read for the
+        passes after it, `keep`'s."""
+        setup = Setup(self.settings, self.kube.serves_workload_api, self.boost_reads)
+        return take_snapshot(view, now, setup, self.checked_spec(view.job))
+
+    def keep(self, snap: Snapshot, nodes: dict[str, dict[str, Any] | None]) -> None:
+        """Keep what the pass read beside the cache for the passes after it: the `nodes` it
+        read from the API server (those the cache lacked: a node is never taken for gone only
+        because its watch event has not come yet) go into the cache, as the pass's own writes
+        do; the checkpoint folder's read for the boost, into the boost's memory."""
+        for node in nodes.values():
+            if node is not None:
+                self.cache.on_node(None, node)
+        self.boost_reads.keep(snap.ref, snap.boost)
 
     def act(self, snap: Snapshot, plan: Plan) -> None:
         """Carry the plan out; a plan the API server refuses for good becomes the job's
@@ -132,20 +139,10 @@ class Reconciler:
             if pod:  # the next pass must not release it again
                 self.cache.on_pod(None, pod)
 
-    def _read_missing(
-        self, nodes: dict[str, dict[str, Any] | None]
-    ) -> dict[str, dict[str, Any] | None]:
-        """The nodes as the cache has them, and those it lacks read from the API server: a
-        node is never taken for gone only because its watch event has not come yet."""
-        missing = {name for name, node in nodes.items() if node is None}
-        if not missing:
-            return nodes
-        nodes = dict(nodes)
-        for name, node in self.kube.get_nodes(missing).items():
-            nodes[name] = node
-            if node is not None:
-                self.cache.on_node(None, node)
-        return nodes
+
+def _missing(nodes: dict[str, dict[str, Any] | None]) -> set[str]:
+    """The nodes a view names that the cache lacks."""
+    return {name for name, node in nodes.items() if node is None}
 
 
 MAX_LOOKUPS_PER_PASS = 3  # a bad checkpoint asks for one more look

@@ -2,7 +2,8 @@
 status parsed, its pods split by role, what it owns across attempts, their nodes, Kueue's
 admission, what the priority boost reads, what the API server serves, and the time. Every
 decision of the pass reads this and nothing else, however often the pass decides again after
-a look at the checkpoints (reconcile.run gathers it)."""
+a look at the checkpoints (reconcile.run gathers it). It is built once, from the cache's one
+view of the job, and its taking writes nothing."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from ..launcher.identity import JobRef
 from ..launcher.pods import check_template
 from ..preemption.nodes import NodeState, node_states
 from ..queueing import Admission
+from ..runtime.cache import JobView
 from .boost.facts import BoostFacts
+from .boost.gate import BoostReads, wants_boost
 from .settings import DEFAULT_SETTINGS, Settings
 
 
@@ -66,39 +69,51 @@ def checked_spec(job: dict[str, Any], ref: JobRef) -> JobSpec | SpecError:
     return spec
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What every pass of an operator is taken with: the administrator's settings, whether
+    the API server serves the Workload API, and where the boost's other reads come from
+    (None: a job's boost reads nothing, as where decisions are tried alone)."""
+
+    settings: Settings = DEFAULT_SETTINGS
+    workload_api: bool = False
+    boost: BoostReads | None = None
+
+
 def take_snapshot(
-    job: dict[str, Any],
-    pods: list[dict[str, Any]],
-    nodes: Mapping[str, dict[str, Any] | None],
-    now: datetime,
-    workload_api: bool = False,
-    admission: Admission | None = None,
-    settings: Settings = DEFAULT_SETTINGS,
-    shared: frozenset[tuple[str, str]] = frozenset(),
-    spec: JobSpec | SpecError | None = None,
+    view: JobView, now: datetime, setup: Setup = Setup(), spec: JobSpec | SpecError | None = None
 ) -> Snapshot:
-    """`pods` are all of the job's pods, trainers and inspectors; `nodes`, the trainers' nodes
-    by name (None: gone); `spec`, the job's spec as `checked_spec` returns it, where the caller
-    kept it from an earlier pass."""
+    """The snapshot of a `view` whose job exists, with its trainers' nodes (None: gone); `spec`
+    is the job's spec as `checked_spec` returns it, where the caller kept it from an earlier
+    pass."""
+    job = view.job
+    assert job is not None, "a pass of a job that is gone takes no snapshot"
     ref = job_ref(job)
     if spec is None:
         spec = checked_spec(job, ref)
-    meta = job["metadata"]
+    status = JobStatus.from_dict(job.get("status"))
+    queue = (job["metadata"].get("labels") or {}).get(c.KUEUE_QUEUE_LABEL)
     roles: dict[str, list[dict[str, Any]]] = {c.ROLE_TRAINER: [], c.ROLE_INSPECTOR: []}
-    for pod in pods:
+    for pod in view.pods:
         roles.get((pod["metadata"].get("labels") or {}).get(c.LABEL_ROLE) or "", []).append(pod)
+    trainers = tuple(roles[c.ROLE_TRAINER])
+    boost = None
+    if setup.boost is not None and wants_boost(spec, queue, status):
+        boost = setup.boost.facts(view.kueue, ref, spec, status.attempt, trainers,
+                                  setup.settings, now)  # fmt: skip
     return Snapshot(
         job=job,
         spec=spec,
-        status=JobStatus.from_dict(job.get("status")),
+        status=status,
         ref=ref,
-        queue=(meta.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL),
-        trainers=tuple(roles[c.ROLE_TRAINER]),
+        queue=queue,
+        trainers=trainers,
         inspectors={pod["metadata"]["name"]: pod for pod in roles[c.ROLE_INSPECTOR]},
-        nodes=node_states(nodes, now),
+        nodes=node_states(view.nodes, now),
         now=now,
-        shared=shared,
-        workload_api=workload_api,
-        admission=admission,
-        settings=settings,
+        shared=view.shared,
+        workload_api=setup.workload_api,
+        admission=view.kueue.admission,
+        settings=setup.settings,
+        boost=boost,
     )

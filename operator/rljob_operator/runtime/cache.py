@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from .. import constants as c
 from ..api.status import find_condition
-from ..launcher.identity import job_of_attempt_name
+from ..launcher.identity import attempt_name, job_of_attempt_name
 from ..preemption.nodes import NodeTermination, node_ready_condition, node_termination
 from ..queueing import Admission
 
@@ -123,14 +123,29 @@ def _what_jobs_read(node: dict[str, Any]) -> tuple[str | None, NodeTermination |
 
 
 @dataclass(frozen=True)
+class KueueView:
+    """What Kueue shows of a job's current attempt (its pod group): why it has not admitted it
+    (where it says), its Workload as the cache keeps it (_slim_kueue_workload), and the
+    cluster's priority classes, {group: {name: value}}, with why they are not known (a group
+    never listed, or whose newest list failed)."""
+
+    admission: Admission | None = None
+    workload: dict[str, Any] | None = None
+    classes: dict[str, dict[str, int]] = field(default_factory=dict)
+    classes_unknown: str | None = None
+
+
+@dataclass(frozen=True)
 class JobView:
     """One job as the cache holds it, read under one lock, so that a pass sees the job, its
-    pods, what it owns and its trainers' nodes as they were at one moment."""
+    pods, what it owns, its trainers' nodes and Kueue's word on its attempt as they were at
+    one moment: all that a pass reads of the cache."""
 
     job: dict[str, Any] | None  # None once it is gone
     pods: list[dict[str, Any]]  # trainers and inspectors, by name
     shared: frozenset[tuple[str, str]]  # (kind, name) of what it owns across attempts
     nodes: dict[str, dict[str, Any] | None]  # the trainers' nodes; None: not in the cache
+    kueue: KueueView = KueueView()  # of the attempt the job's status names
 
 
 class ClusterCache:
@@ -194,7 +209,8 @@ class ClusterCache:
             self._pods_by_job.setdefault(now, set()).add(key)
 
     def view(self, namespace: str, name: str) -> JobView:
-        """What one pass reads of the job from the cache, in one read."""
+        """What one pass reads of the job from the cache, in one read (Kueue's word on its
+        attempt only where the job is there to name the attempt)."""
         with self._lock:
             job = self._jobs.objects.get((namespace, name))
             keys = sorted(self._pods_by_job.get((namespace, name), ()))
@@ -207,7 +223,12 @@ class ClusterCache:
                 if (pod["metadata"].get("labels") or {}).get(c.LABEL_ROLE) == c.ROLE_TRAINER
                 and (node := (pod.get("spec") or {}).get("nodeName"))
             }  # fmt: skip
-        return JobView(job, pods, shared, nodes)
+            if job is None:
+                return JobView(None, pods, shared, nodes)
+            # The attempt as JobStatus reads it: the pod group is named after it.
+            attempt = (job.get("status") or {}).get("attempt", 0)
+            kueue = self._kueue(namespace, attempt_name(name, attempt))
+        return JobView(job, pods, shared, nodes, kueue)
 
     def replace_pods(
         self, pods: list[dict[str, Any]], revision: str, namespace: str | None = None
@@ -282,15 +303,15 @@ class ClusterCache:
             known = job is not None and (namespace, job) in self._jobs.objects
         return (namespace, job) if (changed or appeared) and known and job else None
 
-    def admission(self, namespace: str, pod_group: str) -> Admission | None:
+    def kueue(self, namespace: str, pod_group: str) -> KueueView:
+        """What Kueue shows of a pod group; its Workload is None while the cache holds none."""
         with self._lock:
-            return self._admissions.get((namespace, pod_group))
+            return self._kueue(namespace, pod_group)
 
-    def kueue_workload(self, namespace: str, pod_group: str) -> dict[str, Any] | None:
-        """The pod group's Kueue Workload as the cache keeps it (its boost annotations,
-        owners, priority and priority class); None while the cache holds none."""
-        with self._lock:
-            return self._boosts.objects.get((namespace, pod_group))
+    def _kueue(self, namespace: str, pod_group: str) -> KueueView:
+        key = (namespace, pod_group)
+        return KueueView(self._admissions.get(key), self._boosts.objects.get(key),
+                         self._priority_classes(), self._priority_classes_unknown())  # fmt: skip
 
     def on_priority_class(self, group: str, event_type: str | None, obj: dict[str, Any]) -> None:
         """Take an event of a WorkloadPriorityClass (kueue.x-k8s.io) or a PriorityClass
@@ -318,18 +339,24 @@ class ClusterCache:
         """Why the cluster's priority classes are not known (a group never listed, or whose
         newest list failed); None where the newest list of every group succeeded."""
         with self._lock:
-            whys = [self._classes_unlisted[g] for g in c.PRIORITY_CLASS_KINDS
-                    if g in self._classes_unlisted]  # fmt: skip
+            return self._priority_classes_unknown()
+
+    def _priority_classes_unknown(self) -> str | None:
+        whys = [self._classes_unlisted[g] for g in c.PRIORITY_CLASS_KINDS
+                if g in self._classes_unlisted]  # fmt: skip
         return "; ".join(whys) or None
 
     def priority_classes(self) -> dict[str, dict[str, int]]:
         """The cluster's priority classes: {group: {name: value}}."""
         with self._lock:
-            return {
-                group: {name: o["value"] for (_, name), o in store.objects.items()
-                        if isinstance(o.get("value"), int)}
-                for group, store in self._classes.items()
-            }  # fmt: skip
+            return self._priority_classes()
+
+    def _priority_classes(self) -> dict[str, dict[str, int]]:
+        return {
+            group: {name: o["value"] for (_, name), o in store.objects.items()
+                    if isinstance(o.get("value"), int)}
+            for group, store in self._classes.items()
+        }  # fmt: skip
 
     # ------------------------------------------------------------------ nodes
     def on_node(self, event_type: str | None, node: dict[str, Any]) -> list[Key]:

@@ -169,12 +169,14 @@ def test_kueue_says_why_a_pod_group_waits_and_wakes_its_job_only_when_that_chang
     assert cache.on_admission("ADDED", kueue_workload("grpo-a1-a0", inadmissible)) == (
         "ns", "grpo-a1",
     )  # fmt: skip
-    assert cache.admission("ns", "grpo-a1-a0") == ("Inadmissible", "LocalQueue team doesn't exist")
+    waits = ("Inadmissible", "LocalQueue team doesn't exist")
+    assert cache.kueue("ns", "grpo-a1-a0").admission == waits
+    assert cache.view("ns", "grpo-a1").kueue.admission == waits  # of its attempt 0, in the view
     assert cache.on_admission("MODIFIED", kueue_workload("grpo-a1-a0", inadmissible)) is None
 
     admitted = kueue_workload("grpo-a1-a0", ("True", "QuotaReserved", "Quota reserved"))
     assert cache.on_admission("MODIFIED", admitted) == ("ns", "grpo-a1")
-    assert cache.admission("ns", "grpo-a1-a0") is None
+    assert cache.kueue("ns", "grpo-a1-a0").admission is None
 
     assert cache.on_admission("ADDED", kueue_workload("other-a0", inadmissible)) is None  # no job
     assert cache.on_admission("ADDED", kueue_workload("pod-1234", inadmissible)) is None

@@ -1,6 +1,6 @@
 """Kueue's priority boost from the work at risk (reconcile.boost): the pure policy (pricing,
 bounds, writes), its guards (guards: below the next class up, on the job's own Workload only),
-what a pass reads for it (gate.observe_boost: the cache, the checkpoint folder once an
+what a pass reads for it (gate.BoostReads: the cache, the checkpoint folder once an
 interval), what passes keep for the next (memory) and its plan of the write (decide)."""
 
 from __future__ import annotations
@@ -511,7 +511,7 @@ def test_the_administrators_floors_raise_a_jobs_interval_and_scale_and_the_job_s
         plan = Plan(status=running_status())
         plan_boost_write(plan, job, finder, cache, now, memory=memory, **FLOORS)
         if plan.annotate_workload:  # as the API server would take it
-            meta = cache.kueue_workload("ns", "grpo-a1")["metadata"]
+            meta = cache.kueue("ns", "grpo-a1").workload["metadata"]
             cache.on_admission(None, workload(revision=str(int(meta["resourceVersion"]) + 1),
                                               **plan.annotate_workload[1]))  # fmt: skip
         plans.append(plan)
@@ -658,13 +658,13 @@ def test_the_reconciler_forgets_a_job_that_is_gone():
     from rljob_operator.reconcile.run import Reconciler
 
     cache = ClusterCache()
-    reconcile = Reconciler(kube=None, cache=cache, finder=None, tell=lambda *event: None)
+    reconciler = Reconciler(kube=None, cache=cache, finder=None, tell=lambda *event: None)
     job = {"metadata": {"namespace": "ns", "name": "grpo", "uid": "u1", "resourceVersion": "1"}}
     cache.on_job(None, job)
-    reconcile.boost_memory.keep_refusal(job_ref(job), Refusal(NOW, 1, "403"))
+    reconciler.boost_memory.keep_refusal(job_ref(job), Refusal(NOW, 1, "403"))
     cache.on_job("DELETED", {**job, "metadata": {**job["metadata"], "resourceVersion": "2"}})
-    assert reconcile("ns", "grpo") is None  # the pass finds it gone
-    assert reconcile.boost_memory.recall(job_ref(job)).refusal is None
+    assert reconciler.reconcile("ns", "grpo") is None  # the pass finds it gone
+    assert reconciler.boost_memory.recall(job_ref(job)).refusal is None
 
 
 def test_a_job_made_again_under_its_name_starts_with_a_clean_boost_memory():
@@ -681,7 +681,7 @@ def test_a_job_made_again_under_its_name_starts_with_a_clean_boost_memory():
 def boost_annotations(cache, pod_group):
     """The boost's annotations on the pod group's Workload as the cache keeps it ({} for none);
     None while the cache holds no such Workload."""
-    kept = cache.kueue_workload("ns", pod_group)
+    kept = cache.kueue("ns", pod_group).workload
     return None if kept is None else kept["metadata"]["annotations"]
 
 
@@ -869,7 +869,7 @@ def test_a_workload_the_attempts_pods_do_not_own_is_not_written_and_the_job_says
 
 def test_the_cache_keeps_a_workloads_priority_and_owners_and_the_classes_values():
     cache = cache_with(workload(spec={**of_class(100), "podSets": [{"count": 2}]}))
-    kept = cache.kueue_workload("ns", "grpo-a1")
+    kept = cache.kueue("ns", "grpo-a1").workload
     assert kept["spec"] == of_class(100)  # not its pod sets
     assert [o["uid"] for o in kept["metadata"]["ownerReferences"]] == ["uid-a1-n0", "uid-a1-n1"]
     cache.on_priority_class(PC, None, {"metadata": {"name": "urgent", "resourceVersion": "3"},

@@ -9,7 +9,7 @@ least goes first. The room, one job a module:
 - pricing: what a preemption would lose now, in GPU-seconds and points of boost;
 - bounds: the job's policy within the administrator's limit, floors and the ceiling;
 - guards: the ceiling below the next priority class up, and the Workload's owners;
-- gate: the guards in their one order, and what a pass reads through them (observe);
+- gate: the guards in their one order, and what a pass reads through them (BoostReads);
 - memory: what the operator keeps of a job's boost between passes;
 - writes: what to write on the Workload now, and when to look again;
 - condition: the PriorityBoost condition that says which bound or guard applies;

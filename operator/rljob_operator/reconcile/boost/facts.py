@@ -17,7 +17,7 @@ class BoostFacts:
     refused write that waits out its back-off, the basis of the last write the API server
     took, and the checkpoint folder's last read (at most one a policy interval and attempt;
     None where the gate was closed or the folder could not be read). Gathered by
-    boost.gate.observe_boost, read by boost.decide."""
+    boost.gate.BoostReads.facts, read by boost.decide."""
 
     attempt: int
     workload: dict[str, Any] | None

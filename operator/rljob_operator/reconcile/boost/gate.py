@@ -12,6 +12,8 @@ one file and moves on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import Any, Protocol, TypeGuard
@@ -19,10 +21,9 @@ from typing import Any, Protocol, TypeGuard
 from ...api.reasons import Phase
 from ...api.spec import JobSpec, SpecError
 from ...api.status import JobStatus
-from ...launcher.identity import attempt_name
-from ...runtime.cache import ClusterCache
+from ...launcher.identity import JobRef
+from ...runtime.cache import KueueView
 from ..settings import Settings
-from ..snapshot import Snapshot
 from .bounds import floored
 from .facts import BoostFacts
 from .guards import not_owned
@@ -75,28 +76,38 @@ class FolderReader(Protocol):
     def saved(self, spec: JobSpec) -> Saved | None: ...
 
 
-def observe_boost(
-    cache: ClusterCache, memory: BoostMemory, finder: FolderReader, snap: Snapshot
-) -> BoostFacts | None:
-    """What the boost of a job that wants one reads; None for any other job. The checkpoint
-    folder is read only through an open gate, where the last read is older than the policy's
-    interval (at least the operator's floor) or of another attempt; the read is kept in the
-    boost's memory."""
-    spec, ref = snap.spec, snap.ref
-    if not wants_boost(spec, snap.queue, snap.status):
-        return None
-    attempt = snap.status.attempt
-    workload = cache.kueue_workload(ref.namespace, attempt_name(ref.name, attempt))
-    kept = memory.recall(ref)
-    refusal, read = kept.refusal, kept.read
-    policy = floored(spec.queueing.priority_boost, snap.settings)
-    foreign = None if workload is None else not_owned(workload, snap.trainers, attempt)
-    writable = closed_by(snap.settings, refusal, workload, foreign, snap.now) is None
-    if writable and (read is None or not read.fresh(attempt, snap.now, policy)):
-        saved = finder.saved(spec)
-        read = SavedRead(attempt, snap.now, saved) if saved is not None else None
-        if read is not None:
-            memory.keep_read(ref, read)
-    return BoostFacts(attempt, workload, cache.priority_classes(), refusal,
-                      read if writable else None, cache.priority_classes_unknown(),
-                      kept.accepted)  # fmt: skip
+@dataclass(frozen=True)
+class BoostReads:
+    """What the boost reads beside the cache: the operator's memory of each job's boost and
+    the jobs' checkpoint folders. A pass reads through them into its snapshot (`facts`) and
+    writes nothing; what it read is kept after (`keep`), so that the snapshot is taken once
+    and its taking changes nothing."""
+
+    memory: BoostMemory
+    folder: FolderReader
+
+    def facts(
+        self, kueue: KueueView, job: JobRef, spec: JobSpec, attempt: int,
+        trainers: Sequence[dict[str, Any]], settings: Settings, now: datetime,
+    ) -> BoostFacts:  # fmt: skip
+        """What the boost of a job that wants one (`wants_boost`) reads, for its `attempt`
+        and the attempt's pods among its `trainers`. The checkpoint folder is read only
+        through an open gate, where the last read is older than the policy's interval (at
+        least the operator's floor) or of another attempt."""
+        workload = kueue.workload
+        kept = self.memory.recall(job)
+        refusal, read = kept.refusal, kept.read
+        policy = floored(spec.queueing.priority_boost, settings)
+        foreign = None if workload is None else not_owned(workload, trainers, attempt)
+        writable = closed_by(settings, refusal, workload, foreign, now) is None
+        if writable and (read is None or not read.fresh(attempt, now, policy)):
+            saved = self.folder.saved(spec)
+            read = SavedRead(attempt, now, saved) if saved is not None else None
+        return BoostFacts(attempt, workload, kueue.classes, refusal, read if writable else None,
+                          kueue.classes_unknown, kept.accepted)  # fmt: skip
+
+    def keep(self, job: JobRef, facts: BoostFacts | None) -> None:
+        """Keep the folder's read a pass's snapshot holds, for the passes of the interval
+        after it (one kept already is kept again, unchanged)."""
+        if facts is not None and facts.saved is not None:
+            self.memory.keep_read(job, facts.saved)
