@@ -16,7 +16,7 @@ import rljob_contract as contract
 
 from .. import frameworks
 
-LAUNCHERS = ("torchrun", "ray")
+LAUNCHERS = ("torchrun", "ray")  # launcher.launchers.LAUNCHERS, held to it by a test
 GANG_SCHEDULING = ("Auto", "Off")
 DEFAULT_GRACE_SECONDS = 300  # the pods' terminationGracePeriodSeconds unless the template sets it
 

@@ -27,6 +27,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
 NOTICE_FILE = f"{TEMP_DIR}/{rljob_contract.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
 DRIVER_ON_HEAD = True  # only the head runs the driver; the job ends when the driver does
+ALWAYS_BRIDGED = True  # ray_node.py imports rljob_ray_bridge in the driver and every worker
+CLUSTER_STATUS = True  # status.ray
 # Ray's token authentication (Ray 2.52 and later; older Rays ignore these variables): every
 # Ray process of the job reads the job's token from this file, and so must any client.
 TOKEN_VOLUME = "rljob-ray-token"

@@ -16,6 +16,8 @@ from .identity import JobRef
 from .network import gang_network_policy
 
 DRIVER_ON_HEAD = False  # every pod runs the trainer; the job ends when all of them do
+ALWAYS_BRIDGED = False  # only where the framework has a bridge and the command can take it
+CLUSTER_STATUS = False
 GUEST = "rljob_guest.py"  # what every bridge imports (rljob_podside)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import rljob_contract as contract
 from builders import job_ref, make_job
+from rljob_operator.api import spec as api_spec
 from rljob_operator.api.spec import SpecError, parse_spec
 from rljob_operator.launcher import podside
 from rljob_operator.launcher.identity import JobRef
@@ -347,3 +348,8 @@ def test_each_launcher_gives_everything_the_renderer_asks_of_one(name):
     wanted = {n for n in vars(Launcher) if not n.startswith("_")} | set(Launcher.__annotations__)
     assert {n for n in wanted if not hasattr(launcher, n)} == set()
     assert launcher.DRIVER_ON_HEAD is (name == "ray")
+
+
+def test_the_spec_accepts_exactly_the_registered_launchers():
+    """api/ sits below launcher/ and cannot import the registry: its list is held to it here."""
+    assert tuple(LAUNCHERS) == api_spec.LAUNCHERS
