@@ -33,6 +33,7 @@ FRAMEWORK = Framework(
     name="openrlhf",
     launcher="ray",
     resume=_resume,
+    bridge="rljob_ray_bridge.py",
     auto_layout=openrlhf_deepspeed.LAYOUT.name,
     save_interval=("--ckpt.save_steps", -1),
     # DeepspeedStrategy.save_ckpt (0.11.2) deletes folders while it keeps max_num or more.

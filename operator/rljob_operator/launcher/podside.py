@@ -19,6 +19,7 @@ import rljob_contract
 LAUNCHER_DIR = "/etc/rljob/launcher"
 LAUNCHER_VOLUME = "rljob-launcher"
 Programs = tuple[str, ...]  # file names in rljob_podside
+GUEST = "rljob_guest.py"  # the rules every bridge keeps as a guest, which each imports
 
 
 @cache

@@ -15,6 +15,7 @@ from typing import Any
 import rljob_contract
 
 from ..api.spec import JobSpec
+from ..frameworks import framework
 from . import in_place, podside
 from .identity import JobRef
 from .network import gang_network_policy
@@ -34,14 +35,29 @@ CLUSTER_STATUS = True  # status.ray
 TOKEN_VOLUME = "rljob-ray-token"
 TOKEN_DIR = "/etc/rljob/ray-auth"
 TOKEN_KEY = "token"
-POD_PROGRAMS = ("ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py")  # from rljob_podside
+# From rljob_podside, in every Ray job: the node, and the bridge the driver and every worker
+# import (with the rules it keeps as a guest), which loads the framework's hooks beside it.
+POD_PROGRAMS = ("ray_node.py", "rljob_ray_bridge.py", podside.GUEST)
 NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
+
+
+def pod_programs(spec: JobSpec) -> podside.Programs:
+    """What the job's pods need: POD_PROGRAMS, the framework's bridge (frameworks:
+    `Framework.bridge`), and the in-place wrapper where the job restarts in place."""
+    bridge = framework(spec.framework).bridge_for(spec.launcher)
+    own = (bridge,) if bridge and bridge not in POD_PROGRAMS else ()
+    return in_place.shipped(spec, POD_PROGRAMS + own)
+
+
+def bridge_unreachable(spec: JobSpec) -> str | None:
+    """The driver and every worker import the bridge, whatever the command."""
+    return None
 
 
 def config_map(
     spec: JobSpec, job: str, namespace: str, metadata: dict[str, Any]
 ) -> dict[str, Any] | None:
-    return podside.config_map(job, namespace, metadata, in_place.shipped(spec, POD_PROGRAMS))
+    return podside.config_map(job, namespace, metadata, pod_programs(spec))
 
 
 def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
@@ -158,7 +174,7 @@ def volumes(
     """`secret`: the token's Secret as the job's status records it. Without one (a render
     that makes no gang: check_template, tests) its name is left empty, which the API server
     refuses: a pod never mounts a Secret whose name anyone could know ahead."""
-    programs = in_place.shipped(spec, POD_PROGRAMS)
+    programs = pod_programs(spec)
     launcher, launcher_mount = podside.volume_and_mount(job.name, programs)
     volumes = [
         {"name": TEMP_VOLUME, "emptyDir": {}},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import rljob_contract as contract
 from builders import job_ref, make_job
@@ -348,6 +350,37 @@ def test_each_launcher_gives_everything_the_renderer_asks_of_one(name):
     wanted = {n for n in vars(Launcher) if not n.startswith("_")} | set(Launcher.__annotations__)
     assert {n for n in wanted if not hasattr(launcher, n)} == set()
     assert launcher.DRIVER_ON_HEAD is (name == "ray")
+
+
+CONTRACT = {f"rljob_contract/{p.name}" for p in Path(contract.__file__).parent.glob("*.py")}
+RAY_NODE = {"ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "shipped"),
+    [
+        ({}, None),  # rljob's trainer runs as it is
+        ({"framework": "custom", "command": ["python", "train.py"]}, None),
+        ({"framework": "trl", "command": ["python", "train.py"]},
+         {"rljob_hf_bridge.py", "rljob_guest.py"}),
+        ({"framework": "trl", "command": ["python", "-m", "trl.cli.main"]}, None),
+        ({"framework": "trl", "command": ["python", "train.py"], "launcher": "ray"}, RAY_NODE),
+        ({"framework": "rlinf", "command": ["python", "main.py"]}, RAY_NODE),
+        ({"framework": "verl", "command": ["python", "-m", "verl.trainer.main_ppo"]}, RAY_NODE),
+        ({"framework": "openrlhf", "command": ["python", "-m", "x"]}, RAY_NODE),
+        ({"framework": "custom", "command": ["python", "d.py"], "launcher": "ray"}, RAY_NODE),
+    ],
+)  # fmt: skip
+def test_each_job_ships_its_launchers_and_its_frameworks_pod_side_files(spec, shipped):
+    parsed = parse_spec(make_job(nnodes=1, **spec)["spec"])
+    config_map = desired_launcher_config_map(parsed, job_ref(make_job()))
+    if shipped is None:
+        assert config_map is None
+    else:
+        pod = desired_pods(parsed, job_ref(make_job()), 0, None)[0]
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == podside.LAUNCHER_VOLUME)
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+        assert {item["path"] for item in volume["configMap"]["items"]} == shipped | CONTRACT
 
 
 def test_the_spec_accepts_exactly_the_registered_launchers():
