@@ -1,8 +1,8 @@
 """Start this pod's Ray node; on the head, wait for the whole gang, then run the driver.
 
 This file runs inside the user's image, which has Python and Ray but not rljob. The operator
-mounts it, with rljob_ray_bridge.py and the rljob_contract package, from the job's launcher
-ConfigMap at /etc/rljob/launcher, and runs it by path:
+mounts it, with rljob_ray_bridge.py (and the framework's hooks) and the rljob_contract
+package, from the job's launcher ConfigMap at /etc/rljob/launcher, and runs it by path:
 
     python3 /etc/rljob/launcher/ray_node.py head [ray start flags...] -- DRIVER...
     python3 /etc/rljob/launcher/ray_node.py worker [ray start flags...]

@@ -4,7 +4,8 @@ Rank 0 starts the Ray head, waits until all `nnodes` Ray nodes have joined, and 
 the user's command (the driver, which gets the resume switch); every other rank waits for
 the head's GCS port and runs `ray start --address=<head> --block`. Both steps are
 rljob_podside/ray_node.py, run by the image's Python, since the user's image has Ray but not
-rljob. It comes, with the bridge into the frameworks' loops (rljob_ray_bridge.py), from the
+rljob. It comes, with the bridge into the frameworks' loops (rljob_ray_bridge.py, and the
+framework's hooks beside it), from the
 job's launcher ConfigMap (launcher.podside).
 """
 
@@ -15,12 +16,13 @@ from typing import Any
 import rljob_contract
 
 from ..api.spec import JobSpec
-from ..frameworks import framework
+from ..frameworks import FRAMEWORKS, framework
 from . import in_place, podside
 from .identity import JobRef
 from .network import gang_network_policy
 from .podside import LAUNCHER_DIR
 
+NAME = "ray"  # spec.launcher (launcher.launchers)
 TEMP_DIR = "/tmp/ray"  # an emptyDir: Ray's sockets, logs and spilled objects
 TEMP_VOLUME = "rljob-ray-tmp"
 SHM_VOLUME = "rljob-dshm"  # memory-backed /dev/shm for Ray's object store (and NCCL)
@@ -42,11 +44,18 @@ NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
 
 
 def pod_programs(spec: JobSpec) -> podside.Programs:
-    """What the job's pods need: POD_PROGRAMS, the framework's bridge (frameworks:
-    `Framework.bridge`), and the in-place wrapper where the job restarts in place."""
+    """What the job's pods need: POD_PROGRAMS, the framework's hooks (frameworks:
+    `Framework.bridge`), which rljob_ray_bridge.py installs, and the in-place wrapper where the
+    job restarts in place. A job whose framework has no hooks of its own under Ray (custom)
+    may run any Ray framework: it gets the hooks of all, each of which applies only inside the
+    framework it names."""
     bridge = framework(spec.framework).bridge_for(spec.launcher)
-    own = (bridge,) if bridge and bridge not in POD_PROGRAMS else ()
-    return in_place.shipped(spec, POD_PROGRAMS + own)
+    return in_place.shipped(spec, POD_PROGRAMS + ((bridge,) if bridge else all_hooks()))
+
+
+def all_hooks() -> podside.Programs:
+    """Every framework's hooks into its Ray program."""
+    return tuple(sorted({f.bridge for f in FRAMEWORKS.values() if f.launcher == NAME and f.bridge}))
 
 
 def bridge_unreachable(spec: JobSpec) -> str | None:

@@ -354,6 +354,7 @@ def test_each_launcher_gives_everything_the_renderer_asks_of_one(name):
 
 CONTRACT = {f"rljob_contract/{p.name}" for p in Path(contract.__file__).parent.glob("*.py")}
 RAY_NODE = {"ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py"}
+ALL_HOOKS = {"rljob_rlinf_hooks.py", "rljob_verl_hooks.py", "rljob_openrlhf_hooks.py"}
 
 
 @pytest.mark.parametrize(
@@ -364,11 +365,17 @@ RAY_NODE = {"ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py"}
         ({"framework": "trl", "command": ["python", "train.py"]},
          {"rljob_hf_bridge.py", "rljob_guest.py"}),
         ({"framework": "trl", "command": ["python", "-m", "trl.cli.main"]}, None),
-        ({"framework": "trl", "command": ["python", "train.py"], "launcher": "ray"}, RAY_NODE),
-        ({"framework": "rlinf", "command": ["python", "main.py"]}, RAY_NODE),
-        ({"framework": "verl", "command": ["python", "-m", "verl.trainer.main_ppo"]}, RAY_NODE),
-        ({"framework": "openrlhf", "command": ["python", "-m", "x"]}, RAY_NODE),
-        ({"framework": "custom", "command": ["python", "d.py"], "launcher": "ray"}, RAY_NODE),
+        ({"framework": "trl", "command": ["python", "train.py"], "launcher": "ray"},
+         RAY_NODE | ALL_HOOKS),
+        ({"framework": "rlinf", "command": ["python", "main.py"]},
+         RAY_NODE | {"rljob_rlinf_hooks.py"}),
+        ({"framework": "verl", "command": ["python", "-m", "verl.trainer.main_ppo"]},
+         RAY_NODE | {"rljob_verl_hooks.py"}),
+        ({"framework": "openrlhf", "command": ["python", "-m", "x"]},
+         RAY_NODE | {"rljob_openrlhf_hooks.py"}),
+        # any program: every Ray framework's hooks, each of which applies in its framework only
+        ({"framework": "custom", "command": ["python", "d.py"], "launcher": "ray"},
+         RAY_NODE | ALL_HOOKS),
     ],
 )  # fmt: skip
 def test_each_job_ships_its_launchers_and_its_frameworks_pod_side_files(spec, shipped):

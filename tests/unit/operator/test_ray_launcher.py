@@ -152,7 +152,9 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
     job = make_job(**VERL)
     spec, ref = parse_spec(job["spec"]), job_ref(job)
     config_map = desired_launcher_config_map(spec, ref)
-    assert config_map["metadata"]["name"] == podside.config_map_name(ref.name, ray.POD_PROGRAMS)
+    assert config_map["metadata"]["name"] == podside.config_map_name(
+        ref.name, ray.pod_programs(spec)
+    )
     assert config_map["metadata"]["name"].startswith(f"{ref.name}-launcher-")
     assert config_map["metadata"]["ownerReferences"][0]["uid"] == ref.uid
     for pod in desired_pods(spec, ref, 0, None):
@@ -163,9 +165,12 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
         mount = next(m for m in mounts if m["name"] == podside.LAUNCHER_VOLUME)
         assert (mount["mountPath"], mount["readOnly"]) == (podside.LAUNCHER_DIR, True)
         files = {i["path"]: config_map["data"][i["key"]] for i in source["items"]}
-        assert files == podside.launcher_files(ray.POD_PROGRAMS)
-    assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py", "rljob_contract/__init__.py",
-            "rljob_contract/progress.py"} <= set(podside.launcher_files(ray.POD_PROGRAMS))  # fmt: skip
+        assert files == podside.launcher_files(ray.pod_programs(spec))
+    assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_verl_hooks.py", "rljob_guest.py",
+            "rljob_contract/__init__.py", "rljob_contract/progress.py"} == {
+        path for path in podside.launcher_files(ray.pod_programs(spec))
+        if not path.startswith("rljob_contract/") or path.endswith(("__init__.py", "progress.py"))
+    }  # fmt: skip
     assert desired_launcher_config_map(parse_spec(make_job()["spec"]), ref) is None  # torchrun
 
 
