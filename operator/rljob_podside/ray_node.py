@@ -155,7 +155,7 @@ class Notice:
         self, file: Path, grace: float, request_file: str | None, save: bool = True
     ) -> None:
         self.file, self.grace = file, grace
-        self.save = save  # spec.ray.saveOnNotice: whether the framework saves on it
+        self.save = save  # spec.saveOnNotice: whether the framework saves on it
         self.terminated = False  # SIGTERM: the pod goes; a request alone only asks for a save
         self.given_at: float | None = None
         self.request = RequestFile(request_file)
@@ -320,7 +320,7 @@ def supervise_driver(
             if not notice.terminated:
                 pass  # a warning: the gang goes on until a save on notice or SIGTERM
             elif not notice.save:
-                why = "spec.ray.saveOnNotice is false"
+                why = "spec.saveOnNotice is false"
             elif seen is None:
                 why = "no step of this attempt has finished through rljob's bridge"
             elif seen.unavailable:

@@ -63,7 +63,7 @@ class Loop:
         attempt: str | None,
         save_on_notice: bool = True,
     ) -> None:
-        self.notice_file = notice_file if save_on_notice else None  # spec.ray.saveOnNotice
+        self.notice_file = notice_file if save_on_notice else None  # spec.saveOnNotice
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.attempt = int(attempt) if attempt and attempt.isdigit() else None
         self.step_ended: float | None = None

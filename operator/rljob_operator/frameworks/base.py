@@ -39,7 +39,7 @@ class Framework:
     # from where it stopped (no optimizer, schedule or RNG state).
     weights_only_flag: str | None = None
     # Whether its trainer saves when its pods are told to go: "trainer" (by itself),
-    # "bridge" (rljob's bridge into its loop, spec.ray.saveOnNotice), "" (not known to).
+    # "bridge" (rljob's bridge into its loop, spec.saveOnNotice), "" (not known to).
     save_on_notice: Literal["trainer", "bridge", ""] = ""
     # The pod-side file (rljob_podside) of rljob's bridge into its loop, which its own launcher
     # ships and runs (`bridge_for`): under torchrun the program every worker starts in, which

@@ -145,7 +145,7 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         "NODE_RANK": str(rank),
         "NNODES": str(spec.nnodes),
         rljob_contract.ENV_NOTICE_FILE: NOTICE_FILE,
-        rljob_contract.ENV_SAVE_ON_NOTICE: "true" if spec.ray.save_on_notice else "false",
+        **podside.bridge_env(spec),
     }
     if spec.ray.token_auth:
         values["RAY_AUTH_MODE"] = "token"

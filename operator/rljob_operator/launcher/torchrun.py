@@ -102,6 +102,7 @@ def torchrun_shutdown_timeout(grace: int) -> int:
 
 def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     return {
+        **(podside.bridge_env(spec) if bridge_programs(spec) else {}),
         # Read by recent torchrun (its --shutdown-timeout; torch 2.15 has it, 2.7 has not).
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(torchrun_shutdown_timeout(spec.grace_seconds)),
         "MASTER_ADDR": master,

@@ -81,6 +81,19 @@ def test_trl_workers_start_in_rljobs_bridge_which_the_pods_mount(entry, command,
 
 
 @pytest.mark.parametrize(
+    ("spec", "told"),
+    [
+        ({"framework": "trl", "command": ["python", "grpo.py"]}, "true"),
+        ({"framework": "trl", "command": ["python", "grpo.py"], "saveOnNotice": False}, "false"),
+        ({"framework": "trl", "command": ["python", "-m", "trl.cli.main"]}, None),  # no bridge
+        ({"saveOnNotice": False}, None),  # rljob's trainer saves by itself, no bridge
+    ],
+)  # fmt: skip
+def test_a_torchrun_bridge_is_told_whether_to_save_on_notice(spec, told):
+    assert env_of(render(**spec)).get(contract.ENV_SAVE_ON_NOTICE) == told
+
+
+@pytest.mark.parametrize(
     ("framework", "command", "probed"),
     [("rljob", None, True), ("trl", ["python", "grpo.py"], True),
      ("custom", ["python", "train.py"], False)],

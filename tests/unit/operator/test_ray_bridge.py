@@ -576,13 +576,39 @@ def test_with_save_on_notice_off_the_loop_reports_steps_and_saves_nothing(tmp_pa
     assert loop.saving_on_notice is None and record(loop)[progress.STEP] == 14
 
 
+def test_with_save_on_notice_off_verls_v1_trainer_saves_nothing_on_notice(tmp_path):
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    loop = bridge.Loop(str(tmp_path / "notice"), str(tmp_path / "ckpt"), "1", save_on_notice=False)
+    (tmp_path / "notice").write_text("SIGTERM\n")
+    stepped = verl_hooks.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
+    saved: list[int] = []
+    trainer = v1_trainer(14, 30, 10, saved)
+    assert stepped(trainer, {}, {}).keys == ["uid"]  # verl's own step ran
+    assert saved == [] and loop.saving_on_notice is None
+
+
+@pytest.mark.parametrize(("told", "saves"), [(None, True), ("true", True), ("false", False)])
+def test_the_bridge_reads_spec_save_on_notice_from_its_pods_environment(tmp_path, told, saves):
+    """RLJOB_SAVE_ON_NOTICE (launcher.podside.bridge_env), as a Ray worker imports the bridge."""
+    launcher = mounted_launcher(tmp_path / "launcher")
+    env = bridge_env(tmp_path, launcher, False)
+    env.pop(contract.ENV_SAVE_ON_NOTICE, None)
+    env.update({contract.ENV_SAVE_ON_NOTICE: told} if told else {})
+    code = "import rljob_ray_bridge; print(rljob_ray_bridge.LOOP.notice_file is not None)"
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == [str(saves)]
+
+
 def test_with_save_on_notice_off_the_head_ends_the_driver_at_once(tmp_path):
     notice = ray_node.Notice(tmp_path / "notice", 30, None, save=False)
     process = driver(tmp_path)
     notice.give("SIGTERM")
     code, message = ray_node.supervise_driver(process, notice, lambda: running(13))
     assert process.poll() is not None and code == 128 + 15
-    assert "spec.ray.saveOnNotice is false; the last finished step is 13" in message
+    assert "spec.saveOnNotice is false; the last finished step is 13" in message
 
 
 # --------------------------------------------------------------------------- another version

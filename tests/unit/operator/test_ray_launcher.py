@@ -372,9 +372,17 @@ def test_worker_program_as_the_pod_runs_it_reports_the_unreachable_head(tmp_path
     assert "could not reach the Ray head" in result.stderr
 
 
-@pytest.mark.parametrize(("ray_spec", "value"), [({}, "true"), ({"saveOnNotice": False}, "false")])
-def test_every_ray_pod_knows_its_notice_file_grace_and_whether_to_save_on_notice(ray_spec, value):
-    for pod in render(ray=ray_spec, template={"spec": {"terminationGracePeriodSeconds": 45}}):
+@pytest.mark.parametrize(
+    ("spec", "value"),
+    [
+        ({}, "true"),
+        ({"saveOnNotice": False}, "false"),
+        ({"ray": {"saveOnNotice": False}}, "false"),  # the deprecated spelling
+        ({"saveOnNotice": True, "ray": {"saveOnNotice": True}}, "true"),
+    ],
+)
+def test_every_ray_pod_knows_its_notice_file_grace_and_whether_to_save_on_notice(spec, value):
+    for pod in render(**spec, template={"spec": {"terminationGracePeriodSeconds": 45}}):
         env = env_of(pod)
         assert env[contract.ENV_SAVE_ON_NOTICE] == value
         assert env[contract.ENV_NOTICE_FILE] == ray.NOTICE_FILE
@@ -388,6 +396,16 @@ def test_every_ray_pod_knows_its_notice_file_grace_and_whether_to_save_on_notice
 def test_save_on_notice_must_be_a_boolean():
     with pytest.raises(SpecError, match=r"spec.ray.saveOnNotice: must be true or false"):
         parse_spec(make_job(**VERL, ray={"saveOnNotice": "yes"})["spec"])
+    with pytest.raises(SpecError, match=r"^spec.saveOnNotice: must be true or false"):
+        parse_spec(make_job(**VERL, saveOnNotice="no")["spec"])
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_save_on_notice_and_its_deprecated_spelling_that_differ_are_refused_naming_both(given):
+    spec = make_job(**VERL, saveOnNotice=given, ray={"saveOnNotice": not given})["spec"]
+    with pytest.raises(SpecError, match=r"^spec.saveOnNotice: .*spec.ray.saveOnNotice") as refused:
+        parse_spec(spec)
+    assert refused.value.field == "spec.saveOnNotice"
 
 
 def test_an_rlinf_pod_also_gets_the_node_rank_under_rlinfs_own_name():

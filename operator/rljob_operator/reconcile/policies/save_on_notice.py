@@ -116,9 +116,9 @@ def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -
     one_kept = keeps_one_checkpoint(spec)
     weights_only = saves_weights_only(spec)
     said = launcher_of(spec).bridge_unreachable(spec) or (
-        lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
+        lookup.save_on_notice_unavailable if lookup and spec.save_on_notice else None
     )
-    late = lookup.save_on_notice_late if lookup and spec.ray.save_on_notice else None
+    late = lookup.save_on_notice_late if lookup and spec.save_on_notice else None
     if off:
         key = framework(spec.framework).save_interval[0]  # type: ignore[index]
         reason = Reason.PERIODIC_SAVES_OFF
