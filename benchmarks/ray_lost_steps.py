@@ -1,6 +1,6 @@
 """Steps lost per preemption of RLinf- and verl-shaped Ray jobs, against how much of the grace
 period the rest of a step and a save need, with rljob's save on notice and without it
-(spec.ray.saveOnNotice false: the driver is stopped at once, as before the bridge), in one run.
+(spec.saveOnNotice false: the driver is stopped at once, as before the bridge), in one run.
 
 Each round runs, for each framework (verl's V1 trainer, its legacy trainer, RLinf) and each
 setting, the e2e tests' Ray job (a 2-pod Ray gang on node agents, tests/e2e/ray_trainer.py:
@@ -92,7 +92,7 @@ def one_job(core, custom, api, namespace, volume, variant, save, pause, at, inde
     name = f"{short}-{'on' if save else 'off'}-{pause:g}-{index}"
     job = ray_job(name, framework, namespace, free_port(), "low", grace=GRACE,
                   extra_args=(*extra, *schedule(framework, pause)))  # fmt: skip
-    job["spec"]["ray"]["saveOnNotice"] = save
+    job["spec"]["saveOnNotice"] = save
     checkpoints = volume / name / checkpoint_subdir(framework)
     create_job(api, namespace, job)
     try:

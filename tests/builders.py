@@ -90,8 +90,9 @@ def make_node(
 
 
 def mounted_launcher(root: Path) -> Path:
-    """The Ray launcher's files as a kubelet lays out its ConfigMap's items; the folder."""
-    for path, text in podside.launcher_files(ray.POD_PROGRAMS).items():
+    """The Ray launcher's files as a kubelet lays out its ConfigMap's items, with every Ray
+    framework's hooks (a custom job's); the folder."""
+    for path, text in podside.launcher_files((*ray.POD_PROGRAMS, *ray.all_hooks())).items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
     return root

@@ -23,8 +23,9 @@ ENV_CHECKPOINT_REQUEST_FILE = "RLJOB_CHECKPOINT_REQUEST_FILE"
 # The pod's terminationGracePeriodSeconds: how long a save on notice may take after SIGTERM.
 ENV_GRACE_SECONDS = "RLJOB_GRACE_SECONDS"
 # Ray jobs (RLinf, verl): the pod's notice file, which rljob's Ray launcher creates on a
-# notice and its bridge reads inside the framework's loop, and spec.ray.saveOnNotice.
+# notice and its bridge reads inside the framework's loop.
 ENV_NOTICE_FILE = "RLJOB_NOTICE_FILE"
+# Every pod that runs one of rljob's bridges (Ray's, TRL's): spec.saveOnNotice.
 ENV_SAVE_ON_NOTICE = "RLJOB_SAVE_ON_NOTICE"  # "true" or "false"
 NOTICE_FILE_NAME = "rljob-notice"  # in Ray's temp dir, a pod-local emptyDir
 # Ray jobs: what the operator tells the node program (rljob_podside.ray_node) on every pod.

@@ -1,8 +1,8 @@
 """Start this pod's Ray node; on the head, wait for the whole gang, then run the driver.
 
 This file runs inside the user's image, which has Python and Ray but not rljob. The operator
-mounts it, with rljob_ray_bridge.py and the rljob_contract package, from the job's launcher
-ConfigMap at /etc/rljob/launcher, and runs it by path:
+mounts it, with rljob_ray_bridge.py (and the framework's hooks) and the rljob_contract
+package, from the job's launcher ConfigMap at /etc/rljob/launcher, and runs it by path:
 
     python3 /etc/rljob/launcher/ray_node.py head [ray start flags...] -- DRIVER...
     python3 /etc/rljob/launcher/ray_node.py worker [ray start flags...]
@@ -155,7 +155,7 @@ class Notice:
         self, file: Path, grace: float, request_file: str | None, save: bool = True
     ) -> None:
         self.file, self.grace = file, grace
-        self.save = save  # spec.ray.saveOnNotice: whether the framework saves on it
+        self.save = save  # spec.saveOnNotice: whether the framework saves on it
         self.terminated = False  # SIGTERM: the pod goes; a request alone only asks for a save
         self.given_at: float | None = None
         self.request = RequestFile(request_file)
@@ -320,7 +320,7 @@ def supervise_driver(
             if not notice.terminated:
                 pass  # a warning: the gang goes on until a save on notice or SIGTERM
             elif not notice.save:
-                why = "spec.ray.saveOnNotice is false"
+                why = "spec.saveOnNotice is false"
             elif seen is None:
                 why = "no step of this attempt has finished through rljob's bridge"
             elif seen.unavailable:

@@ -2,9 +2,10 @@
 name right after its module runs, checked first and never raising, and the user's program
 run in this process as Python would run it.
 
-Shared by the bridges into the frameworks' loops (rljob_ray_bridge: RLinf and verl;
-rljob_hf_bridge: Hugging Face's Trainer, TRL's trainers among them). Mounted beside them in
-the user's pod, where they import it as a top-level module; standard library only.
+Shared by the bridges into the frameworks' loops (rljob_ray_bridge and the hooks beside it:
+RLinf, verl, OpenRLHF; rljob_hf_bridge: Hugging Face's Trainer, TRL's trainers among them).
+Mounted beside them in the user's pod, where they import it as a top-level module; standard
+library only.
 """
 
 from __future__ import annotations

@@ -62,6 +62,8 @@ operator shows in the SaveOnNotice condition. A failure on one rank turns it off
 rank at the ranks' next agreement, which every rank joins whatever failed in its own part of
 the callback: one that skipped it would leave the others waiting in it, and the Trainer's
 collectives out of step.
+With RLJOB_SAVE_ON_NOTICE=false (spec.saveOnNotice) the callback reports the steps and saves
+nothing on notice, and the record says so.
 SIGTERM is held as a notice only while the bridge can act on it: while a Trainer trains,
 with save on notice on and an agreement still to come. Otherwise (before and after a Trainer
 trains, with save on notice off, after the last agreement) it ends the process as it would
@@ -95,7 +97,14 @@ class Notice:
     """What this process knows: the notice (SIGTERM or the request file), the steps and
     saves, and why a save on notice is unavailable or late here."""
 
-    def __init__(self, request_file: str | None, checkpoint_dir: str | None, attempt: str | None):
+    def __init__(
+        self,
+        request_file: str | None,
+        checkpoint_dir: str | None,
+        attempt: str | None,
+        save_on_notice: bool = True,
+    ):
+        self.save_on_notice = save_on_notice  # spec.saveOnNotice
         self.request_file = Path(request_file) if request_file else None
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.attempt = int(attempt) if attempt and attempt.isdigit() else None
@@ -240,7 +249,9 @@ NOTICE = Notice(
     os.environ.get(contract.ENV_CHECKPOINT_REQUEST_FILE),
     os.environ.get(contract.ENV_CHECKPOINT_DIR),
     os.environ.get(contract.ENV_ATTEMPT),
+    os.environ.get(contract.ENV_SAVE_ON_NOTICE, "true") != "false",
 )
+SAVE_ON_NOTICE_OFF = "spec.saveOnNotice is false"
 
 
 def agree(flags: list[bool], device: Any) -> list[bool]:
@@ -492,6 +503,8 @@ def wrap_trainer_init(init: Any, notice: Notice = NOTICE) -> Any:
             from transformers.trainer_callback import TrainerCallback
 
             self.add_callback(callback_class(TrainerCallback, notice)())
+            if not notice.save_on_notice:  # the steps are reported all the same
+                notice.cannot_save(TRANSFORMERS, SAVE_ON_NOTICE_OFF)
             if getattr(getattr(self, "args", None), "save_only_model", False) is True:
                 notice.cannot_save(TRANSFORMERS, "save_only_model is set: a checkpoint holds the "
                                    "weights alone, which no resume goes on from")  # fmt: skip

@@ -277,7 +277,7 @@ def test_a_configmap_planted_under_the_launchers_name_makes_the_ray_job_refuse_t
     labels the planted one is in the operator's cache; without, its create finds it."""
     from rljob_operator.launcher import podside, ray
 
-    name = podside.config_map_name("grpo", ray.POD_PROGRAMS)
+    name = podside.config_map_name("grpo", (*ray.POD_PROGRAMS, "rljob_verl_hooks.py"))
     labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: "grpo"} if labelled else {}
     planted = {"metadata": {"name": name, "labels": labels},
                "data": {"rljob_ray_bridge.py": "import os  # someone else's code"}}  # fmt: skip
@@ -331,8 +331,10 @@ def test_a_configmap_planted_with_the_jobs_owner_while_it_is_suspended_is_never_
 
     operator.stop()  # so that the operator lists the planted ConfigMap before any pass
     job = suspended_ray_job(api_client, namespace)
-    name = podside.config_map_name("grpo", ray.POD_PROGRAMS)
-    data = podside.config_map("grpo", namespace, {}, ray.POD_PROGRAMS)["data"]
+    name = podside.config_map_name("grpo", (*ray.POD_PROGRAMS, "rljob_verl_hooks.py"))
+    data = podside.config_map("grpo", namespace, {}, (*ray.POD_PROGRAMS, "rljob_verl_hooks.py"))[
+        "data"
+    ]
     if content == "other-code":
         data = {**data, "rljob_ray_bridge.py": "import os  # someone else's code"}
     labels = {c.LABEL_MANAGED_BY: c.MANAGED_BY, c.LABEL_JOB: "grpo"}
@@ -359,7 +361,7 @@ def test_the_launcher_configmap_is_immutable_so_no_edit_reaches_the_pods(
 
     create_job(api_client, namespace, ray_job_body())
     wait_for(lambda: len(trainer_pods(core, namespace)) == 2, what="the gang")
-    name = podside.config_map_name("grpo", ray.POD_PROGRAMS)
+    name = podside.config_map_name("grpo", (*ray.POD_PROGRAMS, "rljob_verl_hooks.py"))
     assert core.read_namespaced_config_map(name, namespace).immutable is True
 
     with pytest.raises(ApiException) as refused:
@@ -367,7 +369,9 @@ def test_the_launcher_configmap_is_immutable_so_no_edit_reaches_the_pods(
                                          {"data": {"rljob_ray_bridge.py": "import os"}})  # fmt: skip
 
     assert refused.value.status == 422
-    shipped = podside.config_map("grpo", namespace, {}, ray.POD_PROGRAMS)["data"]
+    shipped = podside.config_map("grpo", namespace, {}, (*ray.POD_PROGRAMS, "rljob_verl_hooks.py"))[
+        "data"
+    ]
     assert core.read_namespaced_config_map(name, namespace).data == shipped
 
 

@@ -16,7 +16,7 @@ import rljob_contract as contract
 
 from .. import frameworks
 
-LAUNCHERS = ("torchrun", "ray")
+LAUNCHERS = ("torchrun", "ray")  # launcher.launchers.LAUNCHERS, held to it by a test
 GANG_SCHEDULING = ("Auto", "Off")
 DEFAULT_GRACE_SECONDS = 300  # the pods' terminationGracePeriodSeconds unless the template sets it
 
@@ -77,7 +77,7 @@ class RaySpec:
     dashboard_port: int = 8265
     client_port: int | None = None  # Ray client server; needs ray[client] in the image
     join_timeout_seconds: int = 600
-    save_on_notice: bool = True  # the bridge has RLinf and verl save on a notice
+    save_on_notice: bool | None = None  # deprecated spelling of JobSpec.save_on_notice
     token_auth: bool = True  # Ray's token authentication, with a token per job (launcher.ray)
     start_args: tuple[str, ...] = ()  # extra `ray start` flags on every node
     head_start_args: tuple[str, ...] = ()  # and on the head only (--include-dashboard, ...)
@@ -133,6 +133,9 @@ class JobSpec:
     restart_policy: RestartPolicy = RestartPolicy()
     gang_scheduling: str = "Auto"
     queueing: QueueingSpec = QueueingSpec()
+    # Whether a framework that saves on notice through rljob's bridge does (spec.saveOnNotice,
+    # or its deprecated spelling spec.ray.saveOnNotice): every bridge reads it.
+    save_on_notice: bool = True
     suspend: bool = False
     ttl_seconds_after_finished: int | None = None
 
@@ -167,6 +170,11 @@ def _bool(data: dict[str, Any], key: str, path: str, default: bool) -> bool:
     return value
 
 
+def _bool_or_none(data: dict[str, Any], key: str, path: str) -> bool | None:
+    """A boolean the spec may leave unset (None), where unset differs from either value."""
+    return None if data.get(key) is None else _bool(data, key, path, False)
+
+
 def _choice(data: dict[str, Any], key: str, path: str, default: str, choices: tuple[str, ...]):
     value = data.get(key, default)
     if value not in choices:
@@ -192,7 +200,7 @@ def parse_ray(data: dict[str, Any]) -> RaySpec:
         dashboard_port=_int(data, "dashboardPort", path, 8265, minimum=1),
         client_port=_int(data, "clientPort", path, None, minimum=1),
         join_timeout_seconds=_int(data, "joinTimeoutSeconds", path, 600, minimum=1),
-        save_on_notice=_bool(data, "saveOnNotice", path, True),
+        save_on_notice=_bool_or_none(data, "saveOnNotice", path),
         token_auth=_bool(data, "tokenAuth", path, True),
         start_args=_strings(data, "startArgs", path),
         head_start_args=_strings(data, "headStartArgs", path),
@@ -275,6 +283,20 @@ def parse_queueing(data: dict[str, Any]) -> QueueingSpec:
     return QueueingSpec(priority_boost=parsed)
 
 
+def parse_save_on_notice(spec: dict[str, Any]) -> bool:
+    """spec.saveOnNotice, or its deprecated spelling spec.ray.saveOnNotice where it is unset;
+    both set must agree (the CRD's rule, again)."""
+    given = _bool_or_none(spec, "saveOnNotice", "spec")
+    deprecated = _bool_or_none(spec.get("ray") or {}, "saveOnNotice", "spec.ray")
+    if given is not None and deprecated is not None and given != deprecated:
+        raise SpecError(
+            "spec.saveOnNotice",
+            f"is {str(given).lower()} and spec.ray.saveOnNotice, its deprecated spelling, is "
+            f"{str(deprecated).lower()}: set spec.saveOnNotice alone",
+        )
+    return next((v for v in (given, deprecated) if v is not None), True)
+
+
 def parse_spec(spec: dict[str, Any]) -> JobSpec:
     """Parse `.spec` of an RLTrainingJob; raise SpecError naming the first bad field."""
     image = spec.get("image")
@@ -302,6 +324,7 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
         restart_policy=parse_restart_policy(spec.get("restartPolicy") or {}),
         gang_scheduling=_choice(spec, "gangScheduling", "spec", "Auto", GANG_SCHEDULING),
         queueing=parse_queueing(spec.get("queueing") or {}),
+        save_on_notice=parse_save_on_notice(spec),
         suspend=bool(spec.get("suspend", False)),
         ttl_seconds_after_finished=_int(spec, "ttlSecondsAfterFinished", "spec", None),
     )

@@ -39,11 +39,13 @@ class Framework:
     # from where it stopped (no optimizer, schedule or RNG state).
     weights_only_flag: str | None = None
     # Whether its trainer saves when its pods are told to go: "trainer" (by itself),
-    # "bridge" (rljob's bridge into its loop, spec.ray.saveOnNotice), "" (not known to).
+    # "bridge" (rljob's bridge into its loop, spec.saveOnNotice), "" (not known to).
     save_on_notice: Literal["trainer", "bridge", ""] = ""
-    # Under torchrun: the pod-side program (rljob_podside) every worker starts in, which runs
-    # the trainer's Python program with rljob's bridge into its loop; None: the trainer itself.
-    torchrun_bridge: str | None = None
+    # The pod-side file (rljob_podside) of rljob's bridge into its loop, which its own launcher
+    # ships and runs (`bridge_for`): under torchrun the program every worker starts in, which
+    # runs the trainer's Python program; under Ray the hooks the Ray node's driver and workers
+    # load. None: none.
+    bridge: str | None = None
     # Whether rljob sees its steps: its trainer (or rljob's bridge into its loop) marks the
     # pod that runs it once a step of the attempt is done (contract.ENV_TRAINED_MARKER), which
     # turns the pod Ready, and writes the progress record. Without it the time from the pods
@@ -53,6 +55,11 @@ class Framework:
     abandons_step: bool = False
     # Variables each pod gets from the framework (spec, the pod's rank).
     pod_env: Callable[[Any, int], Mapping[str, str]] = field(default=no_env)
+
+    def bridge_for(self, launcher: str) -> str | None:
+        """The bridge a job started by `launcher` (spec.launcher) ships: the framework's own,
+        where the job starts it the framework's way; a bridge hooks one way of running it."""
+        return self.bridge if launcher == self.launcher else None
 
 
 def override_path(framework: str, path: str, step: int | None, absolute: bool = False) -> str:

@@ -6,7 +6,7 @@ It resumes with `--ckpt.load_enable`, and then loads the folder DeepSpeed's `lat
 which its rank 0 writes before the other ranks have finished their part of the save: after a
 save cut short it names a torn folder. rljob's Ray bridge therefore has OpenRLHF's own load
 (`DeepspeedStrategy.load_ckpt`, its `tag`) take the folder rljob chose, the newest complete
-one, in every actor and critic (rljob_podside/rljob_ray_bridge.py). It has no save on notice:
+one, in every actor and critic (rljob_podside/rljob_openrlhf_hooks.py). It has no save on notice:
 OpenRLHF saves only at the steps `--ckpt.save_steps` names, and a preemption goes back to the
 last of them."""
 
@@ -33,6 +33,7 @@ FRAMEWORK = Framework(
     name="openrlhf",
     launcher="ray",
     resume=_resume,
+    bridge="rljob_openrlhf_hooks.py",
     auto_layout=openrlhf_deepspeed.LAYOUT.name,
     save_interval=("--ckpt.save_steps", -1),
     # DeepspeedStrategy.save_ckpt (0.11.2) deletes folders while it keeps max_num or more.

@@ -22,6 +22,7 @@ FRAMEWORK = Framework(
     name="rlinf",
     launcher="ray",
     resume=_resume,
+    bridge="rljob_rlinf_hooks.py",
     save_interval=("runner.save_interval", None),
     save_on_notice="bridge",
     reports_steps=True,

@@ -24,6 +24,6 @@ FRAMEWORK = Framework(
     auto_layout=hf_trainer.LAYOUT.name,
     save_on_notice="bridge",
     reports_steps=True,
-    torchrun_bridge="rljob_hf_bridge.py",
+    bridge="rljob_hf_bridge.py",
     weights_only_flag="--save_only_model",
 )

@@ -23,6 +23,7 @@ FRAMEWORK = Framework(
     name="verl",
     launcher="ray",
     resume=_resume,
+    bridge="rljob_verl_hooks.py",
     save_interval=("trainer.save_freq", -1),
     save_on_notice="bridge",
     reports_steps=True,

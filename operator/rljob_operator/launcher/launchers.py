@@ -15,6 +15,13 @@ class Launcher(Protocol):
     # Whether only the head (rank 0) runs the driver, which places the rest through its own
     # cluster, and the job ends with it; otherwise every pod runs the trainer.
     DRIVER_ON_HEAD: bool
+    # Whether every job's pods load rljob's bridge whatever its framework (the Ray node
+    # imports it in the driver and every worker), which then says in the progress record
+    # whether it can save on notice (reconcile.policies.save_on_notice).
+    ALWAYS_BRIDGED: bool
+    # Whether the job's status shows the gang as a cluster with a driver on its head
+    # (status.ray: reconcile.pod_facts.ray_status).
+    CLUSTER_STATUS: bool
 
     def command(self, spec: JobSpec, rank: int) -> list[str]:
         """The container's command; the trainer's arguments follow where it runs the trainer."""
@@ -22,6 +29,11 @@ class Launcher(Protocol):
 
     def env(self, spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         """The launcher's own variables; `master` is node 0's stable DNS name."""
+        ...
+
+    def bridge_unreachable(self, spec: JobSpec) -> str | None:
+        """Why the job's framework's bridge, which this launcher ships, cannot reach its
+        trainer (the command), where it cannot (reconcile.policies.save_on_notice)."""
         ...
 
     def container_ports(self, spec: JobSpec, rank: int) -> list[dict[str, Any]]: ...

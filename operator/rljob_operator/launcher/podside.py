@@ -16,9 +16,12 @@ from typing import Any
 
 import rljob_contract
 
+from ..api.spec import JobSpec
+
 LAUNCHER_DIR = "/etc/rljob/launcher"
 LAUNCHER_VOLUME = "rljob-launcher"
 Programs = tuple[str, ...]  # file names in rljob_podside
+GUEST = "rljob_guest.py"  # the rules every bridge keeps as a guest, which each imports
 
 
 @cache
@@ -29,6 +32,11 @@ def launcher_files(programs: Programs) -> dict[str, str]:
     contract_dir = Path(rljob_contract.__file__).parent
     sources.update({f"rljob_contract/{p.name}": p for p in sorted(contract_dir.glob("*.py"))})
     return {path: source.read_text(encoding="utf-8") for path, source in sources.items()}
+
+
+def bridge_env(spec: JobSpec) -> dict[str, str]:
+    """What every bridge reads of the job's spec: whether to save on notice."""
+    return {rljob_contract.ENV_SAVE_ON_NOTICE: "true" if spec.save_on_notice else "false"}
 
 
 def interpreter(entry: tuple[str, ...]) -> str:

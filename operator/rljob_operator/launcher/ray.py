@@ -4,7 +4,8 @@ Rank 0 starts the Ray head, waits until all `nnodes` Ray nodes have joined, and 
 the user's command (the driver, which gets the resume switch); every other rank waits for
 the head's GCS port and runs `ray start --address=<head> --block`. Both steps are
 rljob_podside/ray_node.py, run by the image's Python, since the user's image has Ray but not
-rljob. It comes, with the bridge into the frameworks' loops (rljob_ray_bridge.py), from the
+rljob. It comes, with the bridge into the frameworks' loops (rljob_ray_bridge.py, and the
+framework's hooks beside it), from the
 job's launcher ConfigMap (launcher.podside).
 """
 
@@ -15,11 +16,13 @@ from typing import Any
 import rljob_contract
 
 from ..api.spec import JobSpec
+from ..frameworks import FRAMEWORKS, framework
 from . import in_place, podside
 from .identity import JobRef
 from .network import gang_network_policy
 from .podside import LAUNCHER_DIR
 
+NAME = "ray"  # spec.launcher (launcher.launchers)
 TEMP_DIR = "/tmp/ray"  # an emptyDir: Ray's sockets, logs and spilled objects
 TEMP_VOLUME = "rljob-ray-tmp"
 SHM_VOLUME = "rljob-dshm"  # memory-backed /dev/shm for Ray's object store (and NCCL)
@@ -27,19 +30,43 @@ GPU_RESOURCE = "nvidia.com/gpu"
 DRIVER_MARKER = f"{TEMP_DIR}/rljob-driver-started"
 NOTICE_FILE = f"{TEMP_DIR}/{rljob_contract.NOTICE_FILE_NAME}"  # pod-local: the emptyDir
 DRIVER_ON_HEAD = True  # only the head runs the driver; the job ends when the driver does
+ALWAYS_BRIDGED = True  # ray_node.py imports rljob_ray_bridge in the driver and every worker
+CLUSTER_STATUS = True  # status.ray
 # Ray's token authentication (Ray 2.52 and later; older Rays ignore these variables): every
 # Ray process of the job reads the job's token from this file, and so must any client.
 TOKEN_VOLUME = "rljob-ray-token"
 TOKEN_DIR = "/etc/rljob/ray-auth"
 TOKEN_KEY = "token"
-POD_PROGRAMS = ("ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py")  # from rljob_podside
+# From rljob_podside, in every Ray job: the node, and the bridge the driver and every worker
+# import (with the rules it keeps as a guest), which loads the framework's hooks beside it.
+POD_PROGRAMS = ("ray_node.py", "rljob_ray_bridge.py", podside.GUEST)
 NODE_PROGRAM = f"{LAUNCHER_DIR}/ray_node.py"
+
+
+def pod_programs(spec: JobSpec) -> podside.Programs:
+    """What the job's pods need: POD_PROGRAMS, the framework's hooks (frameworks:
+    `Framework.bridge`), which rljob_ray_bridge.py installs, and the in-place wrapper where the
+    job restarts in place. A job whose framework has no hooks of its own under Ray (custom)
+    may run any Ray framework: it gets the hooks of all, each of which applies only inside the
+    framework it names."""
+    bridge = framework(spec.framework).bridge_for(spec.launcher)
+    return in_place.shipped(spec, POD_PROGRAMS + ((bridge,) if bridge else all_hooks()))
+
+
+def all_hooks() -> podside.Programs:
+    """Every framework's hooks into its Ray program."""
+    return tuple(sorted({f.bridge for f in FRAMEWORKS.values() if f.launcher == NAME and f.bridge}))
+
+
+def bridge_unreachable(spec: JobSpec) -> str | None:
+    """The driver and every worker import the bridge, whatever the command."""
+    return None
 
 
 def config_map(
     spec: JobSpec, job: str, namespace: str, metadata: dict[str, Any]
 ) -> dict[str, Any] | None:
-    return podside.config_map(job, namespace, metadata, in_place.shipped(spec, POD_PROGRAMS))
+    return podside.config_map(job, namespace, metadata, pod_programs(spec))
 
 
 def network_policy(job: str, namespace: str, metadata: dict[str, Any]) -> dict[str, Any] | None:
@@ -118,7 +145,7 @@ def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
         "NODE_RANK": str(rank),
         "NNODES": str(spec.nnodes),
         rljob_contract.ENV_NOTICE_FILE: NOTICE_FILE,
-        rljob_contract.ENV_SAVE_ON_NOTICE: "true" if spec.ray.save_on_notice else "false",
+        **podside.bridge_env(spec),
     }
     if spec.ray.token_auth:
         values["RAY_AUTH_MODE"] = "token"
@@ -156,7 +183,7 @@ def volumes(
     """`secret`: the token's Secret as the job's status records it. Without one (a render
     that makes no gang: check_template, tests) its name is left empty, which the API server
     refuses: a pod never mounts a Secret whose name anyone could know ahead."""
-    programs = in_place.shipped(spec, POD_PROGRAMS)
+    programs = pod_programs(spec)
     launcher, launcher_mount = podside.volume_and_mount(job.name, programs)
     volumes = [
         {"name": TEMP_VOLUME, "emptyDir": {}},

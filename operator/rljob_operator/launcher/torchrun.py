@@ -1,7 +1,7 @@
 """The torchrun form of a gang (rljob's own trainer, TRL, custom trainers): torchrun on every
 pod, rendezvous at node 0's stable DNS name, every pod running the trainer with its arguments.
 
-Where the framework has a bridge into its loop (frameworks: `torchrun_bridge`, TRL's Trainer),
+Where the framework has a bridge into its loop (frameworks: `Framework.bridge`, TRL's Trainer),
 every worker starts in that pod-side program, which runs the trainer's Python program; the
 program comes with the job's launcher ConfigMap (launcher.podside)."""
 
@@ -16,7 +16,8 @@ from .identity import JobRef
 from .network import gang_network_policy
 
 DRIVER_ON_HEAD = False  # every pod runs the trainer; the job ends when all of them do
-GUEST = "rljob_guest.py"  # what every bridge imports (rljob_podside)
+ALWAYS_BRIDGED = False  # only where the framework has a bridge and the command can take it
+CLUSTER_STATUS = False
 
 
 # `python -m MODULE` programs that start the trainer in processes of their own (accelerate's,
@@ -30,9 +31,26 @@ CHILD_LAUNCHERS = frozenset({
 def bridge_programs(spec: JobSpec) -> podside.Programs:
     """The framework's bridge into the trainer's loop, if it has one and the command is a
     Python program the bridge can run (the bridge first)."""
-    bridge = framework(spec.framework).torchrun_bridge
+    bridge = framework(spec.framework).bridge_for(spec.launcher)
     program = python_program(spec.entry_command)
-    return (bridge, GUEST) if bridge and program and not child_launcher(program) else ()
+    return (bridge, podside.GUEST) if bridge and program and not child_launcher(program) else ()
+
+
+def bridge_unreachable(spec: JobSpec) -> str | None:
+    """Why the framework's bridge cannot reach the job's trainer, where it has one and cannot."""
+    if not framework(spec.framework).bridge_for(spec.launcher):
+        return None
+    program = python_program(spec.entry_command)
+    if program is None:
+        return (f"the command {' '.join(spec.entry_command[:2])!r} is not `python SCRIPT` or "
+                f"`python -m MODULE`, the program rljob's bridge into {spec.framework} starts "
+                "under torchrun")  # fmt: skip
+    if launcher := child_launcher(program):
+        return (f"`python -m {launcher}` runs the trainer in child processes of its own, which "
+                f"rljob's bridge into {spec.framework} does not reach: give the training script "
+                "itself as the command (`python SCRIPT` or `python -m MODULE`), torchrun starts "
+                "it on every process")  # fmt: skip
+    return None
 
 
 def podside_programs(spec: JobSpec) -> podside.Programs:
@@ -84,6 +102,7 @@ def torchrun_shutdown_timeout(grace: int) -> int:
 
 def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     return {
+        **(podside.bridge_env(spec) if bridge_programs(spec) else {}),
         # Read by recent torchrun (its --shutdown-timeout; torch 2.15 has it, 2.7 has not).
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(torchrun_shutdown_timeout(spec.grace_seconds)),
         "MASTER_ADDR": master,

@@ -71,11 +71,12 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
     if spec.suspend:
         suspend(p, trainer_pods)
         return
-    if spec.launcher == "ray" or framework(spec.framework).save_on_notice == "bridge":
+    launcher = launcher_of(spec)
+    if launcher.ALWAYS_BRIDGED or framework(spec.framework).save_on_notice == "bridge":
         report_save_on_notice(p, spec, lookup if isinstance(lookup, LookupResult) else None)
 
     seen = sort_pods(spec, p.status, trainer_pods, p.snap.nodes, p.now, p.snap.admission)
-    if spec.launcher == "ray":
+    if launcher.CLUSTER_STATUS:
         p.update(ray=ray_status(seen, spec.nnodes, framework(spec.framework).reports_steps))
     done = seen.finished(spec, p.status.attempt)
     if done:
@@ -86,7 +87,7 @@ def _decide(p: Pass, lookup: LookupResult | LookupPending | None) -> None:
         p.phase(Phase.SUCCEEDED, reason, message)
         p.event(EventType.NORMAL, Reason.SUCCEEDED, message)
         finished(p, spec, trainer_pods)
-        if launcher_of(spec).DRIVER_ON_HEAD:
+        if launcher.DRIVER_ON_HEAD:
             # Ray workers hold no state once the driver is done, and a worker told to stop
             # would spend its grace period draining towards a head that is gone.
             p.plan.force_delete, p.plan.delete = p.plan.delete, []

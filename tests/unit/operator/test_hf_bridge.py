@@ -10,6 +10,7 @@ test_trl_save_on_notice.py's.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -154,6 +155,48 @@ def test_a_trainer_that_saves_weights_only_trains_as_it_is_and_the_record_says_w
     assert len(trainer.callbacks) == 1
     written = record(tmp_path / progress.FRAMEWORK_PROGRESS_FILE_NAME)
     assert "save_only_model is set" in written[progress.SAVE_ON_NOTICE_UNAVAILABLE]
+
+
+def test_with_save_on_notice_off_a_notice_saves_nothing_and_the_steps_are_reported(
+    tmp_path, monkeypatch
+):
+    """spec.saveOnNotice false (RLJOB_SAVE_ON_NOTICE=false): the Trainer keeps rljob's callback,
+    which reports the steps, a request saves nothing, and the record says why."""
+    notice = bridge.Notice(str(tmp_path / "request"), str(tmp_path), "0", save_on_notice=False)
+    monkeypatch.setattr(bridge, "hook_dataloader_workers", lambda notice: None)
+    monkeypatch.setattr(notice, "take_sigterm", lambda: None)  # this pytest process's own
+
+    class Trainer:  # the Trainer's two names the bridge uses
+        def __init__(self):
+            self.args, self.callbacks = SimpleNamespace(), []
+
+        def add_callback(self, callback):
+            self.callbacks.append(callback)
+
+    Trainer.__init__ = bridge.wrap_trainer_init(Trainer.__init__, notice)
+    (callback,) = Trainer().callbacks
+    (tmp_path / "request").write_text("2026-12-04T21:00:00Z")
+    state = TrainerState(global_step=5, max_steps=8)
+    callback.on_train_begin(ARGS, state, TrainerControl())
+    control = callback.on_step_end(ARGS, state, TrainerControl())
+    assert not control.should_save and not control.should_training_stop
+    written = record(tmp_path / progress.FRAMEWORK_PROGRESS_FILE_NAME)
+    assert written["step"] == 5
+    assert written[progress.SAVE_ON_NOTICE_UNAVAILABLE] == bridge.SAVE_ON_NOTICE_OFF
+
+
+@pytest.mark.parametrize(("told", "saves"), [(None, True), ("true", True), ("false", False)])
+def test_the_bridge_reads_spec_save_on_notice_from_its_pods_environment(told, saves):
+    """RLJOB_SAVE_ON_NOTICE (launcher.podside.bridge_env), as a torchrun worker imports it."""
+    env = {k: v for k, v in os.environ.items() if k != contract.ENV_SAVE_ON_NOTICE}
+    shipped = (Path(bridge.__file__).parent, Path(contract.__file__).parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(map(str, shipped))  # as mounted: side by side
+    env.update({contract.ENV_SAVE_ON_NOTICE: told} if told else {})
+    code = "import rljob_hf_bridge; print(rljob_hf_bridge.NOTICE.save_on_notice)"
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == [str(saves)]
 
 
 def test_the_first_finished_step_of_the_container_marks_its_pod_trained(run, tmp_path, monkeypatch):

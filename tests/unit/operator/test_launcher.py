@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import rljob_contract as contract
 from builders import job_ref, make_job
+from rljob_operator.api import spec as api_spec
 from rljob_operator.api.spec import SpecError, parse_spec
 from rljob_operator.launcher import podside
 from rljob_operator.launcher.identity import JobRef
@@ -75,6 +78,19 @@ def test_trl_workers_start_in_rljobs_bridge_which_the_pods_mount(entry, command,
         paths = {item["path"] for item in volume["configMap"]["items"]}
         assert {"rljob_hf_bridge.py", "rljob_guest.py", "rljob_contract/__init__.py"} <= paths
         assert "ray_node.py" not in paths
+
+
+@pytest.mark.parametrize(
+    ("spec", "told"),
+    [
+        ({"framework": "trl", "command": ["python", "grpo.py"]}, "true"),
+        ({"framework": "trl", "command": ["python", "grpo.py"], "saveOnNotice": False}, "false"),
+        ({"framework": "trl", "command": ["python", "-m", "trl.cli.main"]}, None),  # no bridge
+        ({"saveOnNotice": False}, None),  # rljob's trainer saves by itself, no bridge
+    ],
+)  # fmt: skip
+def test_a_torchrun_bridge_is_told_whether_to_save_on_notice(spec, told):
+    assert env_of(render(**spec)).get(contract.ENV_SAVE_ON_NOTICE) == told
 
 
 @pytest.mark.parametrize(
@@ -347,3 +363,46 @@ def test_each_launcher_gives_everything_the_renderer_asks_of_one(name):
     wanted = {n for n in vars(Launcher) if not n.startswith("_")} | set(Launcher.__annotations__)
     assert {n for n in wanted if not hasattr(launcher, n)} == set()
     assert launcher.DRIVER_ON_HEAD is (name == "ray")
+
+
+CONTRACT = {f"rljob_contract/{p.name}" for p in Path(contract.__file__).parent.glob("*.py")}
+RAY_NODE = {"ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py"}
+ALL_HOOKS = {"rljob_rlinf_hooks.py", "rljob_verl_hooks.py", "rljob_openrlhf_hooks.py"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "shipped"),
+    [
+        ({}, None),  # rljob's trainer runs as it is
+        ({"framework": "custom", "command": ["python", "train.py"]}, None),
+        ({"framework": "trl", "command": ["python", "train.py"]},
+         {"rljob_hf_bridge.py", "rljob_guest.py"}),
+        ({"framework": "trl", "command": ["python", "-m", "trl.cli.main"]}, None),
+        ({"framework": "trl", "command": ["python", "train.py"], "launcher": "ray"},
+         RAY_NODE | ALL_HOOKS),
+        ({"framework": "rlinf", "command": ["python", "main.py"]},
+         RAY_NODE | {"rljob_rlinf_hooks.py"}),
+        ({"framework": "verl", "command": ["python", "-m", "verl.trainer.main_ppo"]},
+         RAY_NODE | {"rljob_verl_hooks.py"}),
+        ({"framework": "openrlhf", "command": ["python", "-m", "x"]},
+         RAY_NODE | {"rljob_openrlhf_hooks.py"}),
+        # any program: every Ray framework's hooks, each of which applies in its framework only
+        ({"framework": "custom", "command": ["python", "d.py"], "launcher": "ray"},
+         RAY_NODE | ALL_HOOKS),
+    ],
+)  # fmt: skip
+def test_each_job_ships_its_launchers_and_its_frameworks_pod_side_files(spec, shipped):
+    parsed = parse_spec(make_job(nnodes=1, **spec)["spec"])
+    config_map = desired_launcher_config_map(parsed, job_ref(make_job()))
+    if shipped is None:
+        assert config_map is None
+    else:
+        pod = desired_pods(parsed, job_ref(make_job()), 0, None)[0]
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == podside.LAUNCHER_VOLUME)
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+        assert {item["path"] for item in volume["configMap"]["items"]} == shipped | CONTRACT
+
+
+def test_the_spec_accepts_exactly_the_registered_launchers():
+    """api/ sits below launcher/ and cannot import the registry: its list is held to it here."""
+    assert tuple(LAUNCHERS) == api_spec.LAUNCHERS

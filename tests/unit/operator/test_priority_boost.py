@@ -135,7 +135,10 @@ def test_the_restart_time_is_the_median_of_the_jobs_measured_recoveries():
     [
         ({}, {}, True),  # rljob's own trainer
         ({"framework": "verl", "command": ["python"]}, {}, True),
+        ({"framework": "verl", "command": ["python"], "saveOnNotice": False}, {}, False),
         ({"framework": "verl", "command": ["python"], "ray": {"saveOnNotice": False}}, {}, False),
+        ({"framework": "trl", "command": ["python", "t.py"]}, {}, True),
+        ({"framework": "trl", "command": ["python", "t.py"], "saveOnNotice": False}, {}, False),
         ({"framework": "rlinf", "command": ["python"]},
          {"conditions": [{"type": "SaveOnNotice", "status": "False"}]}, False),
         ({"framework": "custom", "command": ["python"]}, {}, False),

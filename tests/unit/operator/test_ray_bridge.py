@@ -1,6 +1,6 @@
 """rljob's bridge into RLinf's and verl's loops, against the frameworks' own functions, and
-the head's supervision of the driver after a notice (rljob_podside/rljob_ray_bridge.py and
-rljob_podside/ray_node.py)."""
+the head's supervision of the driver after a notice (rljob_podside/rljob_ray_bridge.py, its
+hooks rljob_rlinf_hooks.py and rljob_verl_hooks.py, and rljob_podside/ray_node.py)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 import rljob_contract as contract
+import rljob_ray_bridge as bridge  # as the pods import it (pytest's pythonpath): one copy
+import rljob_rlinf_hooks as rlinf_hooks
+import rljob_verl_hooks as verl_hooks
 from builders import mounted_launcher
 from kube_steps import stays, wait_for
 from rljob_contract import progress
 from rljob_contract.request import format_request
 from rljob_podside import ray_node
-from rljob_podside import rljob_ray_bridge as bridge
 from verl.utils.checkpoint.checkpoint_manager import should_save_ckpt_esi
 from verl.utils.tracking import Tracking
 
@@ -47,19 +49,19 @@ def record(loop: bridge.Loop) -> dict:
 
 
 def test_verls_own_esi_rule_fires_on_notice_once_a_step_has_finished(loop, monkeypatch):
-    monkeypatch.delenv(bridge.VERL_EXPIRATION, raising=False)
-    esi = bridge.wrap_should_save_ckpt_esi(should_save_ckpt_esi, loop)
+    monkeypatch.delenv(verl_hooks.VERL_EXPIRATION, raising=False)
+    esi = verl_hooks.wrap_should_save_ckpt_esi(should_save_ckpt_esi, loop)
     assert esi(max_steps_duration=2.0, redundant_time=0) is False  # no notice
     give_notice(loop)
     assert esi(max_steps_duration=0, redundant_time=0) is False  # verl: no finished step yet
     assert loop.saving_on_notice is None
     assert esi(max_steps_duration=2.0, redundant_time=0) is True
-    assert float(os.environ[bridge.VERL_EXPIRATION]) > time.time()  # still ahead, as verl needs
+    assert float(os.environ[verl_hooks.VERL_EXPIRATION]) > time.time()  # still ahead, as verl needs
     assert loop.saving_on_notice == -1
 
 
 def test_verls_step_log_reports_each_step_and_the_save_on_notice(loop):
-    log = bridge.wrap_tracking_log(Tracking.log, loop, hold=hold)
+    log = verl_hooks.wrap_tracking_log(Tracking.log, loop, hold=hold)
     tracking = Tracking(project_name="rljob", experiment_name="unit", default_backend=[])
     log(tracking, {"timing_s/step": 2.0}, 13)
     assert record(loop)[progress.STEP] == 13 and record(loop)[progress.STATUS] == progress.RUNNING
@@ -106,7 +108,7 @@ def test_verls_v1_trainer_saves_its_finished_step_on_notice_through_its_own_save
 ):
     from verl.trainer.ppo.v1 import PPOTrainer
 
-    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
+    stepped = verl_hooks.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
     saved: list[int] = []
     trainer = v1_trainer(step, 30, save_freq, saved)
     assert stepped(trainer, {}, {}).keys == ["uid"]  # verl's own step ran
@@ -128,7 +130,7 @@ def test_verls_v1_save_on_notice_is_reported_as_soon_as_verls_save_returns(loop)
     """Before the step's validation and log: the rest of the step is time the grace lacks."""
     from verl.trainer.ppo.v1 import PPOTrainer
 
-    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
+    stepped = verl_hooks.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
     saved: list[int] = []
     give_notice(loop)
     with pytest.raises(Held):
@@ -147,10 +149,10 @@ def test_a_notice_just_after_verls_periodic_save_trains_no_step_more_and_saves_n
     log: step 20 is the save on notice, reported before step 21 runs."""
     from verl.trainer.ppo.v1 import PPOTrainer
 
-    stepped = bridge.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
+    stepped = verl_hooks.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
     saves: list[int] = []
     trainer = v1_trainer(20, 30, 10, saves)
-    save = bridge.wrap_save_checkpoint(lambda self: saves.append(self.global_steps), loop,
+    save = verl_hooks.wrap_save_checkpoint(lambda self: saves.append(self.global_steps), loop,
                                        hold=hold)  # fmt: skip
     stepped(trainer, {}, {})
     save(trainer)  # verl's periodic save of step 20, as its loop makes it after the step
@@ -167,7 +169,7 @@ def test_a_notice_just_after_verls_periodic_save_trains_no_step_more_and_saves_n
     # Step 21 finished since that save: the notice waits for step 22's end, and saves it.
     later = bridge.Loop(loop.notice_file, str(loop.checkpoint_dir), "3")
     later.last_saved, trainer.global_steps = 20, 22
-    assert not bridge.v1_saved_already(trainer, later)
+    assert not verl_hooks.v1_saved_already(trainer, later)
 
 
 def test_verls_asynchronous_save_is_never_reported_as_a_save_on_notice(loop):
@@ -185,13 +187,13 @@ def test_verls_asynchronous_save_is_never_reported_as_a_save_on_notice(loop):
     trainer.config = OmegaConf.merge(
         trainer.config, {"actor_rollout_ref": {"actor": {"checkpoint": {"async_save": True}}}}
     )
-    bridge.wrap_v1_step(PPOTrainer.step, loop, hold=hold)(trainer, {}, {})  # not held
+    verl_hooks.wrap_v1_step(PPOTrainer.step, loop, hold=hold)(trainer, {}, {})  # not held
     assert saved == [] and loop.saving_on_notice is None
-    assert "async_save is on" in loop.why_unavailable(bridge.VERL)
+    assert "async_save is on" in loop.why_unavailable(verl_hooks.VERL)
 
     legacy = bridge.Loop(loop.notice_file, str(loop.checkpoint_dir), "3")
     legacy.saving_on_notice = -1  # verl's ESI rule fired on notice
-    esi_save = bridge.wrap_save_checkpoint(lambda self: saved.append(20), legacy, hold=hold)
+    esi_save = verl_hooks.wrap_save_checkpoint(lambda self: saved.append(20), legacy, hold=hold)
     esi_save(types.SimpleNamespace(global_steps=20, config=trainer.config))  # not held
     assert saved == [20]
     assert record(legacy)[progress.STATUS] == progress.RUNNING
@@ -205,7 +207,7 @@ def test_verls_own_save_of_the_step_asked_for_reports_and_holds_when_it_returns(
     import types
 
     saves: list[int] = []
-    saved = bridge.wrap_save_checkpoint(lambda self: saves.append(self.global_steps), loop,
+    saved = verl_hooks.wrap_save_checkpoint(lambda self: saves.append(self.global_steps), loop,
                                         hold=hold)  # fmt: skip
     trainer = types.SimpleNamespace(global_steps=20)
     saved(trainer)  # no notice: verl's periodic save, nothing more
@@ -222,8 +224,8 @@ def test_rlinfs_own_timer_and_check_progress_save_and_stop_on_notice(loop):
     from rlinf.utils.runner_utils import check_progress
     from rlinf.utils.timers import Timer
 
-    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
-    timer_finished = bridge.wrap_timer_is_finished(Timer.is_finished, loop)
+    checked = rlinf_hooks.wrap_check_progress(check_progress, loop, hold=hold)
+    timer_finished = rlinf_hooks.wrap_timer_is_finished(Timer.is_finished, loop)
     timer = Timer(None)
     timer.start_time()
     assert not timer_finished(timer)
@@ -238,7 +240,7 @@ def test_rlinfs_own_timer_and_check_progress_save_and_stop_on_notice(loop):
 def test_an_rlinf_runner_that_ignores_its_timer_saves_and_is_held_at_its_next_step(loop):
     from rlinf.utils.runner_utils import check_progress
 
-    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    checked = rlinf_hooks.wrap_check_progress(check_progress, loop, hold=hold)
     give_notice(loop)
     assert checked(14, 20, 0, 10, 1.0, run_time_exceeded=False)[1] is True  # saves all the same
     with pytest.raises(Held):
@@ -330,7 +332,7 @@ def test_an_rlinf_runner_without_the_save_the_bridge_expects_saves_later_and_say
 def test_no_save_on_notice_without_save_interval_or_on_the_last_step(loop):
     from rlinf.utils.runner_utils import check_progress
 
-    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    checked = rlinf_hooks.wrap_check_progress(check_progress, loop, hold=hold)
     give_notice(loop)
     assert checked(14, 20, 0, -1, 1.0, run_time_exceeded=False)[1] is False  # saving is off
     assert checked(20, 20, 0, 10, 1.0, run_time_exceeded=True)[2] is True  # the run's end
@@ -569,9 +571,35 @@ def test_with_save_on_notice_off_the_loop_reports_steps_and_saves_nothing(tmp_pa
 
     loop = bridge.Loop(str(tmp_path / "notice"), str(tmp_path / "ckpt"), "1", save_on_notice=False)
     (tmp_path / "notice").write_text("SIGTERM\n")
-    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    checked = rlinf_hooks.wrap_check_progress(check_progress, loop, hold=hold)
     assert checked(14, 20, 0, 10, 1.0, run_time_exceeded=False)[1] is False
     assert loop.saving_on_notice is None and record(loop)[progress.STEP] == 14
+
+
+def test_with_save_on_notice_off_verls_v1_trainer_saves_nothing_on_notice(tmp_path):
+    from verl.trainer.ppo.v1 import PPOTrainer
+
+    loop = bridge.Loop(str(tmp_path / "notice"), str(tmp_path / "ckpt"), "1", save_on_notice=False)
+    (tmp_path / "notice").write_text("SIGTERM\n")
+    stepped = verl_hooks.wrap_v1_step(PPOTrainer.step, loop, hold=hold)
+    saved: list[int] = []
+    trainer = v1_trainer(14, 30, 10, saved)
+    assert stepped(trainer, {}, {}).keys == ["uid"]  # verl's own step ran
+    assert saved == [] and loop.saving_on_notice is None
+
+
+@pytest.mark.parametrize(("told", "saves"), [(None, True), ("true", True), ("false", False)])
+def test_the_bridge_reads_spec_save_on_notice_from_its_pods_environment(tmp_path, told, saves):
+    """RLJOB_SAVE_ON_NOTICE (launcher.podside.bridge_env), as a Ray worker imports the bridge."""
+    launcher = mounted_launcher(tmp_path / "launcher")
+    env = bridge_env(tmp_path, launcher, False)
+    env.pop(contract.ENV_SAVE_ON_NOTICE, None)
+    env.update({contract.ENV_SAVE_ON_NOTICE: told} if told else {})
+    code = "import rljob_ray_bridge; print(rljob_ray_bridge.LOOP.notice_file is not None)"
+    shown = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=60, cwd=tmp_path)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.split() == [str(saves)]
 
 
 def test_with_save_on_notice_off_the_head_ends_the_driver_at_once(tmp_path):
@@ -580,7 +608,7 @@ def test_with_save_on_notice_off_the_head_ends_the_driver_at_once(tmp_path):
     notice.give("SIGTERM")
     code, message = ray_node.supervise_driver(process, notice, lambda: running(13))
     assert process.poll() is not None and code == 128 + 15
-    assert "spec.ray.saveOnNotice is false; the last finished step is 13" in message
+    assert "spec.saveOnNotice is false; the last finished step is 13" in message
 
 
 # --------------------------------------------------------------------------- another version
@@ -672,8 +700,8 @@ def test_rlinfs_save_on_notice_runs_only_the_validation_its_settings_ask_for(loo
     from rlinf.utils.runner_utils import check_progress
     from rlinf.utils.timers import Timer
 
-    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
-    timer_finished = bridge.wrap_timer_is_finished(Timer.is_finished, loop)
+    checked = rlinf_hooks.wrap_check_progress(check_progress, loop, hold=hold)
+    timer_finished = rlinf_hooks.wrap_timer_is_finished(Timer.is_finished, loop)
     timer = Timer(None)
     timer.start_time()
     assert checked(12, 20, 5, 10, 1.0, run_time_exceeded=timer_finished(timer)) == (
@@ -692,11 +720,11 @@ def test_a_hook_that_finds_its_name_missing_installs_nothing_and_says_why(tmp_pa
     loop = bridge.Loop(str(tmp_path / "notice"), str(tmp_path / "ckpt"), "1")
     module = types.ModuleType("verl.trainer.ppo.v1.trainer_base")
     module.PPOTrainer = type("PPOTrainer", (), {})
-    hook = next(h for h in bridge.HOOKS if h.name == "PPOTrainer.step")
+    hook = next(h for h in verl_hooks.HOOKS if h.name == "PPOTrainer.step")
     hook.apply(module, loop)
-    assert not hasattr(module.PPOTrainer, "step") and not loop.can_save(bridge.VERL)
-    assert loop.why_unavailable(bridge.VERL).startswith(f"{bridge.version_of('verl')}: ")
-    assert loop.can_save(bridge.RLINF)  # the other framework's save on notice is untouched
+    assert not hasattr(module.PPOTrainer, "step") and not loop.can_save(verl_hooks.VERL)
+    assert loop.why_unavailable(verl_hooks.VERL).startswith(f"{bridge.version_of('verl')}: ")
+    assert loop.can_save(rlinf_hooks.RLINF)  # the other framework's save on notice is untouched
 
 
 # --------------------------------------------------------------------------- warnings
@@ -721,7 +749,7 @@ def test_after_sigterm_the_head_ends_a_driver_that_cannot_save_at_once_and_says_
 
 # --------------------------------------------------------------------------- a save that cannot fit
 def test_verls_step_and_save_times_are_recorded_apart(loop):
-    log = bridge.wrap_tracking_log(Tracking.log, loop, hold=hold)
+    log = verl_hooks.wrap_tracking_log(Tracking.log, loop, hold=hold)
     tracking = Tracking(project_name="rljob", experiment_name="unit", default_backend=[])
     log(tracking, {"timing_s/step": 10.0}, 1)
     log(tracking, {"timing_s/step": 50.0, "timing_s/save_checkpoint": 40.0}, 2)  # saved
@@ -734,7 +762,7 @@ def test_rlinfs_save_time_is_what_the_steps_after_a_save_took_more(loop, monkeyp
 
     clock = iter([0.0, 2.0, 4.0, 11.0, 13.0])  # steps of 2 s; step 3 saved for 5 s after it
     monkeypatch.setattr(bridge.time, "monotonic", lambda: next(clock))
-    checked = bridge.wrap_check_progress(check_progress, loop, hold=hold)
+    checked = rlinf_hooks.wrap_check_progress(check_progress, loop, hold=hold)
     for step in range(1, 6):
         checked(step, 20, 0, 3, 1.0, run_time_exceeded=False)
     written = record(loop)
@@ -831,3 +859,17 @@ def test_openrlhf_loads_the_folder_rljob_chose_not_the_torn_one_latest_names(
     assert loaded == ["global_step4", critic, "global_step2"]
     if not critic_has_it:
         assert "has no global_step4, the folder rljob chose" in done.stderr
+
+
+def test_the_bridge_installs_the_hooks_shipped_beside_it_and_no_others(tmp_path, capsys):
+    """A job ships its framework's hooks only (launcher.ray): the bridge installs what it finds
+    beside it, and a hooks module it cannot import is left out with a word, not a crash."""
+    verl_only = tmp_path / "verl"
+    verl_only.mkdir()
+    (verl_only / "rljob_verl_hooks.py").write_text("")  # imported by name, as in the pod
+    (verl_only / "rljob_elsewhere_hooks.py").write_text("")  # not importable here
+    assert {hook.framework for hook in bridge.shipped_hooks(verl_only)} == {"verl"}
+    assert "rljob_elsewhere_hooks.py: not installed" in capsys.readouterr().err
+    assert bridge.shipped_hooks(tmp_path) == ()
+    shipped = {hook.framework for hook in bridge.shipped_hooks()}  # rljob_podside: a custom job's
+    assert shipped == {"rlinf", "verl", "openrlhf"}

@@ -152,7 +152,9 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
     job = make_job(**VERL)
     spec, ref = parse_spec(job["spec"]), job_ref(job)
     config_map = desired_launcher_config_map(spec, ref)
-    assert config_map["metadata"]["name"] == podside.config_map_name(ref.name, ray.POD_PROGRAMS)
+    assert config_map["metadata"]["name"] == podside.config_map_name(
+        ref.name, ray.pod_programs(spec)
+    )
     assert config_map["metadata"]["name"].startswith(f"{ref.name}-launcher-")
     assert config_map["metadata"]["ownerReferences"][0]["uid"] == ref.uid
     for pod in desired_pods(spec, ref, 0, None):
@@ -163,9 +165,12 @@ def test_ray_pods_mount_the_launcher_config_map_that_the_job_owns():
         mount = next(m for m in mounts if m["name"] == podside.LAUNCHER_VOLUME)
         assert (mount["mountPath"], mount["readOnly"]) == (podside.LAUNCHER_DIR, True)
         files = {i["path"]: config_map["data"][i["key"]] for i in source["items"]}
-        assert files == podside.launcher_files(ray.POD_PROGRAMS)
-    assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_guest.py", "rljob_contract/__init__.py",
-            "rljob_contract/progress.py"} <= set(podside.launcher_files(ray.POD_PROGRAMS))  # fmt: skip
+        assert files == podside.launcher_files(ray.pod_programs(spec))
+    assert {"ray_node.py", "rljob_ray_bridge.py", "rljob_verl_hooks.py", "rljob_guest.py",
+            "rljob_contract/__init__.py", "rljob_contract/progress.py"} == {
+        path for path in podside.launcher_files(ray.pod_programs(spec))
+        if not path.startswith("rljob_contract/") or path.endswith(("__init__.py", "progress.py"))
+    }  # fmt: skip
     assert desired_launcher_config_map(parse_spec(make_job()["spec"]), ref) is None  # torchrun
 
 
@@ -367,9 +372,17 @@ def test_worker_program_as_the_pod_runs_it_reports_the_unreachable_head(tmp_path
     assert "could not reach the Ray head" in result.stderr
 
 
-@pytest.mark.parametrize(("ray_spec", "value"), [({}, "true"), ({"saveOnNotice": False}, "false")])
-def test_every_ray_pod_knows_its_notice_file_grace_and_whether_to_save_on_notice(ray_spec, value):
-    for pod in render(ray=ray_spec, template={"spec": {"terminationGracePeriodSeconds": 45}}):
+@pytest.mark.parametrize(
+    ("spec", "value"),
+    [
+        ({}, "true"),
+        ({"saveOnNotice": False}, "false"),
+        ({"ray": {"saveOnNotice": False}}, "false"),  # the deprecated spelling
+        ({"saveOnNotice": True, "ray": {"saveOnNotice": True}}, "true"),
+    ],
+)
+def test_every_ray_pod_knows_its_notice_file_grace_and_whether_to_save_on_notice(spec, value):
+    for pod in render(**spec, template={"spec": {"terminationGracePeriodSeconds": 45}}):
         env = env_of(pod)
         assert env[contract.ENV_SAVE_ON_NOTICE] == value
         assert env[contract.ENV_NOTICE_FILE] == ray.NOTICE_FILE
@@ -383,6 +396,16 @@ def test_every_ray_pod_knows_its_notice_file_grace_and_whether_to_save_on_notice
 def test_save_on_notice_must_be_a_boolean():
     with pytest.raises(SpecError, match=r"spec.ray.saveOnNotice: must be true or false"):
         parse_spec(make_job(**VERL, ray={"saveOnNotice": "yes"})["spec"])
+    with pytest.raises(SpecError, match=r"^spec.saveOnNotice: must be true or false"):
+        parse_spec(make_job(**VERL, saveOnNotice="no")["spec"])
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_save_on_notice_and_its_deprecated_spelling_that_differ_are_refused_naming_both(given):
+    spec = make_job(**VERL, saveOnNotice=given, ray={"saveOnNotice": not given})["spec"]
+    with pytest.raises(SpecError, match=r"^spec.saveOnNotice: .*spec.ray.saveOnNotice") as refused:
+        parse_spec(spec)
+    assert refused.value.field == "spec.saveOnNotice"
 
 
 def test_an_rlinf_pod_also_gets_the_node_rank_under_rlinfs_own_name():

@@ -120,12 +120,12 @@ class Saved:
 
 def saves_on_notice(spec: JobSpec, status: JobStatus) -> bool:
     """Whether the job's trainer saves when its pods are told to go: by itself (rljob's own);
-    through rljob's bridge (RLinf, verl) unless turned off or the SaveOnNotice condition says
-    it cannot; anything else is not known to."""
+    through rljob's bridge (RLinf, verl, TRL) unless spec.saveOnNotice turns it off or the
+    SaveOnNotice condition says it cannot; anything else is not known to."""
     how = framework(spec.framework).save_on_notice
     if how != "bridge":
         return how == "trainer"
-    if not spec.ray.save_on_notice:
+    if not spec.save_on_notice:
         return False
     said = find_condition(status.conditions, ConditionType.SAVE_ON_NOTICE)
     return said is None or said.get("status") != "False"

@@ -29,7 +29,7 @@ from ...api.reasons import ConditionType, EventType, Reason
 from ...api.spec import JobSpec
 from ...api.status import find_condition
 from ...frameworks import framework
-from ...launcher.torchrun import child_launcher, python_program
+from ...launcher.launchers import launcher_of
 from ..plan import LookupResult, Pass
 
 # What the command alone says: mended once the command changes.
@@ -109,34 +109,16 @@ def keeps_one_checkpoint(spec: JobSpec) -> str | None:
     return f"{setting[0]}={value}" if kept <= 1 else None
 
 
-def bridge_cannot_start(spec: JobSpec) -> str | None:
-    """Why the framework's torchrun bridge cannot reach the job's trainer, where it cannot."""
-    bridge = framework(spec.framework).torchrun_bridge
-    if not bridge or spec.launcher != "torchrun":
-        return None
-    program = python_program(spec.entry_command)
-    if program is None:
-        return (f"the command {' '.join(spec.entry_command[:2])!r} is not `python SCRIPT` or "
-                f"`python -m MODULE`, the program rljob's bridge into {spec.framework} starts "
-                "under torchrun")  # fmt: skip
-    if launcher := child_launcher(program):
-        return (f"`python -m {launcher}` runs the trainer in child processes of its own, which "
-                f"rljob's bridge into {spec.framework} does not reach: give the training script "
-                "itself as the command (`python SCRIPT` or `python -m MODULE`), torchrun starts "
-                "it on every process")  # fmt: skip
-    return None
-
-
 def report_save_on_notice(p: Pass, spec: JobSpec, lookup: LookupResult | None) -> None:
     """Set SaveOnNotice from the command and from what the last attempt's bridge said."""
     current = find_condition(p.status.conditions, ConditionType.SAVE_ON_NOTICE)
     off = periodic_saves_off(spec)
     one_kept = keeps_one_checkpoint(spec)
     weights_only = saves_weights_only(spec)
-    said = bridge_cannot_start(spec) or (
-        lookup.save_on_notice_unavailable if lookup and spec.ray.save_on_notice else None
+    said = launcher_of(spec).bridge_unreachable(spec) or (
+        lookup.save_on_notice_unavailable if lookup and spec.save_on_notice else None
     )
-    late = lookup.save_on_notice_late if lookup and spec.ray.save_on_notice else None
+    late = lookup.save_on_notice_late if lookup and spec.save_on_notice else None
     if off:
         key = framework(spec.framework).save_interval[0]  # type: ignore[index]
         reason = Reason.PERIODIC_SAVES_OFF
