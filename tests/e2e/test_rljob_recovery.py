@@ -80,16 +80,12 @@ def test_megatron_tensor_parallel_gang_across_two_nodes_preempted_resumes_bit_ex
     e2e_operator,
 ):  # fmt: skip
     """backend: megatron, one model split over two nodes (TP2): the operator tells the trainer
-    its backend, finds the newest sealed Megatron save and resumes it bit-exactly. The job
-    asks for in-place restarts, which node agents cannot give (they declare no container
-    restart rules): the trainers run under rljob's wrapper, and the gang is recreated as
-    without it, the InPlaceRestart condition saying why."""
+    its backend, finds the newest sealed Megatron save and resumes it bit-exactly."""
     low, high = priority_classes
     pool = agents(3, gpus=1)
     port = free_port()
     checkpoints = claim / experiment_path(JOB) / "checkpoints"
     body = rljob_job(JOB, 2, 1, port, namespace, priority_class=low, backend="megatron")
-    body["spec"]["restartPolicy"]["inPlace"] = True
     create_job(api_client, namespace, body)
     try:
         gang = running_gang(core, namespace, 0, 2)
@@ -101,9 +97,6 @@ def test_megatron_tensor_parallel_gang_across_two_nodes_preempted_resumes_bit_ex
         delete_pods(core, namespace, "app=preemptor")
     trainers = [r for r in pool.records() if r.labels.get(c.LABEL_ROLE) == c.ROLE_TRAINER]
     assert trainers and all(r.env["RLJOB_BACKEND"] == "megatron" for r in trainers)
-    recreated = next(x for x in job["status"]["conditions"] if x["type"] == "InPlaceRestart")
-    assert (recreated["status"], recreated["reason"]) == ("False", "GangRecreated"), recreated
-    assert "RestartAllContainersOnContainerExits" in recreated["message"], recreated
     report = verify_rljob_run(
         job, pool.records(), checkpoints, megatron_reference,
         [("Disruption", {"PreemptionByScheduler"})],

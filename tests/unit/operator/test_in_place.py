@@ -165,7 +165,9 @@ def test_without_the_field_or_on_a_kubelet_without_restart_rules_the_gang_is_rec
     assert on_old.delete == ["grpo-a0-n0"] and not on_old.stop_in_place
     recreated = condition(on_old.status, ConditionType.IN_PLACE_RESTART)
     assert recreated["status"] == "False" and recreated["reason"] == "GangRecreated"
-    assert RESTART_RULES_FEATURE in recreated["message"]
+    assert "grpo-a0-n1: it is being deleted" in recreated["message"]  # every pod's why
+    assert f"grpo-a0-n0: its node gpu-node-0 does not declare {RESTART_RULES_FEATURE}" in (
+        recreated["message"])  # fmt: skip
     assert off.delete == ["grpo-a0-n0"] and not off.stop_in_place
     assert condition(off.status, ConditionType.IN_PLACE_RESTART) is None
 

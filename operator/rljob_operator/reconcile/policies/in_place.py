@@ -49,8 +49,8 @@ def keep_survivors(p: Pass, spec: JobSpec, seen: Observed) -> list[str]:
     why = why_not_in_place(p, spec)
     staying = {rank: s for rank, s in seen.stay.items() if s.why_not is None}
     if why is None and not staying:
-        first = min(seen.stay.items(), default=None)
-        why = f"no pod can stay ({first[1].name}: {first[1].why_not})" if first else "no pod left"
+        each = "; ".join(f"{s.name}: {s.why_not}" for _, s in sorted(seen.stay.items()))
+        why = f"no pod can stay ({each})" if each else "no pod left"
     elif why is None and len(staying) == spec.nnodes:
         why = "no pod of the gang was lost"
     if why:
