@@ -418,10 +418,15 @@ def run_worker(flags: list[str], notice: Notice) -> int:
 def forget_an_earlier_run(notice: Notice) -> None:
     """A container restarted in its pod (rljob's in-place restart) finds the notice file and
     the driver marker of the run before in the pod's emptyDir: they are not this run's, and
-    would have the new run save and stop at once, or the head taken for Ready."""
+    would have the new run save and stop at once, or the head taken for Ready. One that cannot
+    be removed is left, said on stderr: the node starts as it would without this."""
     for path in (notice.file, os.environ.get(contract.ENV_RAY_DRIVER_MARKER)):
-        if path:
-            Path(path).unlink(missing_ok=True)
+        try:
+            if path:
+                Path(path).unlink(missing_ok=True)
+        except OSError as exc:
+            print(f"rljob: cannot remove {path} of an earlier run: {exc}", file=sys.stderr,
+                  flush=True)  # fmt: skip
 
 
 def listen_for_notice(notice: Notice) -> None:

@@ -50,7 +50,7 @@ if opt("--message"):
 note(f"ran-{attempt}.json", json.dumps({"args": opts, "env": dict(os.environ)}))
 if "--hold" in opts:
     while True:
-        time.sleep(0.05)
+        time.sleep(0.05)  # not a test wait: the trainer holds until it is signalled
 sys.exit(int(opt("--exit", "0")))
 """).substitute(attempt=repr(contract.ENV_ATTEMPT), log=repr(contract.ENV_TERMINATION_LOG))
 COMMAND = [sys.executable, "-c", TRAINER]  # the launcher's command: the wrapper's first N words

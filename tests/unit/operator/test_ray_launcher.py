@@ -426,3 +426,16 @@ def test_a_node_restarted_in_its_pod_forgets_the_notice_and_driver_marker_of_the
 
     assert not notice_file.exists() and not marker.exists()
     assert other.exists()  # Ray's own files are Ray's
+
+
+def test_a_file_of_an_earlier_run_that_cannot_be_removed_leaves_the_node_to_start(
+    tmp_path, monkeypatch, capsys
+):
+    stuck = tmp_path / "notice"
+    stuck.mkdir()  # a folder where the notice file would be: unlink fails
+    monkeypatch.setenv(contract.ENV_NOTICE_FILE, str(stuck))
+    monkeypatch.delenv(contract.ENV_RAY_DRIVER_MARKER, raising=False)
+
+    ray_node.forget_an_earlier_run(ray_node._notice_from_env())
+
+    assert stuck.is_dir() and f"cannot remove {stuck}" in capsys.readouterr().err
