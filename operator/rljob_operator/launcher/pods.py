@@ -128,14 +128,13 @@ def _volumes(
             },
         },
     ]
-    if spec.restart_policy.in_place:
-        volumes[1]["downwardAPI"]["items"].append(in_place.RUN_FILE_ITEM)
     mounts = [
         {"name": c.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path},
         {"name": c.PODINFO_VOLUME, "mountPath": contract.PODINFO_MOUNT_PATH, "readOnly": True},
     ]
     launcher_volumes, launcher_mounts = launcher_of(spec).volumes(spec, job, secret)
-    if spec.restart_policy.in_place:
+    if spec.restart_policy.in_place:  # the run file beside the request, and the state dir
+        volumes[1]["downwardAPI"]["items"].append(in_place.RUN_FILE_ITEM)
         state, state_mount = in_place.state_volume_and_mount()
         launcher_volumes, launcher_mounts = (
             [*launcher_volumes, state],

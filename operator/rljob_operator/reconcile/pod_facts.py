@@ -208,15 +208,15 @@ def sort_pods(
     active: list[PodFacts] = []
     stay: dict[int, Staying] = {}
     kept: list[Kept] = []
+    in_place = spec.restart_policy.in_place
     for pod in pods:
         meta = pod["metadata"]
         labels = meta.get("labels", {})
         node_name = pod.get("spec", {}).get("nodeName")
         node = nodes.get(node_name) if node_name else None
         if labels.get(c.LABEL_ATTEMPT) != str(attempt):
-            ended = run_ended(pod)
-            if kept_for(pod, attempt) and not meta.get("deletionTimestamp"):
-                rank = int(labels[c.LABEL_NODE_RANK])
+            if in_place and kept_for(pod, attempt) and not meta.get("deletionTimestamp"):
+                ended, rank = run_ended(pod), int(labels[c.LABEL_NODE_RANK])
                 kept.append(Kept(meta["name"], rank, ended, restarts(pod), stays(pod, node)))
                 if not ended:
                     stale_unended.append(meta["name"])
@@ -229,7 +229,8 @@ def sort_pods(
         end = classify_facts(pod_facts, spec.restart_policy)
         rank = int(labels[c.LABEL_NODE_RANK])
         current[rank] = end
-        stay[rank] = Staying(meta["name"], stays(pod, node), run_restarts(pod))
+        if in_place:  # what only an in-place restart reads: off the pass of any other job
+            stay[rank] = Staying(meta["name"], stays(pod, node), run_restarts(pod))
         if pod_facts.ready:
             ready.add(rank)
         if rank == 0:  # the trainer's pod on every launcher: a Ray gang's head has the probe
