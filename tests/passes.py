@@ -34,13 +34,13 @@ def with_status(job: dict[str, Any], status: JobStatus | dict[str, Any]) -> dict
 def snapshot(
     job: dict[str, Any], pods: list[dict[str, Any]], nodes: Nodes, now: datetime,
     admission: Admission | None = None, shared: frozenset[tuple[str, str]] = frozenset(),
-    **setup: Any,
+    in_place_nodes: int = 0, **setup: Any,
 ) -> Snapshot:  # fmt: skip
     """The pass's snapshot of `job`, as the cache would show it: its `pods`, its trainers'
-    `nodes`, Kueue's `admission` of its attempt and what it owns (`shared`); `setup`: Setup's
-    fields."""
-    return take_snapshot(JobView(job, pods, shared, nodes, KueueView(admission)), now,
-                         Setup(**setup))  # fmt: skip
+    `nodes`, Kueue's `admission` of its attempt, what it owns (`shared`) and how many of the
+    cluster's nodes take a pod with rljob's restart rule; `setup`: Setup's fields."""
+    view = JobView(job, pods, shared, nodes, KueueView(admission), in_place_nodes)
+    return take_snapshot(view, now, Setup(**setup))
 
 
 def decide(

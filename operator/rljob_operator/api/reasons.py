@@ -52,7 +52,9 @@ class ConditionType(StrEnum):
     # Jobs with spec.restartPolicy.inPlace, from their first recovery: True where the last
     # one kept the pods that were not lost and restarted their trainers in them, False where
     # it recreated the whole gang, with why (the launcher, a PodGroup or a Kueue queue per
-    # attempt, a kubelet without container restart rules, no pod left to keep).
+    # attempt, a kubelet without container restart rules, no pod left to keep). From the
+    # first gang made without rljob's restart rule, where too few nodes declare the feature:
+    # False (FeatureMissing), each recovery recreating the gang.
     IN_PLACE_RESTART = "InPlaceRestart"
 
 
@@ -116,6 +118,8 @@ class Reason(StrEnum):
     BOOST_CEILING_UNKNOWN = "BoostCeilingUnknown"  # the classes cannot be listed: held at 0
     PODS_KEPT = "PodsKept"  # the pods that were not lost stay, their trainers restarted in them
     GANG_RECREATED = "GangRecreated"  # in place was asked for, and could not be
+    # Too few nodes take a pod with the restart rule: the gang is made as without inPlace.
+    FEATURE_MISSING = "FeatureMissing"
     # Events only.
     FRESH_START = "FreshStart"
     RUNNING = "Running"

@@ -99,6 +99,15 @@ def restarts_in_place(node: dict[str, Any]) -> bool:
     return RESTART_RULES_FEATURE in ((node.get("status") or {}).get("declaredFeatures") or [])
 
 
+def takes_in_place_pods(node: dict[str, Any]) -> bool:
+    """Whether a new pod with rljob's restart rule can go to the node now: its kubelet declares
+    the feature (the scheduler's NodeDeclaredFeatures filter places such a pod nowhere else),
+    it is Ready and not cordoned."""
+    ready = (node_ready_condition(node) or {}).get("status") == "True"
+    cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+    return ready and not cordoned and restarts_in_place(node)
+
+
 def node_states(
     nodes: Mapping[str, dict[str, Any] | None], now: datetime
 ) -> dict[str, NodeState | None]:

@@ -75,8 +75,9 @@ def stays(pod: dict[str, Any], node: NodeState | None) -> str | None:
         return "it is to be stopped (its DisruptionTarget or Kueue's stop condition)"
     if not has_restart_rule(pod):
         return (
-            "it has no restart rule of rljob's (its gang was made before inPlace was set, "
-            "or the API server dropped the rule: ContainerRestartRules off)"
+            "it has no restart rule of rljob's (its gang was made before inPlace was set, or "
+            "where too few nodes declared the feature, or the API server dropped the rule: "
+            "ContainerRestartRules off)"
         )
     if node is None:
         return "its node is gone"
@@ -137,6 +138,9 @@ class Observed:
     # Pods of the current attempt that could stay for the next one, by rank.
     stay: dict[int, Staying] = field(default_factory=dict)
     kept: tuple[Kept, ...] = ()  # pods of an ended gang kept for the current attempt
+    # Whether the current attempt's pods carry rljob's restart rule (None: it has none yet):
+    # a gang's pods are all made alike, so its next pods follow them.
+    restart_rule: bool | None = None
 
     @cached_property
     def disruptions(self) -> list[PodEnd]:
@@ -208,6 +212,7 @@ def sort_pods(
     active: list[PodFacts] = []
     stay: dict[int, Staying] = {}
     kept: list[Kept] = []
+    ruled: set[bool] = set()  # whether each pod of the current attempt has the restart rule
     in_place = spec.restart_policy.in_place
     for pod in pods:
         meta = pod["metadata"]
@@ -231,6 +236,7 @@ def sort_pods(
         current[rank] = end
         if in_place:  # what only an in-place restart reads: off the pass of any other job
             stay[rank] = Staying(meta["name"], stays(pod, node), run_restarts(pod))
+            ruled.add(has_restart_rule(pod))
         if pod_facts.ready:
             ready.add(rank)
         if rank == 0:  # the trainer's pod on every launcher: a Ray gang's head has the probe
@@ -272,6 +278,7 @@ def sort_pods(
         stale_unended=tuple(sorted(stale_unended)),
         asked_for_later=asked_for_later(asked_by, deadline),
         stay=stay, kept=tuple(sorted(kept, key=lambda k: k.rank)),
+        restart_rule=any(ruled) if ruled else None,
     )  # fmt: skip
 
 

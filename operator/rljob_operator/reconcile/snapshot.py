@@ -1,9 +1,10 @@
 """What one pass reads, taken once at its start: the job, its spec parsed and checked, its
-status parsed, its pods split by role, what it owns across attempts, their nodes, Kueue's
-admission, what the priority boost reads, what the API server serves, and the time. Every
-decision of the pass reads this and nothing else, however often the pass decides again after
-a look at the checkpoints (reconcile.run gathers it). It is built once, from the cache's one
-view of the job, and its taking writes nothing."""
+status parsed, its pods split by role, what it owns across attempts, their nodes (and how
+many of the cluster's take an in-place pod), Kueue's admission, what the priority boost
+reads, what the API server serves, and the time. Every decision of the pass reads this and
+nothing else, however often the pass decides again after a look at the checkpoints
+(reconcile.run gathers it). It is built once, from the cache's one view of the job, and its
+taking writes nothing."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ class Snapshot:
     admission: Admission | None = None  # why Kueue has not admitted the attempt, where it says
     settings: Settings = DEFAULT_SETTINGS  # the administrator's
     boost: BoostFacts | None = None  # where the job wants a priority boost
+    # The cluster's nodes that take a pod with rljob's restart rule now (Ready, not cordoned,
+    # their kubelet declaring the feature): whether a new gang can restart in place.
+    in_place_nodes: int = 0
     # 128 random bits drawn for this pass: the name of a Secret that nobody may know before
     # rljob makes it (launcher.ray.token_secret_name).
     nonce: str = field(default_factory=lambda: secrets.token_hex(16))
@@ -116,4 +120,5 @@ def take_snapshot(
         admission=view.kueue.admission,
         settings=setup.settings,
         boost=boost,
+        in_place_nodes=view.in_place_nodes,
     )

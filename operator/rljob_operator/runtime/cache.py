@@ -21,7 +21,12 @@ from typing import Any
 from .. import constants as c
 from ..api.status import find_condition
 from ..launcher.identity import attempt_name, job_of_attempt_name
-from ..preemption.nodes import NodeTermination, node_ready_condition, node_termination
+from ..preemption.nodes import (
+    NodeTermination,
+    node_ready_condition,
+    node_termination,
+    takes_in_place_pods,
+)
 from ..queueing import Admission
 
 # What the cache keeps of a Kueue Workload's spec: its priority and where it comes from.
@@ -146,6 +151,7 @@ class JobView:
     shared: frozenset[tuple[str, str]]  # (kind, name) of what it owns across attempts
     nodes: dict[str, dict[str, Any] | None]  # the trainers' nodes; None: not in the cache
     kueue: KueueView = KueueView()  # of the attempt the job's status names
+    in_place_nodes: int = 0  # the cluster's nodes that take a pod with rljob's restart rule now
 
 
 class ClusterCache:
@@ -157,6 +163,9 @@ class ClusterCache:
         self._shared = {kind: Store() for kind in c.SHARED_KINDS}  # names and labels only
         self._shared_by_job: dict[Key, set[tuple[str, str]]] = {}  # job -> (kind, name)
         self._nodes = Store()
+        # The nodes that take a pod with rljob's restart rule now (takes_in_place_pods), kept as
+        # their events come: a pass reads how many, never walks every node.
+        self._in_place_nodes: set[str] = set()
         self._admissions: dict[Key, Admission] = {}  # Kueue pod group -> why not admitted
         self._boosts = Store()  # Kueue pod group -> its Workload's boost, priority and owners
         self._classes = {
@@ -228,7 +237,8 @@ class ClusterCache:
             # The attempt as JobStatus reads it: the pod group is named after it.
             attempt = (job.get("status") or {}).get("attempt", 0)
             kueue = self._kueue(namespace, attempt_name(name, attempt))
-        return JobView(job, pods, shared, nodes, kueue)
+            in_place_nodes = len(self._in_place_nodes)
+        return JobView(job, pods, shared, nodes, kueue, in_place_nodes)
 
     def replace_pods(
         self, pods: list[dict[str, Any]], revision: str, namespace: str | None = None
@@ -368,6 +378,7 @@ class ClusterCache:
             old = self._nodes.objects.get(("", name))
             if not self._nodes.apply(event_type, node):
                 return []
+            self._note_in_place_node(name)
             if (
                 event_type != DELETED
                 and old is not None
@@ -380,7 +391,17 @@ class ClusterCache:
         """Take a full list; the jobs with pods on nodes that came, went or changed."""
         with self._lock:
             touched = self._nodes.replace(nodes, revision)
+            for _, name in touched:
+                self._note_in_place_node(name)
             return self._jobs_on_locked({name for _, name in touched})
+
+    def _note_in_place_node(self, name: str) -> None:
+        """Count the node among those that take in-place pods, or not, as the store holds it."""
+        node = self._nodes.objects.get(("", name))
+        if node is not None and takes_in_place_pods(node):
+            self._in_place_nodes.add(name)
+        else:
+            self._in_place_nodes.discard(name)
 
     def _jobs_on_locked(self, node_names: set[str]) -> list[Key]:
         return sorted(

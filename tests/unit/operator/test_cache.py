@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rljob_operator import constants as c
+from rljob_operator.preemption.nodes import RESTART_RULES_FEATURE
 from rljob_operator.runtime.cache import DELETED, ClusterCache, JobView
 
 
@@ -82,6 +83,30 @@ def test_a_node_wakes_only_the_jobs_with_pods_there_and_only_when_readiness_chan
     assert cache.on_node("MODIFIED", node("n0", "Unknown", rv=2)) == []  # stale
     assert cache.on_node(DELETED, node("n0", "Unknown", rv=4)) == [("ns", "a")]
     assert cache.view("ns", "a").nodes == {"n0": None}  # its pod's node is gone
+
+
+def test_a_view_counts_the_nodes_that_take_an_in_place_pod_as_their_events_and_lists_say():
+    def declaring(name: str, ready: str, rv: int = 1) -> dict:
+        made = node(name, ready, rv)
+        made["status"]["declaredFeatures"] = [RESTART_RULES_FEATURE]
+        return made
+
+    cache = ClusterCache()
+    cache.on_job(None, job("a", 1))
+    cache.on_node(None, declaring("n0", "True"))
+    cache.on_node(None, declaring("n1", "True"))
+    cache.on_node(None, node("n2", "True"))  # an older kubelet
+    assert cache.view("ns", "a").in_place_nodes == 2
+    cache.on_node("MODIFIED", declaring("n1", "Unknown", rv=2))
+    assert cache.view("ns", "a").in_place_nodes == 1
+    cordoned = declaring("n0", "True", rv=2)
+    cordoned["spec"] = {"unschedulable": True}
+    cache.on_node("MODIFIED", cordoned)
+    assert cache.view("ns", "a").in_place_nodes == 0
+    cache.replace_nodes([declaring("n0", "True", rv=3), declaring("n3", "True")], "10")
+    assert cache.view("ns", "a").in_place_nodes == 2  # n1 went while the watch was away
+    cache.on_node(DELETED, declaring("n3", "True", rv=11))
+    assert cache.view("ns", "a").in_place_nodes == 1
 
 
 def test_a_termination_notice_on_a_node_wakes_its_jobs_at_once():

@@ -7,6 +7,7 @@ import copy
 import json
 from datetime import timedelta
 
+import pytest
 from builders import NOW, make_job, make_node, make_pod
 from passes import decide, with_status
 from rljob_contract import (
@@ -18,7 +19,7 @@ from rljob_contract import (
 )
 from rljob_contract.in_place import parse_word
 from rljob_operator import constants as c
-from rljob_operator.api.reasons import ConditionType, Phase
+from rljob_operator.api.reasons import ConditionType, EventType, Phase
 from rljob_operator.api.spec import parse_spec
 from rljob_operator.api.timestamps import iso
 from rljob_operator.launcher import in_place
@@ -28,8 +29,9 @@ from rljob_operator.launcher.pods import (
     desired_pod,
     run_in_place,
 )
-from rljob_operator.preemption.nodes import RESTART_RULES_FEATURE
+from rljob_operator.preemption.nodes import RESTART_RULES_FEATURE, takes_in_place_pods
 from rljob_operator.reconcile.plan import LookupResult
+from rljob_operator.reconcile.policies.in_place import restart_rule_withheld
 from rljob_operator.reconcile.snapshot import job_ref
 
 IN_PLACE = {"inPlace": True}
@@ -219,6 +221,7 @@ def test_once_the_survivors_run_ended_only_the_lost_rank_is_made_and_the_survivo
     word = parse_word(patch["annotations"][RUN_ANNOTATION])
     new_pod = next(p for p in plan.create if p["kind"] == "Pod")
     assert list(word.args) == new_pod["spec"]["containers"][0]["args"]  # the same resume switch
+    assert in_place.has_restart_rule(new_pod)  # as the kept pod, however many nodes declare it
     assert word.env == {ENV_RESUME_DIR: "/ckpt/global_step_7", ENV_RESUME_STEP: "7"}
     assert (word.attempt, word.restarts) == (1, 1)
     (recovery,) = plan.status.recoveries
@@ -277,3 +280,138 @@ def test_the_word_round_trips_and_a_malformed_one_is_no_word():
     assert (word.attempt, word.args, word.env, word.restarts) == (3, ("--a",), {"X": None}, 2)
     assert parse_word(json.dumps({"attempt": 3, "restarts": -1})) is None
     assert parse_word("{") is None
+
+
+# --------------------------------------------------------------------------- too few nodes
+FRESH = LookupResult(None, detail="no complete checkpoint yet")
+
+
+def new_pods(plan) -> list[dict]:
+    return [p for p in plan.create if p["kind"] == "Pod"]
+
+
+def test_a_node_takes_an_in_place_pod_where_it_declares_the_feature_is_ready_and_not_cordoned():
+    cordoned = restarting_node("n")
+    cordoned["spec"]["unschedulable"] = True
+
+    assert takes_in_place_pods(restarting_node("n"))
+    assert not takes_in_place_pods(make_node("n"))  # a kubelet before 1.36, or a node agent
+    assert not takes_in_place_pods(cordoned)
+    not_ready = make_node("n", ready=False)
+    not_ready["status"]["declaredFeatures"] = [RESTART_RULES_FEATURE]
+    assert not takes_in_place_pods(not_ready)
+
+
+@pytest.mark.parametrize(
+    ("nnodes", "in_place_nodes", "made", "withheld"),
+    [
+        (2, 0, None, "no Ready node declares"),
+        (2, 1, None, "Ready nodes that declare RestartAllContainersOnContainerExits: 1, fewer"),
+        (2, 2, None, None),
+        (2, 5, None, None),
+        (2, 5, False, "the gang's first pods were made without it"),  # the gang's pods alike
+        (2, 0, True, None),
+    ],
+)
+def test_the_restart_rule_is_withheld_where_fewer_nodes_than_pods_take_it(
+    nnodes, in_place_nodes, made, withheld
+):
+    why = restart_rule_withheld(nnodes, in_place_nodes, made)
+
+    assert why == withheld if withheld is None else withheld in why
+
+
+def test_where_no_node_declares_the_feature_the_gang_is_made_as_without_in_place_and_says_so():
+    asked = make_job(restartPolicy=IN_PLACE)
+    plain = make_job()
+
+    plan = decide(asked, [], {}, NOW, FRESH, in_place_nodes=0)
+    as_plain = decide(plain, [], {}, NOW, FRESH, in_place_nodes=0)
+
+    assert new_pods(plan) == new_pods(as_plain)  # no wrapper, rule, run file, state dir, env
+    assert len(new_pods(plan)) == 2
+    assert not any(in_place.has_restart_rule(pod) for pod in new_pods(plan))
+    said = condition(plan.status, ConditionType.IN_PLACE_RESTART)
+    assert (said["status"], said["reason"]) == ("False", "FeatureMissing")
+    assert RESTART_RULES_FEATURE in said["message"]
+    assert "each recovery recreates the gang" in said["message"]
+    (warning,) = [e for e in plan.events if e.reason == "FeatureMissing"]
+    assert warning.type == EventType.WARNING and warning.message == said["message"]
+    assert condition(as_plain.status, ConditionType.IN_PLACE_RESTART) is None
+
+
+def test_where_a_node_per_pod_declares_the_feature_the_gang_carries_the_rule():
+    job = make_job(restartPolicy=IN_PLACE)
+
+    enough = decide(job, [], {}, NOW, FRESH, in_place_nodes=2)
+    too_few = decide(job, [], {}, NOW, FRESH, in_place_nodes=1)
+
+    assert all(in_place.has_restart_rule(pod) for pod in new_pods(enough))
+    assert condition(enough.status, ConditionType.IN_PLACE_RESTART) is None
+    assert not any(in_place.has_restart_rule(pod) for pod in new_pods(too_few))
+    assert condition(too_few.status, ConditionType.IN_PLACE_RESTART)["reason"] == "FeatureMissing"
+
+
+def made_without_the_rule(job):
+    """The job once its attempt 0 was made where no node declares the feature, and its gang
+    running on nodes that (by now) do."""
+    made = decide(job, [], {}, NOW, FRESH, in_place_nodes=0)
+    job = with_status(job, {**made.status.to_dict(), "phase": Phase.RUNNING})
+    pods = [make_pod(job, 0, rank, node=f"gpu-node-{rank}") for rank in range(2)]
+    for pod, rendered in zip(pods, new_pods(made), strict=True):
+        pod["spec"] = {**rendered["spec"], "nodeName": pod["spec"]["nodeName"]}
+    return job, pods
+
+
+def test_a_gang_made_without_the_rule_is_recreated_whole_and_the_condition_keeps_its_why():
+    job, pods = made_without_the_rule(make_job(restartPolicy=IN_PLACE))
+    pods[1]["metadata"]["deletionTimestamp"] = "2026-11-29T11:59:00Z"
+
+    plan = decide(job, pods, NODES, NOW, in_place_nodes=2)
+
+    assert plan.status.attempt == 1 and plan.status.preemptions == 1
+    assert plan.delete == ["grpo-a0-n0"] and not plan.stop_in_place  # never kept
+    before = next(x for x in job["status"]["conditions"] if x["type"] == "InPlaceRestart")
+    said = condition(plan.status, ConditionType.IN_PLACE_RESTART)
+    assert (said["reason"], said["message"]) == ("FeatureMissing", before["message"])
+
+
+def test_the_next_gang_where_the_feature_is_still_missing_says_it_again_without_a_second_event():
+    job, _ = made_without_the_rule(make_job(restartPolicy=IN_PLACE))
+    ended = with_status(job, {**job["status"], "attempt": 1, "attemptCreationTime": None})
+
+    plan = decide(ended, [], {}, NOW + timedelta(seconds=30), FRESH, in_place_nodes=0)
+
+    assert len(new_pods(plan)) == 2
+    assert not any(in_place.has_restart_rule(pod) for pod in new_pods(plan))
+    said = condition(plan.status, ConditionType.IN_PLACE_RESTART)
+    assert said["reason"] == "FeatureMissing" and said["message"].startswith("attempt 1: ")
+    assert not [e for e in plan.events if e.reason == "FeatureMissing"]
+
+
+def test_once_the_nodes_declare_the_feature_the_next_gang_carries_the_rule_again():
+    job, _ = made_without_the_rule(make_job(restartPolicy=IN_PLACE))
+    ended = with_status(job, {**job["status"], "attempt": 1, "attemptCreationTime": None})
+
+    plan = decide(ended, [], {}, NOW + timedelta(seconds=30), FRESH, in_place_nodes=3)
+
+    assert all(in_place.has_restart_rule(pod) for pod in new_pods(plan))
+    said = condition(plan.status, ConditionType.IN_PLACE_RESTART)
+    assert (said["status"], said["reason"]) == ("False", "GangRecreated")
+    assert "again" in said["message"]
+
+
+def test_a_gang_partly_made_without_the_rule_gets_its_other_pods_alike():
+    """The pass that made rank 0's pod had its status write fail: the next one makes rank 1,
+    now that nodes declare the feature, without the rule as rank 0."""
+    job = make_job(restartPolicy=IN_PLACE)
+    made = decide(job, [], {}, NOW, FRESH, in_place_nodes=0)
+    rank0 = {**new_pods(made)[0], "status": {"phase": "Pending"}}
+
+    plan = decide(job, [rank0], {}, NOW, FRESH, in_place_nodes=2)
+
+    assert [p["metadata"]["name"] for p in new_pods(plan)] == ["grpo-a0-n1"]
+    assert not in_place.has_restart_rule(new_pods(plan)[0])
+    said = condition(plan.status, ConditionType.IN_PLACE_RESTART)
+    assert said["reason"] == "FeatureMissing" and "first pods were made without it" in (
+        said["message"])  # fmt: skip

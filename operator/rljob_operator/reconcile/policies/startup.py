@@ -32,7 +32,7 @@ from ..lookup.wait import lookup_answered, lookup_pending
 from ..plan import LookupPending, LookupResult, Pass
 from ..pod_facts import Observed
 from .goodput import retimed_at_recovery
-from .in_place import restart_kept
+from .in_place import rendered_spec, restart_kept
 from .recovery import record_gang_creation
 from .suspicion import suspect_checkpoint
 from .under_way import waiting_for_the_gang
@@ -121,8 +121,9 @@ def _create_gang(
     status, attempt = p.status, p.status.attempt
     group = attempt_name(p.ref.name, attempt) if gang.wanted(spec, p.snap.workload_api) else None
     secret_name = status.ray_token_secret
+    rendered = rendered_spec(p, spec, seen)  # without the restart rule where nodes lack it
     try:
-        pods = desired_pods(spec, p.ref, attempt, resume, Placement(group, p.snap.queue),
+        pods = desired_pods(rendered, p.ref, attempt, resume, Placement(group, p.snap.queue),
                             secret_name)  # fmt: skip
     except SpecError as exc:  # the template sets what this attempt's placement does
         p.fail(Reason.INVALID_SPEC, str(exc))
