@@ -3,8 +3,9 @@
 
 Each test runs one job and interrupts it at a random step (seeded: the session's seed is
 printed, RLJOB_E2E_SEED repeats it): the shapes 2 nodes x 1 process and 1 node x 2
-processes, and the disruptions scheduler preemption (twice in a row), SIGKILL in the
-middle of a checkpoint save followed by an eviction, and the deletion of a node. Each
+processes, and the disruptions scheduler preemption (twice in a row, and once of a job that
+asks for in-place restarts, which node agents cannot give), SIGKILL in the middle of a
+checkpoint save followed by an eviction, and the deletion of a node. Each
 recovery must resume from the newest checkpoint the trainers sealed, each job must
 succeed with weights bitwise equal to the uninterrupted reference, and nothing may be
 left behind.
@@ -16,6 +17,7 @@ from e2e_steps import (
     REPORTS,
     SAVE_INTERVAL,
     assert_nothing_left,
+    attempts_of,
     create_job,
     delete_pods,
     evict,
@@ -29,6 +31,8 @@ from e2e_steps import (
     wait_succeeded,
 )
 from rljob_operator import constants as c
+from rljob_operator.launcher import in_place
+from rljob_operator.preemption.nodes import RESTART_RULES_FEATURE
 from rljob_testenv.ports import free_port
 from rljob_testenv.scenario import preemptor_pod
 from rljob_trainer.faults import ENV_TEST_KILL_BEFORE_MANIFEST
@@ -80,15 +84,22 @@ def test_megatron_tensor_parallel_gang_across_two_nodes_preempted_resumes_bit_ex
     e2e_operator,
 ):  # fmt: skip
     """backend: megatron, one model split over two nodes (TP2): the operator tells the trainer
-    its backend, finds the newest sealed Megatron save and resumes it bit-exactly."""
+    its backend, finds the newest sealed Megatron save and resumes it bit-exactly. The job
+    asks for in-place restarts, which node agents cannot give (their nodes declare no
+    RestartAllContainersOnContainerExits): its pods are made as without it (no wrapper, no
+    restart rule, else the scheduler would leave them Pending), the preempted gang is
+    recreated whole, and the InPlaceRestart condition says why."""
     low, high = priority_classes
     pool = agents(3, gpus=1)
     port = free_port()
     checkpoints = claim / experiment_path(JOB) / "checkpoints"
     body = rljob_job(JOB, 2, 1, port, namespace, priority_class=low, backend="megatron")
+    body["spec"]["restartPolicy"]["inPlace"] = True
     create_job(api_client, namespace, body)
     try:
         gang = running_gang(core, namespace, 0, 2)
+        rules = [x.restart_policy_rules for pod in gang for x in pod.spec.containers]
+        assert rules == [None, None], rules
         preempt_after = wait_step(checkpoints, rng.randint(SAVE_INTERVAL + 1, 12), attempt=0)
         victim = rng.choice(gang).spec.node_name
         core.create_namespaced_pod(namespace, preemptor_pod("urgent", victim, high, 1))
@@ -97,6 +108,12 @@ def test_megatron_tensor_parallel_gang_across_two_nodes_preempted_resumes_bit_ex
         delete_pods(core, namespace, "app=preemptor")
     trainers = [r for r in pool.records() if r.labels.get(c.LABEL_ROLE) == c.ROLE_TRAINER]
     assert trainers and all(r.env["RLJOB_BACKEND"] == "megatron" for r in trainers)
+    assert not any(in_place.WRAPPER in " ".join(r.argv) for r in trainers)
+    first, second = (attempts_of(trainers, JOB)[k] for k in (0, 1))
+    assert len(second) == 2 and not {r.uid for r in first} & {r.uid for r in second}
+    said = next(x for x in job["status"]["conditions"] if x["type"] == "InPlaceRestart")
+    assert (said["status"], said["reason"]) == ("False", "FeatureMissing"), said
+    assert RESTART_RULES_FEATURE in said["message"], said
     report = verify_rljob_run(
         job, pool.records(), checkpoints, megatron_reference,
         [("Disruption", {"PreemptionByScheduler"})],
