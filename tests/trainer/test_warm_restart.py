@@ -24,6 +24,7 @@ from helpers import (
     metrics,
     run,
     start,
+    trainer_command,
     wait_for_step,
 )
 from kube_steps import free_port, wait_for
@@ -79,6 +80,12 @@ def resume_env(folder: Path, step: int) -> dict[str, str]:
     return {contract.ENV_RESUME_DIR: str(folder), contract.ENV_RESUME_STEP: str(step)}
 
 
+def resume_run(gang: Gang, attempt: int, folder: Path, step: int, *extra: str) -> RunWord:
+    """The operator's run for a kept pod: the trainer's arguments with the resume switch."""
+    args = trainer_command(gang.folder, [*CONFIG, *extra, f"runner.resume_dir={folder}"], 1)[3:]
+    return RunWord(attempt, args=tuple(args), env=resume_env(folder, step))
+
+
 def lose_rank(gang: Gang, ranks: dict[int, Run], lost: int) -> tuple[Path, int]:
     """The lost rank's pod is told to go after step 3: the gang saves, the lost rank ends with
     75 and the other holds. The folder of the save on notice and its step."""
@@ -105,7 +112,7 @@ def test_the_kept_rank_restarts_warm_and_the_run_is_bit_exact(
     folder, step = lose_rank(gang, ranks, lost)
     kept = 1 - lost
     gang.name_run(kept, RunWord(1))  # the operator's stop word comes first: the rank waits on
-    gang.name_run(kept, RunWord(1, args=(), env=resume_env(folder, step)))
+    gang.name_run(kept, resume_run(gang, 1, folder, step))
     replacement = gang.start(lost, 1, resume_env(folder, step))
     assert replacement.wait(180) == 0, replacement.log()[-3000:]
     assert ranks[kept].wait(60) == 0, ranks[kept].log()[-3000:]
@@ -139,8 +146,7 @@ def test_a_run_that_changes_the_configuration_gets_a_new_process(tmp_path: Path)
     gang = Gang(tmp_path)
     ranks = {rank: gang.start(rank, 0) for rank in (0, 1)}
     folder, step = lose_rank(gang, ranks, lost=1)
-    changed = {**resume_env(folder, step), contract.ENV_MAX_TO_KEEP: "1"}
-    gang.name_run(0, RunWord(1, args=(), env=changed))
+    gang.name_run(0, resume_run(gang, 1, folder, step, "runner.max_num_checkpoints=1"))
     assert ranks[0].wait(60) == contract.EXIT_CHECKPOINTED_ON_REQUEST
     assert "attempt 1 changes runner.max_num_checkpoints: this process ends" in ranks[0].log()
 
@@ -161,7 +167,7 @@ def test_the_operators_word_alone_stops_a_warm_gang_which_saves_and_holds(
     folder = ranks[0].checkpoint_dir / f"global_step_{step}"
     assert "the operator named attempt 1" in ranks[0].log()
     for rank in (0, 1):
-        gang.name_run(rank, RunWord(1, args=(), env=resume_env(folder, step)))
+        gang.name_run(rank, resume_run(gang, 1, folder, step))
     for rank in (0, 1):
         assert ranks[rank].wait(180) == 0, ranks[rank].log()[-3000:]
         assert "resumed from" not in ranks[rank].log()

@@ -6,9 +6,9 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from rljob_trainer.config import ConfigError, load_config
+from rljob_trainer.config import ConfigError, TrainerConfig, load_config
 from rljob_trainer.place import GangError, place_from_env
 
 
@@ -48,7 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from rljob_trainer.backends import run  # torch is imported only once the config is valid
 
-    return run(cfg, lambda env: load_config(args.config, args.overrides, env))
+    return run(cfg, reload)
+
+
+def reload(argv: Sequence[str], env: Mapping[str, str]) -> TrainerConfig:
+    """The configuration a later run's arguments and environment give (a warm restart)."""
+    args = parse_args(argv)
+    return load_config(args.config, args.overrides, env)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import rljob_contract as contract
 from rljob_contract import progress
 
 from rljob_trainer import warm
-from rljob_trainer.config import TrainerConfig
+from rljob_trainer.config import ConfigError, TrainerConfig
 from rljob_trainer.faults import Faults
 from rljob_trainer.gang import Gang, choose_device
 from rljob_trainer.place import place_from_env
@@ -33,7 +33,8 @@ BACKENDS: dict[str, str] = {
 }
 
 
-Reload = Callable[[Mapping[str, str]], TrainerConfig]
+# The configuration a run's arguments and environment give (__main__'s parsing).
+Reload = Callable[[Sequence[str], Mapping[str, str]], TrainerConfig]
 
 
 def backend(name: str) -> type[Trainer]:
@@ -48,7 +49,7 @@ def run(cfg: TrainerConfig, reload: Reload) -> int:
     "resumed from" line), so that where a start's time goes can be read from any run's log
     (benchmarks/first_step.py). In a warm gang (`rljob_trainer.gang`) a run that stopped on
     request may go on in this process as the next attempt (`hold`); `reload` reads the
-    configuration again with that attempt's environment."""
+    configuration of that attempt's arguments and environment."""
     trainer_class = backend(cfg.runner.backend)
     log.info("startup: imports done (torch, the %s backend)", cfg.runner.backend)
     place = place_from_env(os.environ)
@@ -114,11 +115,22 @@ def hold(trainer: Trainer, gang: Gang, reload: Reload) -> Trainer | None:
         return None
     run_env = dict(os.environ)
     warm.take_env(word, run_env)
-    cfg = reload(run_env)
+    try:  # the run's arguments are the trainer's (torchrun passes them on as they are)
+        cfg = reload(word.args or (), run_env)
+    except (ConfigError, SystemExit) as exc:  # argparse exits on arguments it cannot parse
+        log.warning("attempt %d: its arguments are no configuration (%s); this process ends, a "
+                    "new one starts it", word.attempt, exc)  # fmt: skip
+        return None
     changed = warm.changed_keys(trainer.cfg, cfg)
     if changed:
         log.warning("attempt %d changes %s: this process ends, a new one starts it",
                     word.attempt, ", ".join(changed))  # fmt: skip
+        return None
+    try:
+        warm.record_taken(word.attempt, run_env)
+    except OSError as exc:  # the wrapper would start the run again should this process end
+        log.warning("attempt %d: cannot record it in the pod's state dir (%s); this process "
+                    "ends, a new one starts it", word.attempt, exc)  # fmt: skip
         return None
     warm.take_env(word, os.environ)
     started = time.perf_counter()

@@ -103,6 +103,18 @@ def wait_for_run(
     return None
 
 
+def record_taken(attempt: int, env: MutableMapping[str, str]) -> None:
+    """Tell the pod-side wrapper which attempt this process now runs (in the state dir that it
+    keeps), so that it starts no run of its own for it should this process end."""
+    folder = env.get(contract.ENV_IN_PLACE_STATE_DIR)
+    if not folder:
+        return
+    path = Path(folder) / contract.IN_PLACE_STARTED_FILE
+    part = path.with_name(f".{path.name}.trainer")
+    part.write_text(f"{attempt}\n", encoding="utf-8")
+    part.replace(path)
+
+
 def take_env(word: RunWord, env: MutableMapping[str, str]) -> None:
     """The run's environment, as a new process of it would have it."""
     for name, value in word.env.items():
