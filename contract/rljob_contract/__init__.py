@@ -82,3 +82,19 @@ RUN_FILE_NAME = "run"
 ENV_RUN_FILE = "RLJOB_RUN_FILE"
 ENV_IN_PLACE_STATE_DIR = "RLJOB_IN_PLACE_STATE_DIR"  # a pod-local emptyDir: outlives the container
 ENV_IN_PLACE_WAIT = "RLJOB_IN_PLACE_WAIT_SECONDS"
+# In the state dir: the attempt the pod's trainer container last started (the wrapper writes it
+# as it starts a run, a warm trainer as it takes one in its own process), "N\n", replaced whole.
+IN_PLACE_STARTED_FILE = "started"
+
+# Warm restart (rljob's own trainer): the trainer forms its process group itself, once per
+# attempt, at the gang's address (node 0's stable name) and port, so that a rank whose pod
+# stays can keep its process and its state in memory and join the next attempt's group. On
+# ENV_WARM_RESTART "true", torchrun starts only this node's processes (one node, its own
+# rendezvous) and the trainer reads its place in the gang from these variables; after a stop on
+# request it waits for the operator's next run in ENV_RUN_FILE (rljob_contract.in_place) and
+# records the attempt it takes in ENV_IN_PLACE_STATE_DIR's IN_PLACE_STARTED_FILE.
+ENV_WARM_RESTART = "RLJOB_WARM_RESTART"
+ENV_GANG_ADDR = "RLJOB_GANG_ADDR"
+ENV_GANG_PORT = "RLJOB_GANG_PORT"
+ENV_NODE_RANK = "RLJOB_NODE_RANK"
+ENV_NNODES = "RLJOB_NNODES"

@@ -20,6 +20,12 @@ operator to name the next run. A run that ends by itself other than with 0 waits
 for that word (a peer was lost: the operator keeps this pod); without it the container ends
 as the run did, its exit code and termination message the trainer's.
 
+In a warm gang (ENV_WARM_RESTART "true": rljob's own trainer) the trainer reads the run file
+itself: told of a newer attempt it saves with its gang, keeps its state and takes the next run
+in its own process (rljob_trainer.warm), and records the attempt it took in the state dir. So
+this program stops nothing there; a trainer that ends instead (it could not keep its state) has
+the next run that the run file names started here, in the same container, as a new process.
+
 A guest never breaks the program it runs: without the run file or a writable state dir it runs
 the command as given and ends as the command ends. When the pod is told to go (SIGTERM), the
 signal reaches the command, and the container ends exactly as the command does.
@@ -50,7 +56,7 @@ DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSecond
 # say why before the kubelet would have killed a pod that went meanwhile.
 STOP_MARGIN_SECONDS = 3.0
 DEFAULT_WORD_WAIT_SECONDS = 10.0
-STATE_FILE_NAME = "started"  # in the state dir: the attempt this pod last started
+STATE_FILE_NAME = contract.IN_PLACE_STARTED_FILE  # in the state dir: the attempt last started
 # The signals the kubelet or a person sends PID 1 to end it; torchrun ends its workers on each.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 EXIT_USAGE = 2
@@ -305,15 +311,22 @@ def wait_for_run(run_file: RunFile, after: int, signals: Forwarder) -> Run | Non
     return None
 
 
-def supervise(child: subprocess.Popen, run: Run, run_file: RunFile, signals: Forwarder) -> int:
-    """Wait for the run; stop it when the run file names a newer attempt. The exit code."""
+def warm_gang() -> bool:
+    return os.environ.get(contract.ENV_WARM_RESTART, "").lower() == "true"
+
+
+def supervise(
+    child: subprocess.Popen, run: Run, run_file: RunFile, signals: Forwarder, warm: bool = False
+) -> int:
+    """Wait for the run; stop it when the run file names a newer attempt (not in a warm gang,
+    whose trainer reads the word itself). The exit code."""
     while True:
         try:
             code = exit_code(child.wait(POLL_SECONDS))
             break
         except subprocess.TimeoutExpired:
             pass
-        if signals.received is not None:
+        if signals.received is not None or warm:
             continue  # the pod goes: the run ends as it would without this program
         newer = newer_attempt(run_file.read(), run.attempt)
         if newer is not None:
@@ -325,7 +338,25 @@ def supervise(child: subprocess.Popen, run: Run, run_file: RunFile, signals: For
     if signals.received is not None or code == 0:
         return code
     end_group(child)
+    if warm:
+        return code
     return after_its_end(run, code, run_file, signals)
+
+
+def next_warm_run(after: int, run_file: RunFile, signals: Forwarder) -> Run | None:
+    """In a warm gang, after a run that ended other than with 0: the run after attempt `after`
+    (the newest the trainer ran) that the run file names, waited for a few seconds as
+    `after_its_end` waits; once a newer attempt is named, until its run comes."""
+    deadline = time.monotonic() + word_wait_seconds()
+    while signals.received is None:
+        word = run_file.read()
+        run = named_run(word, after)
+        if run is not None:
+            return run
+        if newer_attempt(word, after) is None and time.monotonic() >= deadline:
+            return None
+        time.sleep(POLL_SECONDS)
+    return None
 
 
 def after_its_end(run: Run, code: int, run_file: RunFile, signals: Forwarder) -> int:
@@ -361,6 +392,31 @@ def run_in_place(count: int, words: list[str], signals: Forwarder) -> int:
         if run is None:
             assert signals.received is not None
             return 128 + signals.received  # told to go while nothing ran
+    warm = warm_gang()
+    while True:
+        code = start_run(command, pod_args, run, state, run_file, signals, warm)
+        if not warm or code == 0 or signals.received is not None:
+            return code
+        # The trainer records the attempts it takes in its own process.
+        ran = max(run.attempt, state.started() or run.attempt)
+        say(f"the run of attempt {ran} ended with {code}; waiting "
+            f"{word_wait_seconds():g} s for a newer one")  # fmt: skip
+        following = next_warm_run(ran, run_file, signals)
+        if following is None:
+            return code
+        run = following
+
+
+def start_run(
+    command: list[str],
+    pod_args: list[str],
+    run: Run,
+    state: State,
+    run_file: RunFile,
+    signals: Forwarder,
+    warm: bool,
+) -> int:
+    """Start `run` and supervise it; the container's exit code (in a warm gang, the run's)."""
     argv, env = run_argv(command, pod_args, run), run_env(os.environ, run)
     try:
         state.record(run.attempt)
@@ -374,8 +430,8 @@ def run_in_place(count: int, words: list[str], signals: Forwarder) -> int:
         child = signals.start(argv, env)
     except OSError as exc:  # as a run that ended at once, as a shell's "command not found"
         say(f"cannot run {argv[0]!r}: {exc}")
-        return after_its_end(run, 127, run_file, signals)
-    return supervise(child, run, run_file, signals)
+        return 127 if warm else after_its_end(run, 127, run_file, signals)
+    return supervise(child, run, run_file, signals, warm)
 
 
 def main(argv: list[str]) -> int:

@@ -6,9 +6,10 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from rljob_trainer.config import ConfigError, load_config
+from rljob_trainer.config import ConfigError, TrainerConfig, load_config
+from rljob_trainer.place import GangError, place_from_env
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -30,7 +31,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
+    try:
+        place = place_from_env(os.environ)
+    except GangError as exc:
+        print(f"rljob_trainer: {exc}", file=sys.stderr)
+        return 2
+    rank = place.rank if place is not None else int(os.environ.get("RANK", "0"))
     logging.basicConfig(
         level=logging.INFO if rank == 0 else logging.WARNING,
         format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -42,7 +48,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from rljob_trainer.backends import run  # torch is imported only once the config is valid
 
-    return run(cfg)
+    return run(cfg, reload)
+
+
+def reload(argv: Sequence[str], env: Mapping[str, str]) -> TrainerConfig:
+    """The configuration a later run's arguments and environment give (a warm restart)."""
+    args = parse_args(argv)
+    return load_config(args.config, args.overrides, env)
 
 
 if __name__ == "__main__":

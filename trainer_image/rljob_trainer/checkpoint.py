@@ -55,8 +55,10 @@ class CheckpointFormat(Protocol):
         """Write this rank's part (collective); with `background`, return what still runs."""
         ...
 
-    def read(self, folder: Path, manifest: Manifest, allow_world_size_change: bool) -> None:
-        """Restore every state from a complete folder (collective)."""
+    def read(
+        self, folder: Path, manifest: Manifest, allow_world_size_change: bool, collective: bool
+    ) -> None:
+        """Restore every state from a complete folder (collective, or each rank alone)."""
         ...
 
 
@@ -181,14 +183,23 @@ class CheckpointManager:
         dist.broadcast_object_list(choice, src=0)
         return Path(choice[0]) if choice[0] else None
 
-    def load(self, folder: Path, allow_world_size_change: bool) -> int:
-        """Restore every state from a complete checkpoint; return its step."""
+    def load(
+        self,
+        folder: Path,
+        allow_world_size_change: bool,
+        kept: int | None = None,
+        collective: bool = True,
+    ) -> int:
+        """Restore every state from a complete checkpoint; return its step. A rank that `kept`
+        that step in memory reads nothing; with `collective` False each rank reads alone (some
+        ranks of a warm restart read nothing)."""
         reasons = [incomplete_reason(folder, self.fmt.sealed_files) if self.rank == 0 else None]
         dist.broadcast_object_list(reasons, src=0)
         if reasons[0] is not None:
             raise CheckpointError(f"refusing to resume from {folder}: {reasons[0]}")
         manifest = read_manifest(folder)
-        self.fmt.read(folder, manifest, allow_world_size_change)
+        if kept != manifest.step:
+            self.fmt.read(folder, manifest, allow_world_size_change, collective)
         self.saved_step = manifest.step
         return manifest.step
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -30,13 +30,19 @@ class StopRequest:
     `node_ends_at` when the request says the node goes, if it says, and `node_told_at` when
     that was read (all monotonic). The file is read at every check, also after a request: the
     operator writes it again when the gang's deadline moves earlier, and the earliest deadline
-    read stands (`RequestFile`)."""
+    read stands (`RequestFile`). In a warm gang the operator's word naming a newer attempt
+    (`newer_attempt`, polled alike) is a third: the pod stays, and the rank holds its state
+    after the save (`rljob_trainer.warm`)."""
 
-    def __init__(self, request_file: str | None) -> None:
+    def __init__(
+        self, request_file: str | None, newer_attempt: Callable[[], int | None] | None = None
+    ) -> None:
         self.request_file = Path(request_file) if request_file else None
         self.file = RequestFile(request_file)
+        self.newer_attempt = newer_attempt
         self.signal_name: str | None = None
         self.request: str | None = None
+        self.named: str | None = None
         self.noticed_at: float | None = None
         signal.signal(signal.SIGTERM, self._on_signal)
 
@@ -62,7 +68,12 @@ class StopRequest:
         if self.file.poll():
             self.request = f"checkpoint request {self.file.value!r} in {self.request_file}"
             self._noticed()
-        return self.signal_name or self.request
+        if self.named is None and self.newer_attempt is not None:
+            attempt = self.newer_attempt()
+            if attempt is not None:
+                self.named = f"the operator named attempt {attempt}"
+                self._noticed()
+        return self.signal_name or self.request or self.named
 
 
 class PendingMax:

@@ -22,6 +22,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ import torch
 import torch.distributed as dist
 from rljob_contract import progress
 
-from rljob_trainer import grpo
+from rljob_trainer import grpo, warm
 from rljob_trainer.checkpoint import CheckpointError, CheckpointManager
 from rljob_trainer.config import TrainerConfig
 from rljob_trainer.data import PromptSampler
@@ -45,6 +46,7 @@ from rljob_trainer.deadline import (
 )
 from rljob_trainer.deadline import rest_of_step as estimate_rest_of_step
 from rljob_trainer.faults import NO_FAULTS, Faults
+from rljob_trainer.gang import choose_device
 from rljob_trainer.metrics import METRICS_FILE_NAME, MetricsLog, StepTiming, write_progress
 from rljob_trainer.state import RNGState, TrainState
 from rljob_trainer.stop import PendingMax, StopRequest, agree_max
@@ -60,6 +62,7 @@ class DistEnv:
     rank: int
     world_size: int
     device: torch.device
+    warm: bool = False  # the group is the trainer's own (rljob_trainer.gang): ranks may hold
 
 
 @dataclass(frozen=True)
@@ -105,21 +108,12 @@ def agree_on_metrics(
 
 def init_distributed(device_pref: str) -> DistEnv:
     """Join torchrun's process group, or make a one-rank group when started without torchrun."""
-    use_cuda = device_pref == "cuda" or (device_pref == "auto" and torch.cuda.is_available())
-    if use_cuda and not torch.cuda.is_available():
-        raise RuntimeError("runner.device=cuda but CUDA is not available")
-    if use_cuda:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        torch.cuda.set_device(device)
-        backend = "cpu:gloo,cuda:nccl"  # gloo for the small CPU collectives and async saves
-    else:
-        device = torch.device("cpu")
-        backend = "gloo"
+    chosen = choose_device(device_pref)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        dist.init_process_group(backend)
+        dist.init_process_group(chosen.backend)
     else:
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    return DistEnv(dist.get_rank(), dist.get_world_size(), device)
+        dist.init_process_group(chosen.backend, store=dist.HashStore(), rank=0, world_size=1)
+    return DistEnv(dist.get_rank(), dist.get_world_size(), chosen.device)
 
 
 def set_deterministic(device: torch.device) -> None:
@@ -145,6 +139,7 @@ class Trainer(ABC):
     """The loop. A backend builds its model, optimizer and `checkpoints` in its constructor,
     calls `set_up_state` for the rest of what a checkpoint holds, and implements `train_step`."""
 
+    can_hold = False  # whether a rank keeps its state across a warm restart (rejoined)
     checkpoints: CheckpointManager
     train_state: TrainState
     rng: RNGState
@@ -160,9 +155,13 @@ class Trainer(ABC):
         self.tokenizer = CharTokenizer()
         self.task = AdditionTask(cfg.data.max_operand, cfg.data.format_reward)
         self.checkpoint_dir = Path(str(cfg.runner.checkpoint_dir))
-        self.stop = StopRequest(cfg.runner.checkpoint_request_file)
-        self.notice_budget = notice_budget(cfg.runner.grace_seconds, os.environ)
         self.attempt = _attempt()
+        run_file = warm.run_file_from_env(os.environ) if env.warm else None
+        self.stop = StopRequest(
+            cfg.runner.checkpoint_request_file,
+            partial(warm.newer_attempt_named, run_file, self.attempt) if run_file else None,
+        )
+        self.notice_budget = notice_budget(cfg.runner.grace_seconds, os.environ)
         self.step_clock = progress.StepClock()  # the attempt's first and latest step, timed
         # This attempt's own measurements, for the deadline.
         self.rollout_timing = StepTiming()
@@ -172,6 +171,7 @@ class Trainer(ABC):
         # The sampler and random state at the start of the step's rollout.
         self._rewind_point: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._vote_in_flight: PendingMax | None = None  # the rollout's last token's vote
+        self.held_step: int | None = None  # the step this rank kept in memory (rejoined)
 
     def set_up_state(self, data_rank: int, data_ranks: int, model_config: dict[str, Any]) -> None:
         """The prompt sampler of this data-parallel rank, the sampling generator, the per-rank
@@ -188,6 +188,21 @@ class Trainer(ABC):
     @abstractmethod
     def train_step(self) -> dict[str, float]:
         """One GRPO step; the metrics as every rank agrees on them."""
+
+    def rejoined(self, cfg: TrainerConfig, env: DistEnv) -> Trainer:
+        """This rank's trainer in a new attempt's group `env`, with the state it holds (a
+        backend that can_hold implements it)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot keep its state")
+
+    def keep_from(self, held: Trainer, random_states: dict[str, Any]) -> None:
+        """Take over what every backend keeps alike from the rank's `held` trainer: the
+        sampler, the step, and every random generator as `random_states` (taken from `held`
+        before building this trainer drew from them). The backend takes its model, optimizer
+        and scheduler."""
+        self.sampler.load_state_dict(held.sampler.state_dict())
+        self.restore_random_states(random_states)
+        self.train_state.step = held.train_state.step
+        self.held_step = held.train_state.step
 
     def random_states(self) -> dict[str, Any]:
         """Every random generator this rank draws from (a backend adds its own)."""
@@ -311,10 +326,24 @@ class Trainer(ABC):
     def _start(self) -> int:
         runner = self.cfg.runner
         folder = self.checkpoints.resolve_resume_dir(runner.resume_dir, runner.auto_resume)
+        anyone_holds = self.env.warm and agree_max([int(self.held_step is not None)])[0] > 0
         if folder is None:
+            if anyone_holds:
+                raise CheckpointError(
+                    "a rank holds the state of step "
+                    f"{self.held_step}, but this run names no checkpoint"
+                )
             self.rng.reseed(0)
             log.info("starting from scratch (no checkpoint in %s)", self.checkpoint_dir)
             step = 0
+        elif anyone_holds:  # each rank alone: a rank that holds the step reads nothing
+            step = self.checkpoints.load(folder, runner.allow_world_size_change,
+                                         kept=self.held_step, collective=False)  # fmt: skip
+            if step == self.held_step:
+                log.warning("resumed at step %d from the state this rank kept (a warm restart; "
+                         "%s holds the same)", step, folder)  # fmt: skip
+            else:
+                log.info("resumed from %s at step %d", folder, step)
         else:
             step = self.checkpoints.load(folder, runner.allow_world_size_change)
             log.info("resumed from %s at step %d", folder, step)

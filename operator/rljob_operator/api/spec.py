@@ -60,6 +60,9 @@ class RestartPolicy:
     # When a pod of a running gang is lost, keep the others and restart their trainers in
     # their pods (launcher.in_place), on kubelets with container restart rules.
     in_place: bool = False
+    # With in_place, rljob's own trainer keeps its process and state on the kept pods
+    # (rljob_trainer.warm): only the lost ranks start cold.
+    warm: bool = False
 
     def failure_backoff(self, failures: int) -> int:
         """Seconds to wait after the `failures`-th failure: doubling, capped."""
@@ -265,6 +268,7 @@ def parse_restart_policy(data: dict[str, Any]) -> RestartPolicy:
         max_failure_backoff_seconds=_int(data, "maxFailureBackoffSeconds", path, 300),
         node_not_ready_tolerance_seconds=_int(data, "nodeNotReadyToleranceSeconds", path, 60),
         in_place=_bool(data, "inPlace", path, False),
+        warm=_bool(data, "warm", path, False),
     )
 
 
@@ -330,4 +334,19 @@ def parse_spec(spec: dict[str, Any]) -> JobSpec:
     )
     parsed.entry_command  # noqa: B018 - raises SpecError for a custom job without a command
     _check_launcher(parsed)
+    _check_warm(parsed)
     return parsed
+
+
+def _check_warm(spec: JobSpec) -> None:
+    """A warm restart is rljob's own FSDP trainer's, and it keeps the pods of an in-place one."""
+    if not spec.restart_policy.warm:
+        return
+    if not spec.restart_policy.in_place:
+        raise SpecError("spec.restartPolicy.warm", "needs spec.restartPolicy.inPlace: the trainer "
+                        "keeps its process in a pod that stays")  # fmt: skip
+    if (spec.framework, spec.backend, spec.launcher) != ("rljob", "fsdp", "torchrun"):
+        got = f"{spec.framework}/{spec.backend}/{spec.launcher}"
+        raise SpecError("spec.restartPolicy.warm", "is for rljob's own trainer (framework "
+                        "'rljob', backend 'fsdp', launcher 'torchrun'), which keeps its state "
+                        f"in memory; got {got}")  # fmt: skip

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import rljob_contract as contract
+
 from ..api.spec import JobSpec
 from ..frameworks import framework
 from . import in_place, podside
@@ -101,6 +103,29 @@ def torchrun_shutdown_timeout(grace: int) -> int:
 
 
 def env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
+    return {
+        **_torchrun_env(spec, master, rank),
+        **(warm_env(spec, master, rank) if spec.restart_policy.warm else {}),
+    }
+
+
+def warm_env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
+    """A warm gang (spec.restartPolicy.warm): torchrun starts this pod's processes alone (one
+    node, its own rendezvous on a free local port), and rljob's trainer forms the gang's
+    process group itself at node 0's name and the rendezvous port, once per attempt, so that
+    a kept rank can join the next attempt's group in its own process (rljob_trainer.gang)."""
+    return {
+        "PET_NNODES": "1",
+        "PET_STANDALONE": "1",
+        contract.ENV_WARM_RESTART: "true",
+        contract.ENV_GANG_ADDR: master,
+        contract.ENV_GANG_PORT: str(spec.rendezvous_port),
+        contract.ENV_NODE_RANK: str(rank),
+        contract.ENV_NNODES: str(spec.nnodes),
+    }
+
+
+def _torchrun_env(spec: JobSpec, master: str, rank: int) -> dict[str, str]:
     return {
         **(podside.bridge_env(spec) if bridge_programs(spec) else {}),
         # Read by recent torchrun (its --shutdown-timeout; torch 2.15 has it, 2.7 has not).

@@ -221,7 +221,10 @@ def sort_pods(
         node = nodes.get(node_name) if node_name else None
         if labels.get(c.LABEL_ATTEMPT) != str(attempt):
             if in_place and kept_for(pod, attempt) and not meta.get("deletionTimestamp"):
-                ended, rank = run_ended(pod), int(labels[c.LABEL_NODE_RANK])
+                # A warm trainer holds its state instead of ending its run; its gang's next
+                # group forms only once every rank of the next attempt joins it.
+                ended = run_ended(pod) or spec.restart_policy.warm
+                rank = int(labels[c.LABEL_NODE_RANK])
                 kept.append(Kept(meta["name"], rank, ended, restarts(pod), stays(pod, node)))
                 if not ended:
                     stale_unended.append(meta["name"])

@@ -123,14 +123,19 @@ def test_a_drained_worker_saves_on_notice_and_the_gang_resumes_bit_exact(
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("warm", [False, True], ids=["in-place", "warm"])
 def test_an_evicted_pod_is_replaced_and_the_other_restarts_in_place_bit_exact(
-    stack, cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim, reference, rng
-):
-    name = "in-place"
+    stack, cluster_api, cluster_core, jobs_namespace, chart_operator, shared_claim, reference, rng,
+    warm,
+):  # fmt: skip
+    """In place: the kept pod's containers start again in it. Warm: the kept pod's trainer
+    keeps its process and its state, and only the new pod's trainer starts and reads."""
+    name = "warm" if warm else "in-place"
     checkpoints = shared_claim / experiment_path(name) / "checkpoints"
     at = rng.choice([17, 21])
     body = kind_job(name, slow_from_step=at + 1)
     body["spec"]["restartPolicy"]["inPlace"] = True
+    body["spec"]["restartPolicy"]["warm"] = warm
     gang = trained_gang(cluster_api, cluster_core, jobs_namespace, body, checkpoints, at)
     victim = rng.choice(gang)
     (survivor,) = [pod for pod in gang if pod.metadata.name != victim.metadata.name]
@@ -141,8 +146,10 @@ def test_an_evicted_pod_is_replaced_and_the_other_restarts_in_place_bit_exact(
     kept = next(pod for pod in new_gang if pod.metadata.name == survivor.metadata.name)
     assert (kept.metadata.uid, kept.spec.node_name, kept.status.pod_ip) == (
         survivor.metadata.uid, survivor.spec.node_name, survivor.status.pod_ip)  # fmt: skip
-    assert kept.status.container_statuses[0].restart_count == 1
+    assert kept.status.container_statuses[0].restart_count == (0 if warm else 1)
     job = wait_succeeded(cluster_api, jobs_namespace, name, timeout=600)
+    kept_log = cluster_core.read_namespaced_pod_log(survivor.metadata.name, jobs_namespace)
+    assert ("warm restart: attempt 1 with step" in kept_log) == warm, kept_log[-3000:]
 
     st = job["status"]
     (recovery,) = st["recoveries"]
@@ -159,7 +166,8 @@ def test_an_evicted_pod_is_replaced_and_the_other_restarts_in_place_bit_exact(
     assert_same_run_as_reference(checkpoints, reference)
     REPORTS.append(
         f"kind, 2 pods on 2 workers, {victim.metadata.name} evicted after step {at}: "
-        f"{survivor.metadata.name} restarted in place (same uid, node, IP), the other replaced, "
+        f"{survivor.metadata.name} restarted {'warm' if warm else 'in place'} (same uid, node, "
+        "IP), the other replaced, "
         f"resumed from step {recovery['resumedFromStep']}, lost {recovery['lostSteps']}; "
         "final weights bitwise equal to the uninterrupted run"
     )

@@ -51,6 +51,8 @@ note(f"ran-{attempt}.json", json.dumps({"args": opts, "env": dict(os.environ)}))
 if "--hold" in opts:
     while True:
         time.sleep(0.05)  # not a test wait: the trainer holds until it is signalled
+while opt("--until") and not os.path.exists(opt("--until")):
+    time.sleep(0.05)  # not a test wait: the trainer runs until the test says so
 sys.exit(int(opt("--exit", "0")))
 """).substitute(attempt=repr(contract.ENV_ATTEMPT), log=repr(contract.ENV_TERMINATION_LOG))
 COMMAND = [sys.executable, "-c", TRAINER]  # the launcher's command: the wrapper's first N words
@@ -432,3 +434,58 @@ def test_a_stopped_run_gets_the_grace_period_less_a_margin_and_at_least_a_second
 def test_a_malformed_command_line_is_refused(argv):
     with pytest.raises(in_place.UsageError):
         in_place.parse_argv(argv)
+
+
+# --------------------------------------------------------------------------- a warm gang
+def warm(pod: Pod, **changes: str | None) -> dict[str, str]:
+    return pod.env(**{contract.ENV_WARM_RESTART: "true", **changes})
+
+
+def test_in_a_warm_gang_a_newer_attempt_stops_nothing_the_trainer_reads_it(pod):
+    process = pod.start("--hold", env=warm(pod))
+    wait_for(lambda: pod.ran(1), 10, "the run", interval=0.05)
+    pod.say({"attempt": 2})
+    pod.say({"attempt": 2, "args": ["--exit", "0"]})
+
+    stays(lambda: process.poll() is None, 1, "the trainer still runs", interval=0.1)
+    assert not list(pod.out.glob("got-*"))  # no SIGTERM, no SIGINT
+    process.send_signal(signal.SIGTERM)  # the pod goes
+    assert ended(process)[0] == 143
+
+
+def test_in_a_warm_gang_a_trainer_that_could_not_keep_its_state_gets_the_run_in_the_container(
+    pod,
+):
+    process = pod.start("--message", MESSAGE, "--exit", "75",
+                        env=warm(pod, **{contract.ENV_IN_PLACE_WAIT: "30"}))  # fmt: skip
+    wait_for(lambda: pod.ran(1), 10, "the run", interval=0.05)
+    pod.say({"attempt": 2})  # the pod stays; the run comes once the lost rank's pod is made
+    stays(lambda: process.poll() is None and pod.runs() == ["ran-1.json"], 0.6, "waiting",
+          interval=0.1)  # fmt: skip
+    pod.say({"attempt": 2, "args": ["--exit", "0", "--resume"]})
+    code, err = ended(process)
+
+    assert code == 0  # no restart of the container: its restart count stays
+    assert pod.runs() == ["ran-1.json", "ran-2.json"]
+    assert pod.ran(2)["args"] == ["--exit", "0", "--resume"]
+    assert pod.started() == "2"
+    assert "running attempt 2 in place" in err
+
+
+def test_in_a_warm_gang_a_run_the_trainer_took_itself_is_not_started_again(pod):
+    go = pod.root / "go"
+    process = pod.start("--until", str(go), "--exit", "1", env=warm(pod))
+    wait_for(lambda: pod.ran(1), 10, "the run", interval=0.05)
+    pod.say({"attempt": 2, "args": ["--exit", "0"]})
+    pod.restarted_after(2)  # as the trainer records the run it took in its own process
+    go.touch()  # it fails in attempt 2
+    code, err = ended(process)
+
+    assert code == 1  # its failure in attempt 2 ends the container as it ended
+    assert pod.runs() == ["ran-1.json"]
+    assert "the run of attempt 2 ended with 1" in err
+
+
+def test_in_a_warm_gang_a_trainer_that_ends_without_a_word_ends_the_container(pod):
+    code, _ = ended(pod.start("--message", MESSAGE, "--exit", "75", env=warm(pod)))
+    assert code == 75 and pod.message() == MESSAGE

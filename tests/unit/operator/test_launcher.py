@@ -406,3 +406,34 @@ def test_each_job_ships_its_launchers_and_its_frameworks_pod_side_files(spec, sh
 def test_the_spec_accepts_exactly_the_registered_launchers():
     """api/ sits below launcher/ and cannot import the registry: its list is held to it here."""
     assert tuple(LAUNCHERS) == api_spec.LAUNCHERS
+
+
+def test_a_warm_gangs_torchrun_starts_the_pods_processes_alone_and_the_trainer_joins_the_gang():
+    pod = render(rank=1, nnodes=4, nprocPerNode=8,
+                 restartPolicy={"inPlace": True, "warm": True})  # fmt: skip
+
+    env = env_of(pod)
+    assert (env["PET_NNODES"], env["PET_STANDALONE"], env["PET_NPROC_PER_NODE"]) == ("1", "1", "8")
+    assert env[contract.ENV_WARM_RESTART] == "true"
+    assert env[contract.ENV_GANG_ADDR] == "grpo-n0.grpo.ns.svc"
+    assert env[contract.ENV_GANG_PORT] == "29500"
+    assert (env[contract.ENV_NODE_RANK], env[contract.ENV_NNODES]) == ("1", "4")
+    assert contract.ENV_WARM_RESTART not in env_of(render(rank=1, restartPolicy={"inPlace": True}))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"restartPolicy": {"warm": True}}, "needs spec.restartPolicy.inPlace"),
+        ({"restartPolicy": {"inPlace": True, "warm": True}, "backend": "megatron"},
+         "got rljob/megatron/torchrun"),
+        ({"restartPolicy": {"inPlace": True, "warm": True}, "framework": "verl",
+          "command": ["python3", "-m", "verl.trainer.main_ppo"]}, "got verl/fsdp/ray"),
+    ],
+)  # fmt: skip
+def test_warm_is_for_rljobs_own_fsdp_trainer_with_in_place_pods(spec, message):
+    with pytest.raises(SpecError, match=f"spec.restartPolicy.warm: .*{message}"):
+        parse_spec(make_job(**spec)["spec"])
+    assert parse_spec(
+        make_job(restartPolicy={"inPlace": True, "warm": True})["spec"]
+    ).restart_policy.warm

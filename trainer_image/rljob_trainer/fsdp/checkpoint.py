@@ -118,7 +118,9 @@ class DcpFormat:
             )
         return running
 
-    def read(self, folder: Path, manifest: Manifest, allow_world_size_change: bool) -> None:
+    def read(
+        self, folder: Path, manifest: Manifest, allow_world_size_change: bool, collective: bool
+    ) -> None:
         states = dict(self.states)
         rng = states["rng"]
         assert isinstance(rng, RNGState)
@@ -132,7 +134,7 @@ class DcpFormat:
                     "random state, or run with the original number of ranks."
                 )
             del states["rng"]
-        dcp.load(states, checkpoint_id=folder / ACTOR_DIR)
+        dcp.load(states, checkpoint_id=folder / ACTOR_DIR, no_dist=not collective)
         self.sampler.load_state_dict(torch.load(folder / DATA_FILE, weights_only=True))
         train_state = self.states["train_state"]
         assert isinstance(train_state, TrainState)

@@ -124,7 +124,13 @@ class MegatronFormat:
         return []
 
     # --------------------------------------------------------------------------------- read
-    def read(self, folder: Path, manifest: Manifest, allow_world_size_change: bool) -> None:
+    def read(
+        self, folder: Path, manifest: Manifest, allow_world_size_change: bool, collective: bool
+    ) -> None:
+        """megatron's load is collective: a Megatron rank never holds its state (can_hold), so
+        no rank of its gang reads alone."""
+        if not collective:
+            raise CheckpointError("a megatron checkpoint is loaded by every rank together")
         iteration = str(folder / iteration_dir(manifest.step))
         common = dist_checkpointing.load_common_state_dict(iteration)
         saved = ParallelShape.from_dict(common["parallel"])
