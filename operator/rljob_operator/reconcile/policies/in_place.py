@@ -77,8 +77,8 @@ def _feature_missing(p: Pass) -> bool:
 
 def rendered_spec(p: Pass, spec: JobSpec, seen: Observed) -> JobSpec:
     """The spec a new gang's pods are rendered from: the job's, or the job's without inPlace
-    where the restart rule is withheld (restart_rule_withheld), which InPlaceRestart says
-    (FeatureMissing) and, the first time, a Warning Event."""
+    (and warm) where the restart rule is withheld (restart_rule_withheld), which
+    InPlaceRestart says (FeatureMissing) and, the first time, a Warning Event."""
     if not spec.restart_policy.in_place:
         return spec
     attempt, nodes = p.status.attempt, p.snap.in_place_nodes
@@ -95,7 +95,7 @@ def rendered_spec(p: Pass, spec: JobSpec, seen: Observed) -> JobSpec:
     if not _feature_missing(p):
         p.event(EventType.WARNING, Reason.FEATURE_MISSING, message)
     p.condition(ConditionType.IN_PLACE_RESTART, False, Reason.FEATURE_MISSING, message)
-    return replace(spec, restart_policy=replace(spec.restart_policy, in_place=False))
+    return replace(spec, restart_policy=replace(spec.restart_policy, in_place=False, warm=False))
 
 
 def keep_survivors(p: Pass, spec: JobSpec, seen: Observed) -> list[str]:
