@@ -1,13 +1,16 @@
-"""A lost pod, the gang recreated or its survivors restarted in place: detection to the first
-step, and what a pending pod waiting for the gang's nodes takes, in one run on kind.
+"""A lost pod, the gang recreated, its survivors restarted in place, or restarted warm:
+detection to the first step, and what a pending pod waiting for the gang's nodes takes, in one
+run on kind.
 
 Real: kind's kubelets and containerd (Kubernetes 1.36, the project's node image), the operator
 installed by its chart, rljob's trainer image (FSDP2 on CPU, the demo's job: 2 pods x 1
 process, one per worker, 1 of each worker's 2 test GPUs), its save on notice, checkpoints on a
 folder every node mounts. Nothing is simulated.
 
-The rounds. Two jobs of the same spec, one after the other, differing only in
-spec.restartPolicy.inPlace (off: the gang recreated, on: the survivor kept). In each, `--rounds`
+The rounds. Three jobs of the same spec, one after the other, differing only in
+spec.restartPolicy (nothing: the gang recreated; inPlace: the survivor's containers started
+again in its pod; inPlace and warm: the survivor's trainer keeps its process and state). In
+each, `--rounds`
 times: wait until the attempt has trained WARM_STEPS steps, evict one of its two pods at random
 (the Eviction API: SIGTERM and the grace period, as a drain or a spot handler), and read the
 new attempt's recovery record once its first step is done (its pod turned Ready): detection
@@ -22,7 +25,8 @@ squatters take both; in place, the survivor keeps its node and only the lost pod
     .venv/bin/python benchmarks/in_place.py [--rounds 3] [--out DIR]
 
 The last line is JSON: {"recreate": {"first_step_s": median, "phases": {...}, "samples":
-[...], "squatted_nodes": [...]}, "in_place": {...}, "ratio": in_place / recreate}.
+[...], "squatted_nodes": [...]}, "in_place": {...}, "warm": {...}, "ratio": in_place /
+recreate, "warm_ratio": warm / recreate}.
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ WARM_STEPS = 4  # steps the attempt trains before its pod is evicted
 SQUAT_SECONDS = 20
 GPUS_PER_NODE = 2
 PHASES = ("gang created", "first pod running", "first step")
+MODES: dict[str, dict[str, bool]] = {
+    "recreate": {},
+    "in-place": {"inPlace": True},
+    "warm": {"inPlace": True, "warm": True},
+}
 
 
 def say(message: str) -> None:
@@ -75,8 +84,9 @@ class Bench:
         return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, NAMESPACE, c.PLURAL,
                                                         name)  # fmt: skip
 
-    def submit(self, name: str, in_place: bool, steps: int) -> RljobDemo:
-        """The demo's job under `name`, one pod per worker, with inPlace as asked."""
+    def submit(self, name: str, policy: dict[str, bool], steps: int) -> RljobDemo:
+        """The demo's job under `name`, one pod per worker, with the restart policy's fields
+        `policy`."""
         setting = Setting(steps=steps, out=self.claim, claim=self.claim,
                           image=self.stack.trainer_image, model_size=None,
                           pod_log=lambda pod: "")  # fmt: skip
@@ -87,7 +97,7 @@ class Bench:
         spec = job["spec"]
         spec["args"] = [a.replace("grpo-demo", name) for a in spec["args"]]
         spec["checkpoint"]["directory"] = spec["checkpoint"]["directory"].replace("grpo-demo", name)
-        spec.setdefault("restartPolicy", {})["inPlace"] = in_place
+        spec.setdefault("restartPolicy", {}).update(policy)
         template = spec.setdefault("template", {}).setdefault("spec", {})
         apart = {"labelSelector": {"matchLabels": {c.LABEL_JOB: name}},
                  "topologyKey": "kubernetes.io/hostname"}  # fmt: skip
@@ -171,8 +181,9 @@ class Bench:
             self.core.delete_namespaced_pod(pod, NAMESPACE, grace_period_seconds=0)
         return sorted(taken)
 
-    def run(self, name: str, in_place: bool, rounds: int, steps: int) -> list[dict[str, Any]]:
-        self.submit(name, in_place, steps)
+    def run(self, name: str, policy: dict[str, bool], rounds: int, steps: int
+            ) -> list[dict[str, Any]]:  # fmt: skip
+        self.submit(name, policy, steps)
         samples = [self.round(name, squat=i == rounds) for i in range(rounds + 1)]
         self.custom.delete_namespaced_custom_object(c.GROUP, c.VERSION, NAMESPACE, c.PLURAL, name)
         wait_for(lambda: not [p for p in scenario.trainer_pods(self.core, NAMESPACE)
@@ -216,20 +227,21 @@ def main() -> int:
         bench = Bench(stack, claim, custom, core)
         steps = (args.rounds + 1) * 40 + 40
         result: dict[str, Any] = {}
-        for name, in_place in (("recreate", False), ("in-place", True)):
-            result[name.replace("-", "_")] = summary(bench.run(name, in_place, args.rounds, steps))
-        result["ratio"] = round(result["in_place"]["first_step_s"]
+        for name, policy in MODES.items():
+            result[name.replace("-", "_")] = summary(bench.run(name, policy, args.rounds, steps))
+        for mode, key in (("in_place", "ratio"), ("warm", "warm_ratio")):
+            result[key] = round(result[mode]["first_step_s"]
                                 / result["recreate"]["first_step_s"], 2)  # fmt: skip
     finally:
         stack.down(say)
-    for mode in ("recreate", "in_place"):
+    for mode in ("recreate", "in_place", "warm"):
         r = result[mode]
         phases = ", ".join(f"{p} {v:.1f} s" for p, v in r["phases"].items())
         say(
             f"{mode}: detection to first step {r['first_step_s']:.1f} s (median of "
             f"{len(r['samples'])}; {phases}); squatters took: {r['squatted_nodes'] or 'none'}"
         )
-    say(f"in place / recreate: {result['ratio']:.2f}")
+    say(f"in place / recreate: {result['ratio']:.2f}, warm / recreate: {result['warm_ratio']:.2f}")
     print(json.dumps(result))
     return 0
 
