@@ -5,7 +5,10 @@ rljob_contract)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from rljob_contract import ENV_ATTEMPT
 
 
 @dataclass(frozen=True)
@@ -55,3 +58,14 @@ def parse_word(text: str | None) -> RunWord | None:
 
 def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def run_environment(
+    base: Mapping[str, str], attempt: int, changes: Mapping[str, str | None]
+) -> dict[str, str]:
+    """The environment of a run of `attempt`: `base` with the run's `changes` (None: removed),
+    as the wrapper starts a new process with it and a warm trainer takes it in its own."""
+    env = {name: value for name, value in base.items() if changes.get(name, "") is not None}
+    env.update({name: value for name, value in changes.items() if value is not None})
+    env[ENV_ATTEMPT] = str(attempt)
+    return env

@@ -48,7 +48,7 @@ from types import FrameType
 
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
 from rljob_contract.in_place import RunWord as Word
-from rljob_contract.in_place import parse_word
+from rljob_contract.in_place import parse_word, run_environment
 
 POLL_SECONDS = 0.2
 DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
@@ -129,14 +129,7 @@ def run_argv(command: list[str], pod_args: list[str], run: Run) -> list[str]:
 
 
 def run_env(base: Mapping[str, str], run: Run) -> dict[str, str]:
-    env = dict(base)
-    for name, value in run.env.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    env[contract.ENV_ATTEMPT] = str(run.attempt)
-    return env
+    return run_environment(base, run.attempt, run.env)
 
 
 def stop_wait(grace: float) -> float:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import rljob_contract as contract
-from rljob_contract.in_place import RunWord, parse_word
+from rljob_contract.in_place import RunWord, parse_word, run_environment
 
 from rljob_trainer.config import TrainerConfig
 
@@ -117,12 +117,10 @@ def record_taken(attempt: int, env: MutableMapping[str, str]) -> None:
 
 def take_env(word: RunWord, env: MutableMapping[str, str]) -> None:
     """The run's environment, as a new process of it would have it."""
-    for name, value in word.env.items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    env[contract.ENV_ATTEMPT] = str(word.attempt)
+    taken = run_environment(env, word.attempt, word.env)
+    for name in set(env) - set(taken):
+        del env[name]
+    env.update(taken)
 
 
 def changed_keys(held: TrainerConfig, run: TrainerConfig) -> list[str]:
