@@ -85,6 +85,9 @@ ENV_IN_PLACE_WAIT = "RLJOB_IN_PLACE_WAIT_SECONDS"
 # In the state dir: the attempt the pod's trainer container last started (the wrapper writes it
 # as it starts a run, a warm trainer as it takes one in its own process), "N\n", replaced whole.
 IN_PLACE_STARTED_FILE = "started"
+# Beside it: the attempt whose run a warm trainer has ended and whose state it holds, waiting for
+# the next run in its process (a trainer that neither holds nor ends is stopped by the wrapper).
+IN_PLACE_HOLDING_FILE = "holding"
 
 # Warm restart (rljob's own trainer): the trainer forms its process group itself, once per
 # attempt, at the gang's address (node 0's stable name) and port, so that a rank whose pod

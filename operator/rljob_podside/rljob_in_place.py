@@ -21,10 +21,12 @@ for that word (a peer was lost: the operator keeps this pod); without it the con
 as the run did, its exit code and termination message the trainer's.
 
 In a warm gang (ENV_WARM_RESTART "true": rljob's own trainer) the trainer reads the run file
-itself: told of a newer attempt it saves with its gang, keeps its state and takes the next run
-in its own process (rljob_trainer.warm), and records the attempt it took in the state dir. So
-this program stops nothing there; a trainer that ends instead (it could not keep its state) has
-the next run that the run file names started here, in the same container, as a new process.
+itself: told of a newer attempt it saves with its gang, keeps its state (saying so in the state
+dir) and takes the next run in its own process (rljob_trainer.warm), recording the attempt it
+took. So this program stops it only where it neither holds nor ends within its grace period
+after a newer attempt is named (a peer that died without a word can leave it waiting in a
+collective); a trainer that ends, or is stopped, has the next run that the run file names
+started here, in the same container, as a new process.
 
 A guest never breaks the program it runs: without the run file or a writable state dir it runs
 the command as given and ends as the command ends. When the pod is told to go (SIGTERM), the
@@ -228,6 +230,7 @@ class State:
 
     def __init__(self, folder: str) -> None:
         self.file = Path(folder) / STATE_FILE_NAME
+        self.holding_file = Path(folder) / contract.IN_PLACE_HOLDING_FILE
 
     def writable(self) -> str | None:
         """Why the state cannot be kept here, or None."""
@@ -244,8 +247,16 @@ class State:
         return self.file.exists()
 
     def started(self) -> int | None:
+        return self._read(self.file)
+
+    def holding(self) -> int | None:
+        """The attempt whose state a warm trainer holds, as it says (rljob_trainer.warm)."""
+        return self._read(self.holding_file)
+
+    @staticmethod
+    def _read(path: Path) -> int | None:
         try:
-            return parse_attempt(self.file.read_text(encoding="utf-8"))
+            return parse_attempt(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError):
             return None
 
@@ -309,18 +320,29 @@ def warm_gang() -> bool:
 
 
 def supervise(
-    child: subprocess.Popen, run: Run, run_file: RunFile, signals: Forwarder, warm: bool = False
-) -> int:
-    """Wait for the run; stop it when the run file names a newer attempt (not in a warm gang,
-    whose trainer reads the word itself). The exit code."""
+    child: subprocess.Popen, run: Run, run_file: RunFile, signals: Forwarder,
+    warm: State | None = None,
+) -> int:  # fmt: skip
+    """Wait for the run; stop it when the run file names a newer attempt (in a warm gang,
+    whose trainer reads the word itself and whose `warm` state says what it holds, only when
+    it neither holds nor ends in time: `unanswered`). The exit code."""
+    named_at: float | None = None
     while True:
         try:
             code = exit_code(child.wait(POLL_SECONDS))
             break
         except subprocess.TimeoutExpired:
             pass
-        if signals.received is not None or warm:
+        if signals.received is not None:
             continue  # the pod goes: the run ends as it would without this program
+        if warm is not None:
+            named_at = unanswered(run, run_file, warm, named_at)
+            if named_at is not None and time.monotonic() - named_at >= stop_wait(grace_seconds()):
+                say("a newer attempt is named, and the trainer neither holds its state nor has "
+                    "ended within its grace period: stopping it")  # fmt: skip
+                code = stop(child, STOP_MARGIN_SECONDS)
+                break
+            continue
         newer = newer_attempt(run_file.read(), run.attempt)
         if newer is not None:
             say(f"attempt {newer} is named: stopping the run of attempt {run.attempt}")
@@ -331,9 +353,18 @@ def supervise(
     if signals.received is not None or code == 0:
         return code
     end_group(child)
-    if warm:
+    if warm is not None:
         return code
     return after_its_end(run, code, run_file, signals)
+
+
+def unanswered(run: Run, run_file: RunFile, state: State, since: float | None) -> float | None:
+    """Since when the run file has named an attempt newer than the one the warm trainer runs
+    without the trainer holding its state; None while it does not, or it holds."""
+    current = max(run.attempt, state.started() or run.attempt)
+    if newer_attempt(run_file.read(), current) is None or state.holding() == current:
+        return None
+    return since if since is not None else time.monotonic()
 
 
 def next_warm_run(after: int, run_file: RunFile, signals: Forwarder) -> Run | None:
@@ -424,7 +455,7 @@ def start_run(
     except OSError as exc:  # as a run that ended at once, as a shell's "command not found"
         say(f"cannot run {argv[0]!r}: {exc}")
         return 127 if warm else after_its_end(run, 127, run_file, signals)
-    return supervise(child, run, run_file, signals, warm)
+    return supervise(child, run, run_file, signals, state if warm else None)
 
 
 def main(argv: list[str]) -> int:

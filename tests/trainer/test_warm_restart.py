@@ -54,6 +54,16 @@ class Gang:
     def run_file(self, rank: int) -> Path:
         return self.folder / f"run-{rank}"
 
+    def state_dir(self, rank: int) -> Path:
+        """The pod's state dir, which its wrapper keeps and a warm trainer writes into."""
+        folder = self.folder / f"state-{rank}"
+        folder.mkdir(exist_ok=True)
+        return folder
+
+    def said(self, rank: int, name: str) -> str | None:
+        path = self.state_dir(rank) / name
+        return path.read_text().strip() if path.exists() else None
+
     def start(self, rank: int, attempt: int, extra: dict[str, str] | None = None) -> Run:
         self.run_file(rank).touch()
         env = {
@@ -64,6 +74,7 @@ class Gang:
             contract.ENV_NNODES: "2",
             contract.ENV_ATTEMPT: str(attempt),
             contract.ENV_RUN_FILE: str(self.run_file(rank)),
+            contract.ENV_IN_PLACE_STATE_DIR: str(self.state_dir(rank)),
             contract.ENV_IN_PLACE_WAIT: str(WORD_WAIT_SECONDS),
             **(extra or {}),
         }
@@ -117,6 +128,9 @@ def test_the_kept_rank_restarts_warm_and_the_run_is_bit_exact(
     assert replacement.wait(180) == 0, replacement.log()[-3000:]
     assert ranks[kept].wait(60) == 0, ranks[kept].log()[-3000:]
 
+    # What the kept pod's wrapper reads: the trainer held attempt 0's state, and took attempt 1.
+    assert gang.said(kept, contract.IN_PLACE_HOLDING_FILE) == "0"
+    assert gang.said(kept, contract.IN_PLACE_STARTED_FILE) == "1"
     kept_log = ranks[kept].log()  # rank 0 logs from INFO on, the others from WARNING on
     assert f"warm restart: attempt 1 with step {step} kept in memory" in kept_log
     assert f"resumed at step {step} from the state this rank kept" in kept_log
@@ -140,6 +154,7 @@ def test_without_a_word_the_kept_rank_ends_as_its_run_did(tmp_path: Path) -> Non
     lose_rank(gang, ranks, lost=1)
     assert ranks[0].wait(60) == contract.EXIT_CHECKPOINTED_ON_REQUEST
     assert "no run named after attempt 0: ending as the run did" in ranks[0].log()
+    assert gang.said(0, contract.IN_PLACE_STARTED_FILE) is None  # it took no run
 
 
 def test_a_run_that_changes_the_configuration_gets_a_new_process(tmp_path: Path) -> None:

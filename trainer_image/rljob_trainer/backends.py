@@ -101,8 +101,14 @@ def hold(trainer: Trainer, gang: Gang, reload: Reload) -> Trainer | None:
     assert run_file is not None and trainer.attempt is not None
     step = trainer.train_state.step
     progress.unmark_trained()  # holding is not training
+    try:
+        warm.record(contract.IN_PLACE_HOLDING_FILE, trainer.attempt, os.environ)
+    except OSError as exc:  # the wrapper would stop a trainer it does not know to hold
+        log.warning("not holding this rank's state: cannot say so in the pod's state dir (%s)",
+                    exc)  # fmt: skip
+        return None
     log.warning("holding step %d of attempt %d in memory; waiting for the next run in %s",
-             step, trainer.attempt, run_file)  # fmt: skip
+                step, trainer.attempt, run_file)  # fmt: skip
     word = warm.wait_for_run(
         run_file,
         trainer.attempt,
@@ -127,7 +133,7 @@ def hold(trainer: Trainer, gang: Gang, reload: Reload) -> Trainer | None:
                     word.attempt, ", ".join(changed))  # fmt: skip
         return None
     try:
-        warm.record_taken(word.attempt, run_env)
+        warm.record(contract.IN_PLACE_STARTED_FILE, word.attempt, run_env)
     except OSError as exc:  # the wrapper would start the run again should this process end
         log.warning("attempt %d: cannot record it in the pod's state dir (%s); this process "
                     "ends, a new one starts it", word.attempt, exc)  # fmt: skip
@@ -138,6 +144,6 @@ def hold(trainer: Trainer, gang: Gang, reload: Reload) -> Trainer | None:
     env = join(gang, str(word.attempt), cfg.runner.device)
     rejoined = trainer.rejoined(cfg, env)
     log.warning("warm restart: attempt %d with step %d kept in memory, rejoined in %.2f s (the "
-             "wait for the gang's other members included)", word.attempt, step,
-             time.perf_counter() - started)  # fmt: skip
+                "wait for the gang's other members included)", word.attempt, step,
+                time.perf_counter() - started)  # fmt: skip
     return rejoined

@@ -341,7 +341,7 @@ class Trainer(ABC):
                                          kept=self.held_step, collective=False)  # fmt: skip
             if step == self.held_step:
                 log.warning("resumed at step %d from the state this rank kept (a warm restart; "
-                         "%s holds the same)", step, folder)  # fmt: skip
+                            "%s holds the same)", step, folder)  # fmt: skip
             else:
                 log.info("resumed from %s at step %d", folder, step)
         else:

@@ -103,13 +103,14 @@ def wait_for_run(
     return None
 
 
-def record_taken(attempt: int, env: MutableMapping[str, str]) -> None:
-    """Tell the pod-side wrapper which attempt this process now runs (in the state dir that it
-    keeps), so that it starts no run of its own for it should this process end."""
+def record(name: str, attempt: int, env: MutableMapping[str, str]) -> None:
+    """Tell the pod-side wrapper, in the state dir it keeps, which attempt this process holds
+    (IN_PLACE_HOLDING_FILE: so that it does not stop it) or has taken (IN_PLACE_STARTED_FILE:
+    so that it starts no run of its own for it should this process end)."""
     folder = env.get(contract.ENV_IN_PLACE_STATE_DIR)
     if not folder:
         return
-    path = Path(folder) / contract.IN_PLACE_STARTED_FILE
+    path = Path(folder) / name
     part = path.with_name(f".{path.name}.trainer")
     part.write_text(f"{attempt}\n", encoding="utf-8")
     part.replace(path)

@@ -441,16 +441,33 @@ def warm(pod: Pod, **changes: str | None) -> dict[str, str]:
     return pod.env(**{contract.ENV_WARM_RESTART: "true", **changes})
 
 
-def test_in_a_warm_gang_a_newer_attempt_stops_nothing_the_trainer_reads_it(pod):
+def test_in_a_warm_gang_a_newer_attempt_stops_no_trainer_that_holds_its_state(pod):
     process = pod.start("--hold", env=warm(pod))
     wait_for(lambda: pod.ran(1), 10, "the run", interval=0.05)
+    (pod.state_dir / contract.IN_PLACE_HOLDING_FILE).write_text("1\n")  # as the trainer says
     pod.say({"attempt": 2})
     pod.say({"attempt": 2, "args": ["--exit", "0"]})
 
-    stays(lambda: process.poll() is None, 1, "the trainer still runs", interval=0.1)
+    stays(lambda: process.poll() is None, 2, "the trainer still runs", interval=0.1)  # > grace
     assert not list(pod.out.glob("got-*"))  # no SIGTERM, no SIGINT
     process.send_signal(signal.SIGTERM)  # the pod goes
     assert ended(process)[0] == 143
+
+
+def test_in_a_warm_gang_a_trainer_that_neither_holds_nor_ends_is_stopped_and_run_again(pod):
+    """A peer died without a word: the trainer waits in a collective, and never holds."""
+    process = pod.start("--hold", env=warm(pod))
+    wait_for(lambda: pod.ran(1), 10, "the run", interval=0.05)
+    pod.say({"attempt": 2})
+    stays(lambda: not list(pod.out.glob("got-*")), 0.6, "its grace period", interval=0.1)
+    stopped = pod.out / f"got-{int(signal.SIGTERM)}-1"
+    wait_for(stopped.exists, 5, "the trainer stopped (SIGTERM)", interval=0.05)
+    pod.say({"attempt": 2, "args": ["--exit", "0"]})
+    code, err = ended(process)
+
+    assert code == 0
+    assert pod.runs() == ["ran-1.json", "ran-2.json"]  # attempt 2 in the same container
+    assert "neither holds its state nor has ended within its grace period" in err
 
 
 def test_in_a_warm_gang_a_trainer_that_could_not_keep_its_state_gets_the_run_in_the_container(
