@@ -5,10 +5,13 @@ rljob_contract)."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rljob_contract import ENV_ATTEMPT
+from rljob_contract import ENV_ATTEMPT, ENV_IN_PLACE_WAIT
+
+DEFAULT_WORD_WAIT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -69,3 +72,14 @@ def run_environment(
     env.update({name: value for name, value in changes.items() if value is not None})
     env[ENV_ATTEMPT] = str(attempt)
     return env
+
+
+def word_wait_seconds(env: Mapping[str, str]) -> float:
+    """How long a run that ended by itself (the wrapper's) or a warm trainer that holds waits
+    for the operator's word naming a newer attempt (ENV_IN_PLACE_WAIT; a bad value: the
+    default)."""
+    try:
+        wait = float(env.get(ENV_IN_PLACE_WAIT) or DEFAULT_WORD_WAIT_SECONDS)
+    except ValueError:
+        return DEFAULT_WORD_WAIT_SECONDS
+    return wait if math.isfinite(wait) and wait >= 0 else DEFAULT_WORD_WAIT_SECONDS

@@ -50,14 +50,13 @@ from types import FrameType
 
 import rljob_contract as contract  # mounted beside this file, which Python puts on sys.path
 from rljob_contract.in_place import RunWord as Word
-from rljob_contract.in_place import parse_word, run_environment
+from rljob_contract.in_place import parse_word, run_environment, word_wait_seconds
 
 POLL_SECONDS = 0.2
 DEFAULT_GRACE_SECONDS = 30.0  # Kubernetes' default terminationGracePeriodSeconds
 # What a stopped run's SIGTERM leaves of the grace period: the container still has to end and
 # say why before the kubelet would have killed a pod that went meanwhile.
 STOP_MARGIN_SECONDS = 3.0
-DEFAULT_WORD_WAIT_SECONDS = 10.0
 STATE_FILE_NAME = contract.IN_PLACE_STARTED_FILE  # in the state dir: the attempt last started
 # The signals the kubelet or a person sends PID 1 to end it; torchrun ends its workers on each.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -267,15 +266,6 @@ class State:
         os.replace(part, self.file)
 
 
-def word_wait_seconds() -> float:
-    """How long a run that ended by itself waits for the operator's word (ENV_IN_PLACE_WAIT)."""
-    try:
-        wait = float(os.environ.get(contract.ENV_IN_PLACE_WAIT) or DEFAULT_WORD_WAIT_SECONDS)
-    except ValueError:
-        return DEFAULT_WORD_WAIT_SECONDS
-    return wait if math.isfinite(wait) and wait >= 0 else DEFAULT_WORD_WAIT_SECONDS
-
-
 def grace_seconds() -> float:
     try:
         grace = float(os.environ.get(contract.ENV_GRACE_SECONDS) or DEFAULT_GRACE_SECONDS)
@@ -371,7 +361,7 @@ def next_warm_run(after: int, run_file: RunFile, signals: Forwarder) -> Run | No
     """In a warm gang, after a run that ended other than with 0: the run after attempt `after`
     (the newest the trainer ran) that the run file names, waited for a few seconds as
     `after_its_end` waits; once a newer attempt is named, until its run comes."""
-    deadline = time.monotonic() + word_wait_seconds()
+    deadline = time.monotonic() + word_wait_seconds(os.environ)
     while signals.received is None:
         word = run_file.read()
         run = named_run(word, after)
@@ -387,7 +377,7 @@ def after_its_end(run: Run, code: int, run_file: RunFile, signals: Forwarder) ->
     """A run that ended by itself, other than with 0: restart in place if the operator names
     a newer attempt within the wait (a peer was lost, and this pod stays), else end as the
     run did (the pod's end is then the trainer's, its termination message as it wrote it)."""
-    wait = word_wait_seconds()
+    wait = word_wait_seconds(os.environ)
     say(f"the run of attempt {run.attempt} ended with {code}; waiting {wait:g} s for a newer one")
     deadline = time.monotonic() + wait
     while signals.received is None and time.monotonic() < deadline:
@@ -424,7 +414,7 @@ def run_in_place(count: int, words: list[str], signals: Forwarder) -> int:
         # The trainer records the attempts it takes in its own process.
         ran = max(run.attempt, state.started() or run.attempt)
         say(f"the run of attempt {ran} ended with {code}; waiting "
-            f"{word_wait_seconds():g} s for a newer one")  # fmt: skip
+            f"{word_wait_seconds(os.environ):g} s for a newer one")  # fmt: skip
         following = next_warm_run(ran, run_file, signals)
         if following is None:
             return code

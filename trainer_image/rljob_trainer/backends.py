@@ -17,6 +17,7 @@ from pathlib import Path
 
 import rljob_contract as contract
 from rljob_contract import progress
+from rljob_contract.in_place import word_wait_seconds
 
 from rljob_trainer import warm
 from rljob_trainer.config import ConfigError, TrainerConfig
@@ -112,7 +113,7 @@ def hold(trainer: Trainer, gang: Gang, reload: Reload) -> Trainer | None:
     word = warm.wait_for_run(
         run_file,
         trainer.attempt,
-        warm.wait_seconds(os.environ, contract.ENV_IN_PLACE_WAIT, warm.DEFAULT_WORD_WAIT_SECONDS),
+        word_wait_seconds(os.environ),
         warm.run_wait_seconds(trainer.cfg.runner.grace_seconds),
         lambda: trainer.stop.signal_name is not None,
     )

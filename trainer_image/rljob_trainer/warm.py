@@ -16,7 +16,6 @@ in the same pod) or a recreated gang takes over.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
@@ -30,7 +29,6 @@ from rljob_trainer.config import TrainerConfig
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
-DEFAULT_WORD_WAIT_SECONDS = 10.0  # as the pod-side wrapper waits for a word after a run's end
 # Once a newer attempt is named, the operator keeps this pod: it names the run when every old
 # run has ended and the lost ranks' pods exist, which takes a look for the checkpoint and a pod
 # creation; it replaces a kept pod whose run has not come back within its grace period and 15 s.
@@ -65,14 +63,6 @@ def newer_attempt_named(run_file: Path | None, attempt: int | None) -> int | Non
         return None
     word = read_word(run_file)
     return word.attempt if word is not None and word.attempt > attempt else None
-
-
-def wait_seconds(env: MutableMapping[str, str], name: str, default: float) -> float:
-    try:
-        value = float(env.get(name) or default)
-    except ValueError:
-        return default
-    return value if math.isfinite(value) and value >= 0 else default
 
 
 def wait_for_run(

@@ -12,12 +12,13 @@ from builders import NOW, make_job, make_node, make_pod
 from passes import decide, with_status
 from rljob_contract import (
     CHECKPOINT_REQUEST_ANNOTATION,
+    ENV_IN_PLACE_WAIT,
     ENV_RESUME_DIR,
     ENV_RESUME_STEP,
     EXIT_RESTART_IN_PLACE,
     RUN_ANNOTATION,
 )
-from rljob_contract.in_place import parse_word
+from rljob_contract.in_place import DEFAULT_WORD_WAIT_SECONDS, parse_word, word_wait_seconds
 from rljob_operator import constants as c
 from rljob_operator.api.reasons import ConditionType, EventType, Phase
 from rljob_operator.api.spec import parse_spec
@@ -415,3 +416,13 @@ def test_a_gang_partly_made_without_the_rule_gets_its_other_pods_alike():
     said = condition(plan.status, ConditionType.IN_PLACE_RESTART)
     assert said["reason"] == "FeatureMissing" and "first pods were made without it" in (
         said["message"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(None, DEFAULT_WORD_WAIT_SECONDS), ("2.5", 2.5), ("0", 0.0), ("soon", DEFAULT_WORD_WAIT_SECONDS),
+     ("-1", DEFAULT_WORD_WAIT_SECONDS), ("inf", DEFAULT_WORD_WAIT_SECONDS)],
+)  # fmt: skip
+def test_the_wait_for_a_word_that_the_wrapper_and_a_warm_trainer_share(value, seconds):
+    env = {} if value is None else {ENV_IN_PLACE_WAIT: value}
+    assert word_wait_seconds(env) == seconds
